@@ -1,0 +1,46 @@
+# Two commands a newcomer needs: `make demo` and `make test`. Both work on a bare machine
+# with Python 3.11+ and make: they create .venv and install what they need into it.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP_RUN := $(VENV)/.installed-run
+STAMP_DEV := $(VENV)/.installed-dev
+
+.PHONY: demo test lint typecheck pytest bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP_RUN): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[all]"
+	touch $@
+
+$(STAMP_DEV): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@ $(STAMP_RUN)
+
+demo: $(STAMP_RUN)
+	$(BIN)/managedloop demo
+
+lint: $(STAMP_DEV)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+typecheck: $(STAMP_DEV)
+	$(BIN)/mypy --strict src/managedloop
+
+pytest: $(STAMP_DEV)
+	$(BIN)/python -m pytest --cov --cov-branch --cov-report=term -q
+
+test: lint typecheck pytest
+
+bench: $(VENV)/.installed-bench
+	$(BIN)/python -m bench
+
+$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"
+	touch $@
+
+clean:
+	rm -rf $(VENV) .coverage .mypy_cache .ruff_cache

@@ -1,0 +1,163 @@
+"""Handlers: where the model's custom tool calls are served.
+
+A handler is any object with ``handle_tool_call(name, input, info)`` (sync or async,
+returning ``str`` or :class:`ToolResult`) and, optionally, ``handle_event(event, info)``
+(sync or async; observes every raw event). A :class:`~managedloop.Toolset` is one.
+
+Rules every call obeys (:func:`run_tool_calls` never raises for a tool's failure):
+
+* input is validated against the tool's schema before the function runs; invalid input is
+  an error result carrying the validation message and the function is not called;
+* :class:`ToolError` becomes an error result with its message; any other exception an
+  error result naming the exception; an unknown tool name an error result;
+* a per-tool or session-wide timeout becomes an error result;
+* the calls of one turn run concurrently, at most ``max_concurrent`` at a time, and the
+  results come back in the model's order.
+
+Handler *event* callbacks are observational and are not shielded: an exception in
+``handle_event`` fails the session, because a broken observer should not go unnoticed.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import anyio
+import pydantic
+import pydantic_core
+
+from managedloop import telemetry
+from managedloop.errors import ToolError
+from managedloop.results import SessionInfo, ToolResult, ToolUse
+
+if TYPE_CHECKING:
+    from managedloop.tools import Toolset
+
+__all__ = ["Handler", "call_tool", "run_tool_calls"]
+
+
+@runtime_checkable
+class Handler(Protocol):
+    """Anything that serves tool calls. ``handle_event`` is optional."""
+
+    def handle_tool_call(self, name: str, input: dict[str, Any], info: SessionInfo) -> Any:
+        """Return ``str`` or :class:`ToolResult` (or an awaitable of one)."""
+
+
+class _UnknownToolError(Exception):
+    pass
+
+
+async def call_tool(toolset: Toolset, name: str, input: dict[str, Any], info: SessionInfo) -> Any:
+    """Validate and run one tool of a toolset; errors propagate (see :func:`run_tool_calls`)."""
+    t = toolset.get(name)
+    if t is None:
+        known = ", ".join(sorted(x.name for x in toolset)) or "none"
+        raise _UnknownToolError(f"unknown tool {name!r} (known tools: {known})")
+    kwargs = t.bind(input, info)
+    if t.is_async:
+        coro = t.function(**kwargs)
+    elif t.inline:
+        return t.function(**kwargs)
+    else:
+        coro = anyio.to_thread.run_sync(functools.partial(t.function, **kwargs))
+    if t.timeout is None:
+        return await coro
+    with anyio.fail_after(t.timeout):
+        return await coro
+
+
+def _to_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    try:
+        return pydantic_core.to_json(value).decode()
+    except pydantic_core.PydanticSerializationError:
+        return str(value)
+
+
+def _validation_text(name: str, exc: pydantic.ValidationError) -> str:
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors()
+    )
+    return f"invalid input for tool {name!r}: {problems}"
+
+
+async def _one(
+    handler: Any,
+    use: ToolUse,
+    info: SessionInfo,
+    timeout: float | None,
+    caller: dict[str, Any] | None,
+) -> ToolResult:
+    uid = use.id or ""
+    meta = {"tool": use.name, "tool_use_id": uid, "session_id": info.session_id}
+    is_error = False
+    with telemetry.span("tool", meta, caller=caller) as extra:
+        try:
+            with anyio.fail_after(timeout if timeout is not None else math.inf):
+                value = handler.handle_tool_call(use.name, use.input, info)
+                if inspect.isawaitable(value):
+                    value = await value
+            if isinstance(value, ToolResult):
+                result = ToolResult(tool_use_id=uid, text=value.text, is_error=value.is_error)
+            else:
+                result = ToolResult(tool_use_id=uid, text=_to_text(value))
+        except ToolError as exc:
+            result = ToolResult(tool_use_id=uid, text=exc.message, is_error=True)
+        except pydantic.ValidationError as exc:
+            result = ToolResult(
+                tool_use_id=uid, text=_validation_text(use.name, exc), is_error=True
+            )
+        except _UnknownToolError as exc:
+            result = ToolResult(tool_use_id=uid, text=str(exc), is_error=True)
+        except TimeoutError:
+            result = ToolResult(
+                tool_use_id=uid, text=f"tool {use.name!r} timed out after {timeout}s", is_error=True
+            )
+        except Exception as exc:
+            result = ToolResult(
+                tool_use_id=uid,
+                text=f"tool {use.name!r} raised {type(exc).__name__}: {exc}",
+                is_error=True,
+            )
+        is_error = result.is_error
+        extra["is_error"] = is_error
+    return result
+
+
+async def run_tool_calls(
+    handler: Any,
+    uses: Sequence[ToolUse],
+    info: SessionInfo,
+    *,
+    max_concurrent: int = 8,
+    timeout: float | None = None,
+    caller: dict[str, Any] | None = None,
+) -> list[ToolResult]:
+    """Run one turn's calls, at most ``max_concurrent`` at a time; results in input order."""
+    if len(uses) == 1:  # the common case needs no task group
+        return [await _one(handler, uses[0], info, timeout, caller)]
+    results: list[ToolResult | None] = [None] * len(uses)
+    limiter = anyio.Semaphore(max_concurrent)
+
+    async def worker(i: int, use: ToolUse) -> None:
+        async with limiter:
+            results[i] = await _one(handler, use, info, timeout, caller)
+
+    async with anyio.create_task_group() as tg:
+        for i, use in enumerate(uses):
+            tg.start_soon(worker, i, use)
+    return [r for r in results if r is not None]
+
+
+def error_payload(text: str) -> str:
+    """The JSON an error result becomes where a wire has no ``is_error`` flag."""
+    return json.dumps({"error": text, "isError": True})

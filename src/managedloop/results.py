@@ -1,0 +1,226 @@
+"""The result vocabulary every host shares.
+
+All types are frozen, keyword-only, slotted dataclasses and round-trip through JSON with
+``to_dict`` / ``from_dict``. Raw provider data (``stop_reason``, ``events``, ``Usage.raw``)
+is kept verbatim: normalisation is additive, never lossy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+__all__ = [
+    "Artifact",
+    "CommandResult",
+    "Outcome",
+    "SessionInfo",
+    "SessionResult",
+    "Terminal",
+    "ToolResult",
+    "ToolUse",
+    "TurnResult",
+    "Usage",
+]
+
+RawEvent = dict[str, Any]
+"""One provider event, exactly as the host sent it (decoded JSON)."""
+
+
+class Terminal(enum.StrEnum):
+    """How a turn (or a session) ended, uniform across hosts."""
+
+    END_TURN = "end_turn"
+    """The agent finished its turn."""
+    REQUIRES_ACTION = "requires_action"
+    """The agent is waiting for custom tool results."""
+    TERMINATED = "terminated"
+    """The host or the library stopped the session (see ``SessionResult.reason``)."""
+
+
+class _Json:
+    """``to_dict`` / ``from_dict`` for the vocabulary dataclasses."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _dump(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        names = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        kwargs = {k: _load(names[k].type, v) for k, v in data.items() if k in names}
+        return cls(**kwargs)
+
+
+def _dump(value: Any) -> Any:
+    if isinstance(value, _Json):
+        return value.to_dict()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, list | tuple):
+        return [_dump(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _dump(v) for k, v in value.items()}
+    return value
+
+
+_NESTED: dict[str, Any] = {}
+
+
+def _load(annotation: Any, value: Any) -> Any:
+    # Field annotations are strings (``from __future__ import annotations``); the few fields
+    # holding nested vocabulary types are looked up by their annotation text.
+    text = str(annotation)
+    for name, kind in _NESTED.items():
+        if text.startswith(f"list[{name}]") and isinstance(value, list):
+            return [kind.from_dict(v) if isinstance(v, Mapping) else v for v in value]
+        if text.startswith(name) and isinstance(value, Mapping):
+            return kind.from_dict(value)
+    if text.startswith("Terminal") and isinstance(value, str):
+        return Terminal(value)
+    return value
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolUse(_Json):
+    """One tool call the model made (custom tools run here; server tools are observe-only)."""
+
+    name: str
+    """The tool's name."""
+    id: str | None = None
+    """The host's id for this call; tool results reference it."""
+    input: dict[str, Any] = field(default_factory=dict)
+    """Decoded arguments."""
+    thread_id: str | None = None
+    """Multiagent thread the call came from (Claude), else ``None``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolResult(_Json):
+    """What a tool returned; resumes the loop."""
+
+    tool_use_id: str
+    text: str = ""
+    is_error: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Usage(_Json):
+    """Token counts, summed over turns; ``raw`` keeps each provider usage object verbatim."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    raw: list[Any] = field(default_factory=list)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage | None) -> Usage:
+        if other is None:
+            return self
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            raw=[*self.raw, *other.raw],
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnResult(_Json):
+    """One turn, normalised from the host's raw events (which it keeps in ``events``)."""
+
+    terminal: Terminal = Terminal.TERMINATED
+    stop_reason: Any = None
+    """The host's raw stop reason, verbatim (a dict on Claude, a string elsewhere)."""
+    text: str = ""
+    custom_tool_uses: list[ToolUse] = field(default_factory=list)
+    server_tool_uses: list[ToolUse] = field(default_factory=list)
+    usage: Usage | None = None
+    """``None`` means this turn reported no usage."""
+    events: list[RawEvent] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SessionResult(_Json):
+    """How a session request ended. The same shape for every host."""
+
+    terminal: Terminal = Terminal.TERMINATED
+    """The uniform signal to branch on."""
+    stop_reason: Any = None
+    """The last turn's raw stop reason from the host, verbatim."""
+    reason: str | None = None
+    """Machine-readable cause of a stop the *library* made (``max_turns``,
+    ``unresolved_requires_action``, ``no_terminal_tool``, ``token_budget``, or a turn
+    guard's reason), else ``None``."""
+    session_id: str | None = None
+    text: str = ""
+    """The last turn's assistant text (earlier turns' text is in ``events``)."""
+    custom_tool_uses: list[ToolUse] = field(default_factory=list)
+    server_tool_uses: list[ToolUse] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    turns: int = 0
+    events: list[RawEvent] = field(default_factory=list)
+    """Every raw event of this request, exactly once, in arrival order."""
+    transcript: list[dict[str, Any]] | None = None
+    """Client-held history (Local) for reattaching; ``None`` on server-held hosts."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SessionInfo(_Json):
+    """Runtime identity handed to tools and handlers."""
+
+    session_id: str | None = None
+    provider: str | None = None
+    """The host's name: ``"local"``, ``"claude"`` or ``"agentcore"``."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Outcome(_Json):
+    """A graded-session goal (Claude Managed Agents only)."""
+
+    description: str
+    rubric: str
+    max_iterations: int | None = None
+
+    def __post_init__(self) -> None:
+        from managedloop.errors import InvalidOptionsError
+
+        if not isinstance(self.description, str) or not isinstance(self.rubric, str):
+            raise InvalidOptionsError(
+                "Outcome needs string description and rubric", option="outcome"
+            )
+        if self.max_iterations is not None and (
+            not isinstance(self.max_iterations, int) or self.max_iterations < 1
+        ):
+            raise InvalidOptionsError(
+                "Outcome.max_iterations must be a positive integer", option="outcome"
+            )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Artifact(_Json):
+    """A file an agent wrote, in a provider-native store."""
+
+    name: str
+    size: int | None = None
+    ref: str | None = None
+    """The store's own handle (a file id, a path)."""
+    raw: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CommandResult(_Json):
+    """A shell command's result; a non-zero exit code is a result, not an error."""
+
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int | None = None
+
+
+_NESTED.update({"ToolUse": ToolUse, "Usage": Usage})

@@ -1,0 +1,500 @@
+"""The async driver: runs the sans-IO :class:`Machine` against a host :class:`Connection`.
+
+``run`` drives one request to its terminal; ``start`` opens a live session that takes
+follow-up messages; ``run_sync`` is ``run`` behind ``anyio.run`` (no hand-written twin).
+
+Teardown: whatever ends a session (a result, an error, ``close()``, a ``run`` timeout) the
+in-flight turn is cancelled and the connection closed, under a shield so the close
+completes. The partial result is attached to every error raised mid-request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
+from typing import Any, Never, ParamSpec, TypeVar
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from managedloop import telemetry
+from managedloop.errors import ManagedLoopError, SessionTimeoutError, UnsupportedError
+from managedloop.handler import run_tool_calls
+from managedloop.providers.base import (
+    Connection,
+    DefineOutcome,
+    Provider,
+    RawInput,
+    TextDelta,
+    ToolResults,
+    TurnInput,
+    TurnRestart,
+    UserMessage,
+)
+from managedloop.results import Outcome, RawEvent, SessionInfo, SessionResult, ToolUse
+from managedloop.session.machine import Finish, Machine, RunTools
+from managedloop.session.options import Prepared, coerce_outcome, prepare
+
+__all__ = ["TEXT_DELTA", "LiveSession", "run", "run_sync", "start", "syncify"]
+
+TEXT_DELTA = "managedloop.text_delta"
+DEFAULT_PROMPT = "Begin."
+DEFAULT_TIMEOUT = 600.0  # seconds; a run is bounded by default so a stuck host cannot hang a caller
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _event_type(event: Any) -> str | None:
+    if isinstance(event, Mapping):
+        kind = event.get("type")
+        if isinstance(kind, str):
+            return kind
+        return next(iter(event), None)  # Converse envelopes: the envelope key
+    return None
+
+
+class _Driver:
+    """Drives requests on one open connection."""
+
+    def __init__(self, prepared: Prepared, conn: Connection) -> None:
+        self.p = prepared
+        self.conn = conn
+        self.machine = Machine(prepared.loop)
+        self.seen: set[str] = set()
+        self.buffer: list[RawEvent] = []
+        self.subscribers: list[MemoryObjectSendStream[RawEvent]] = []
+        handler = prepared.handler
+        self._on_event: Callable[..., Any] | None = getattr(handler, "handle_event", None)
+        self._info = self._make_info()
+
+    def _make_info(self) -> SessionInfo:
+        return SessionInfo(
+            session_id=self.conn.session_id,
+            provider=self.p.provider.name,
+            metadata=self.p.info_metadata,
+        )
+
+    @property
+    def info(self) -> SessionInfo:
+        if self._info.session_id != self.conn.session_id:  # a reconnect may mint a new id
+            self._info = self._make_info()
+        return self._info
+
+    def partial(self) -> SessionResult:
+        return self.machine.result(
+            self.conn.session_id, transcript=self.conn.transcript(), pending_events=self.buffer
+        )
+
+    async def _deliver(self, event: RawEvent) -> None:
+        if self._on_event is not None:
+            value = self._on_event(event, self.info)
+            if inspect.isawaitable(value):
+                await value
+        for sub in self.subscribers:
+            sub.send_nowait(event)
+
+    async def _event(self, event: RawEvent) -> None:
+        eid = event.get("id") if isinstance(event, Mapping) else None
+        if isinstance(eid, str):
+            if eid in self.seen:
+                return  # a host re-delivery (reconnect replay, stale event): exactly once
+            self.seen.add(eid)
+        self.buffer.append(event)
+        await self._deliver(event)
+        if telemetry.enabled("stream.event"):
+            meta: dict[str, Any] = {"type": _event_type(event), "session_id": self.conn.session_id}
+            if isinstance(event, Mapping) and "usage" in event:
+                meta["usage"] = event["usage"]
+            telemetry.emit("stream.event", None, meta, caller=self.p.caller)
+        delta = self.conn.text_delta(event)
+        if delta:
+            await self._deliver({"type": TEXT_DELTA, "text": delta})
+
+    async def _turn(self, input: TurnInput) -> list[RawEvent]:
+        self.buffer = []
+        async for item in self.conn.turn(input):
+            if isinstance(item, TurnRestart):
+                self.buffer = []
+            elif isinstance(item, TextDelta):
+                if item.text:
+                    await self._deliver({"type": TEXT_DELTA, "text": item.text})
+            else:
+                await self._event(item)
+        events, self.buffer = self.buffer, []
+        return events
+
+    async def _run_tools(self, uses: list[ToolUse] | Any) -> ToolResults:
+        info = self.info
+        if telemetry.enabled("session.tool_uses"):
+            telemetry.emit(
+                "session.tool_uses",
+                {"tool_use_count": len(uses)},
+                {"turn": self.machine.turns, "tool_use_ids": [u.id for u in uses]},
+                caller=self.p.caller,
+            )
+        results = await run_tool_calls(
+            self.p.handler,
+            uses,
+            info,
+            max_concurrent=self.p.max_concurrent_tools,
+            timeout=self.p.tool_timeout,
+            caller=self.p.caller,
+        )
+        return ToolResults(tool_uses=list(uses), results=results)
+
+    async def request(self, first: TurnInput | None) -> SessionResult:
+        """One request: from ``first`` (``None``: redrive pending tool uses) to a terminal."""
+        self.machine.begin_request()
+        try:
+            if first is None:
+                pending = list(self.conn.pending_tool_uses)
+                self.conn.pending_tool_uses = []
+                self.machine.add_tool_uses(pending)
+                next_input: TurnInput = await self._run_tools(pending)
+            else:
+                next_input = first
+            while True:
+                events = await self._turn(next_input)
+                turn = self.conn.normalize(events)
+                action = self.machine.on_turn(turn, self.conn.session_id)
+                if isinstance(action, RunTools):
+                    next_input = await self._run_tools(list(action.tool_uses))
+                elif isinstance(action, Finish):
+                    return self._finish(action.result)
+                else:
+                    next_input = action.input
+        except ManagedLoopError as exc:
+            if exc.partial_result is None:
+                exc.partial_result = self.partial()
+            raise
+
+    def _finish(self, result: SessionResult) -> SessionResult:
+        transcript = self.conn.transcript()
+        if transcript is not None:
+            result = _replace_transcript(result, transcript)
+        telemetry.emit(
+            "session.terminal",
+            None,
+            {
+                "terminal": result.terminal.value,
+                "reason": result.reason,
+                "session_id": result.session_id,
+            },
+            caller=self.p.caller,
+        )
+        return result
+
+
+def _replace_transcript(result: SessionResult, transcript: list[dict[str, Any]]) -> SessionResult:
+    import dataclasses
+
+    return dataclasses.replace(result, transcript=transcript)
+
+
+async def _open(prepared: Prepared) -> _Driver:
+    conn = await prepared.provider.open(prepared.open_request)
+    return _Driver(prepared, conn)
+
+
+async def _aclose(conn: Connection) -> None:
+    with anyio.CancelScope(shield=True):
+        await conn.aclose()
+
+
+def _first_input(driver: _Driver, prompt: str | None, outcome: Outcome | None) -> TurnInput | None:
+    if driver.conn.resumed and driver.conn.pending_tool_uses:
+        return None  # finish what the host is waiting on; the prompt is not injected
+    if outcome is not None:
+        return DefineOutcome(outcome)
+    if prompt is not None:
+        return UserMessage(prompt)
+    if driver.conn.resumed:
+        raise ManagedLoopError(
+            "resumed session has nothing pending and no prompt was given",
+            code="nothing_to_send",
+        )
+    return UserMessage(DEFAULT_PROMPT)
+
+
+async def run(
+    provider: Provider,
+    *,
+    agent: Any,
+    prompt: str | None = None,
+    handler: Any = None,
+    resume: SessionResult | str | None = None,
+    outcome: Outcome | Mapping[str, Any] | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
+    max_turns: int = 50,
+    turn_guard: Callable[..., str | None] | None = None,
+    max_total_tokens: int | None = None,
+    max_input_tokens: int | None = None,
+    max_output_tokens: int | None = None,
+    require_terminal_tool: bool = False,
+    terminal_tool: str | None = None,
+    max_reprompts: int = 2,
+    max_concurrent_tools: int = 8,
+    tool_timeout: float | None = None,
+    telemetry_metadata: Mapping[str, Any] | None = None,
+    **unknown: Never,
+) -> SessionResult:
+    """Run one request on ``provider`` to its terminal and return the :class:`SessionResult`.
+
+    Library-made stops (``max_turns``, a turn guard or token budget, an unresolvable
+    ``requires_action``, a missing terminal tool) are results with ``reason`` set. Failures
+    raise a :class:`~managedloop.ManagedLoopError` carrying ``partial_result``; exceeding
+    ``timeout`` (seconds, ``None`` for none) raises :class:`SessionTimeoutError` after the
+    in-flight request and the connection are torn down.
+    """
+    prepared, coerced = prepare(
+        provider,
+        agent=agent,
+        handler=handler,
+        resume=resume,
+        max_turns=max_turns,
+        turn_guard=turn_guard,
+        max_total_tokens=max_total_tokens,
+        max_input_tokens=max_input_tokens,
+        max_output_tokens=max_output_tokens,
+        require_terminal_tool=require_terminal_tool,
+        terminal_tool=terminal_tool,
+        max_reprompts=max_reprompts,
+        max_concurrent_tools=max_concurrent_tools,
+        tool_timeout=tool_timeout,
+        timeout=timeout,
+        telemetry_metadata=telemetry_metadata,
+        outcome=outcome,
+        unknown=unknown,
+    )
+    driver: _Driver | None = None
+    with anyio.move_on_after(timeout if timeout is not None else math.inf) as scope:
+        driver = await _open(prepared)
+        try:
+            return await driver.request(_first_input(driver, prompt, coerced))
+        finally:
+            await _aclose(driver.conn)
+    assert scope.cancelled_caught
+    raise SessionTimeoutError(
+        f"session did not reach a terminal within {timeout}s; its request was cancelled",
+        partial_result=driver.partial() if driver is not None else None,
+        timeout=timeout,
+    )
+
+
+def syncify(fn: Callable[P, Awaitable[R]]) -> Callable[P, R]:
+    """The blocking face of an async API function: the same call, run on a fresh loop."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise ManagedLoopError(
+                f"{fn.__name__}_sync cannot run inside an event loop; await {fn.__name__}(...)",
+                code="sync_in_event_loop",
+            )
+
+        async def call() -> R:
+            return await fn(*args, **kwargs)
+
+        return anyio.run(call)
+
+    wrapper.__name__ = f"{fn.__name__}_sync"
+    wrapper.__qualname__ = wrapper.__name__
+    return wrapper
+
+
+run_sync = syncify(run)
+
+
+class LiveSession:
+    """A live, multi-turn session (use ``async with managedloop.start(...) as session``).
+
+    ``send`` queues a follow-up user message, ``result`` waits for the next terminal,
+    ``events`` yields raw events as they arrive (from the moment it is called).
+    """
+
+    def __init__(self, prepared: Prepared, first: str | None, outcome: Outcome | None) -> None:
+        self._prepared = prepared
+        self._first = first
+        self._outcome = outcome
+        self._stack = AsyncExitStack()
+        self._driver: _Driver | None = None
+        inbox: tuple[MemoryObjectSendStream[TurnInput], MemoryObjectReceiveStream[TurnInput]]
+        inbox = anyio.create_memory_object_stream[TurnInput](math.inf)
+        self._inbox_send, self._inbox = inbox
+        outbox = anyio.create_memory_object_stream[SessionResult | BaseException](math.inf)
+        self._outbox_send, self._outbox = outbox
+        self._closed = False
+
+    @property
+    def session_id(self) -> str | None:
+        return self._driver.conn.session_id if self._driver else None
+
+    @property
+    def resumed(self) -> bool:
+        return self._driver.conn.resumed if self._driver else False
+
+    async def __aenter__(self) -> LiveSession:
+        await self._stack.__aenter__()
+        try:
+            tg: TaskGroup = await self._stack.enter_async_context(anyio.create_task_group())
+            self._driver = await _open(self._prepared)
+            self._stack.push_async_callback(_aclose, self._driver.conn)
+            self._stack.callback(tg.cancel_scope.cancel)
+            first: TurnInput | None
+            if self._driver.conn.resumed and self._driver.conn.pending_tool_uses:
+                first = None
+            elif self._outcome is not None:
+                first = DefineOutcome(self._outcome)
+            elif self._first is not None:
+                first = UserMessage(self._first)
+            else:
+                first = _NOTHING
+            tg.start_soon(self._serve, first)
+        except BaseException:
+            await self._stack.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Cancel any in-flight turn and close the connection."""
+        if self._closed:
+            return
+        self._closed = True
+        self._inbox_send.close()
+        for sub in self._driver.subscribers if self._driver else []:
+            sub.close()
+        await self._stack.aclose()
+
+    async def _serve(self, first: TurnInput | object | None) -> None:
+        assert self._driver is not None
+        driver = self._driver
+        if first is not _NOTHING:
+            await self._one(driver, first)  # type: ignore[arg-type]
+        async for command in self._inbox:
+            await self._one(driver, command)
+
+    async def _one(self, driver: _Driver, command: TurnInput | None) -> None:
+        try:
+            result: SessionResult | BaseException = await driver.request(command)
+        except Exception as exc:  # handed to result(); the session stays usable
+            result = exc
+        self._outbox_send.send_nowait(result)
+
+    async def send(self, text: str) -> None:
+        """Queue a follow-up user message (a new request: turns and usage start at 0)."""
+        self._check_open()
+        await self._inbox_send.send(UserMessage(text))
+
+    async def send_outcome(self, outcome: Outcome | Mapping[str, Any]) -> None:
+        """Queue an outcome to work towards (hosts with outcome support)."""
+        self._check_open()
+        coerced = coerce_outcome(outcome)
+        if not self._prepared.provider.supports_outcomes:
+            raise UnsupportedError(
+                "this host does not support outcomes", code="outcome_unsupported"
+            )
+        assert coerced is not None
+        await self._inbox_send.send(DefineOutcome(coerced))
+
+    async def send_event(self, event: dict[str, Any]) -> None:
+        """Send a pre-built raw host event verbatim (streaming hosts only)."""
+        self._check_open()
+        if not self._prepared.provider.supports_raw_events:
+            raise UnsupportedError(f"the {self._prepared.provider.name} host takes no raw events")
+        await self._inbox_send.send(RawInput([event]))
+
+    async def interrupt(self) -> None:
+        """Ask the host to stop the agent's current work."""
+        self._check_open()
+        assert self._driver is not None
+        await self._driver.conn.interrupt()
+
+    async def result(self) -> SessionResult:
+        """Wait for the next terminal; raises the error if that request failed."""
+        item = await self._outbox.receive()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    async def events(self) -> AsyncIterator[RawEvent]:
+        """Raw events as they arrive, until the session closes."""
+        self._check_open()
+        assert self._driver is not None
+        send, receive = anyio.create_memory_object_stream[RawEvent](math.inf)
+        self._driver.subscribers.append(send)
+        try:
+            async for event in receive:
+                yield event
+        finally:
+            if send in self._driver.subscribers:
+                self._driver.subscribers.remove(send)
+            send.close()
+
+    def _check_open(self) -> None:
+        if self._closed or self._driver is None:
+            raise ManagedLoopError("the session is not open", code="session_closed")
+
+
+_NOTHING: Any = object()
+
+
+def start(
+    provider: Provider,
+    *,
+    agent: Any,
+    prompt: str | None = None,
+    handler: Any = None,
+    resume: SessionResult | str | None = None,
+    outcome: Outcome | Mapping[str, Any] | None = None,
+    max_turns: int = 50,
+    turn_guard: Callable[..., str | None] | None = None,
+    max_total_tokens: int | None = None,
+    max_input_tokens: int | None = None,
+    max_output_tokens: int | None = None,
+    require_terminal_tool: bool = False,
+    terminal_tool: str | None = None,
+    max_reprompts: int = 2,
+    max_concurrent_tools: int = 8,
+    tool_timeout: float | None = None,
+    telemetry_metadata: Mapping[str, Any] | None = None,
+    **unknown: Never,
+) -> LiveSession:
+    """Open a live session: ``async with managedloop.start(...) as session``.
+
+    Options are validated here, before anything is opened. ``prompt`` or ``outcome`` kick
+    the session off at once; a resumed session with pending tool uses finishes them first.
+    """
+    prepared, coerced = prepare(
+        provider,
+        agent=agent,
+        handler=handler,
+        resume=resume,
+        max_turns=max_turns,
+        turn_guard=turn_guard,
+        max_total_tokens=max_total_tokens,
+        max_input_tokens=max_input_tokens,
+        max_output_tokens=max_output_tokens,
+        require_terminal_tool=require_terminal_tool,
+        terminal_tool=terminal_tool,
+        max_reprompts=max_reprompts,
+        max_concurrent_tools=max_concurrent_tools,
+        tool_timeout=tool_timeout,
+        timeout=None,
+        telemetry_metadata=telemetry_metadata,
+        outcome=outcome,
+        unknown=unknown,
+    )
+    return LiveSession(prepared, prompt, coerced)

@@ -1,0 +1,193 @@
+"""The session loop as a sans-IO state machine.
+
+The machine knows nothing about HTTP, SSE, AWS or tasks. The driver feeds it one
+normalised turn at a time (:meth:`Machine.on_turn`) and it answers with the next action:
+
+* :class:`RunTools` — run these custom tool uses, then resume with their results;
+* :class:`Send` — send this input next (a terminal-tool re-prompt);
+* :class:`Finish` — the request is over; here is its :class:`SessionResult`.
+
+Per-request state (turns, events, tool uses, usage, re-prompts) resets with
+:meth:`Machine.begin_request`, so a live session's follow-up message starts fresh.
+
+Order of checks after each turn (the first that applies wins):
+
+1. the turn guard (``turn_guard`` and the token budgets) may halt → ``terminated``;
+2. ``requires_action`` with tool uses → run them, unless ``max_turns`` is used up
+   (→ ``terminated``, reason ``max_turns``);
+3. ``requires_action`` with none → ``terminated``, reason ``unresolved_requires_action``
+   (an empty tool-result resume is never sent);
+4. ``end_turn`` while terminal-tool enforcement is on and the tool was not called: re-prompt
+   while re-prompts and turns remain, else finish with reason ``no_terminal_tool``;
+5. otherwise finish with the turn's terminal.
+
+Deliberate change from the reference: ``max_turns=N`` allows exactly N turns (the reference
+ran turn N+1 before tripping) and every library-made stop is a result, not an exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from managedloop.providers.base import TurnInput, UserMessage
+from managedloop.results import RawEvent, SessionResult, Terminal, ToolUse, TurnResult, Usage
+
+__all__ = ["Finish", "GuardInput", "LoopOptions", "Machine", "RunTools", "Send", "reprompt_text"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GuardInput:
+    """What a turn guard sees after every turn (request-scoped)."""
+
+    usage: Usage
+    turns: int
+    session_id: str | None
+
+
+TurnGuard = Callable[[GuardInput], str | None]
+"""Return ``None`` to continue, or a reason string to halt the session."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LoopOptions:
+    max_turns: int = 50
+    turn_guard: TurnGuard | None = None
+    terminal_tool: str | None = None
+    require_terminal_tool: bool = False
+    max_reprompts: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class RunTools:
+    tool_uses: Sequence[ToolUse]
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    input: TurnInput
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    result: SessionResult
+
+
+Action = RunTools | Send | Finish
+
+
+def reprompt_text(tool: str) -> str:
+    return (
+        f"You returned a response without calling {tool}. You MUST call {tool} now to "
+        f"finish — produce the result via {tool}."
+    )
+
+
+@dataclass(slots=True)
+class _Request:
+    turns: int = 0
+    events: list[RawEvent] = field(default_factory=list)
+    custom_tool_uses: list[ToolUse] = field(default_factory=list)
+    custom_ids: set[str] = field(default_factory=set)
+    server_tool_uses: list[ToolUse] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    reprompts_left: int = 2
+    terminal_tool_called: bool = False
+    last: TurnResult | None = None
+
+
+class Machine:
+    """One session's loop state. Not thread-safe; one driver owns it."""
+
+    __slots__ = ("_req", "options")
+
+    def __init__(self, options: LoopOptions) -> None:
+        self.options = options
+        self._req = _Request(reprompts_left=options.max_reprompts)
+
+    def begin_request(self) -> None:
+        self._req = _Request(reprompts_left=self.options.max_reprompts)
+
+    @property
+    def turns(self) -> int:
+        return self._req.turns
+
+    def add_tool_uses(self, uses: Sequence[ToolUse]) -> None:
+        """Record tool uses run outside a turn (a reattach redrive); ids stay unique."""
+        req = self._req
+        for use in uses:
+            if use.id is None or use.id not in req.custom_ids:
+                req.custom_tool_uses.append(use)
+                if use.id is not None:
+                    req.custom_ids.add(use.id)
+            if use.name == self.options.terminal_tool:
+                req.terminal_tool_called = True
+
+    def on_turn(self, turn: TurnResult, session_id: str | None) -> Action:
+        req = self._req
+        opts = self.options
+        req.turns += 1
+        req.last = turn
+        req.events.extend(turn.events)
+        self.add_tool_uses(turn.custom_tool_uses)
+        req.server_tool_uses.extend(turn.server_tool_uses)
+        if turn.usage is not None:
+            req.usage = req.usage + turn.usage
+
+        if opts.turn_guard is not None:
+            halt = opts.turn_guard(
+                GuardInput(usage=req.usage, turns=req.turns, session_id=session_id)
+            )
+            if halt is not None:
+                return Finish(self.result(session_id, Terminal.TERMINATED, reason=str(halt)))
+
+        if turn.terminal is Terminal.REQUIRES_ACTION:
+            if not turn.custom_tool_uses:
+                return Finish(
+                    self.result(
+                        session_id, Terminal.TERMINATED, reason="unresolved_requires_action"
+                    )
+                )
+            if req.turns >= opts.max_turns:
+                return Finish(self.result(session_id, Terminal.TERMINATED, reason="max_turns"))
+            return RunTools(turn.custom_tool_uses)
+
+        if (
+            turn.terminal is Terminal.END_TURN
+            and opts.require_terminal_tool
+            and opts.terminal_tool is not None
+            and not req.terminal_tool_called
+        ):
+            if req.reprompts_left > 0 and req.turns < opts.max_turns:
+                req.reprompts_left -= 1
+                return Send(UserMessage(reprompt_text(opts.terminal_tool)))
+            return Finish(self.result(session_id, Terminal.END_TURN, reason="no_terminal_tool"))
+
+        return Finish(self.result(session_id, turn.terminal))
+
+    def result(
+        self,
+        session_id: str | None,
+        terminal: Terminal | None = None,
+        *,
+        reason: str | None = None,
+        transcript: list[dict[str, Any]] | None = None,
+        pending_events: Sequence[RawEvent] = (),
+    ) -> SessionResult:
+        """The request's result so far (also used for partial results on failure)."""
+        req = self._req
+        last = req.last
+        return SessionResult(
+            terminal=terminal if terminal is not None else Terminal.TERMINATED,
+            stop_reason=last.stop_reason if last else None,
+            reason=reason,
+            session_id=session_id,
+            text=last.text if last else "",
+            custom_tool_uses=list(req.custom_tool_uses),
+            server_tool_uses=list(req.server_tool_uses),
+            usage=req.usage,
+            turns=req.turns,
+            events=[*req.events, *pending_events],
+            transcript=transcript,
+        )

@@ -1,0 +1,202 @@
+"""Validation of session options, done before anything is opened or sent."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from managedloop.errors import InvalidOptionsError
+from managedloop.handler import Handler
+from managedloop.providers.base import OpenRequest, Provider
+from managedloop.provisioning.specs import AgentSpec
+from managedloop.results import Outcome, SessionResult
+from managedloop.session.machine import GuardInput, LoopOptions, TurnGuard
+from managedloop.tools import Toolset
+
+__all__ = ["Prepared", "prepare"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Prepared:
+    provider: Provider
+    handler: Any
+    open_request: OpenRequest
+    loop: LoopOptions
+    max_concurrent_tools: int
+    tool_timeout: float | None
+    caller: dict[str, Any] = field(default_factory=dict)
+    info_metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def _positive(name: str, value: Any, *, integer: bool) -> None:
+    kind = int if integer else (int, float)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
+        what = "a positive integer" if integer else "a positive number"
+        raise InvalidOptionsError(f"{name} must be {what}, got {value!r}", option=name)
+
+
+def coerce_outcome(value: Any) -> Outcome | None:
+    if value is None or isinstance(value, Outcome):
+        return value
+    if isinstance(value, Mapping) and {"description", "rubric"} <= set(value):
+        extra = set(value) - {"description", "rubric", "max_iterations"}
+        if not extra:
+            return Outcome(**value)
+    raise InvalidOptionsError(
+        "outcome must be an Outcome or a mapping with description and rubric", option="outcome"
+    )
+
+
+def _budget_guard(
+    user: TurnGuard | None, total: int | None, inp: int | None, out: int | None
+) -> TurnGuard | None:
+    if total is None and inp is None and out is None:
+        return user
+
+    def guard(state: GuardInput) -> str | None:
+        u = state.usage
+        if (
+            (total is not None and u.total_tokens > total)
+            or (inp is not None and u.input_tokens > inp)
+            or (out is not None and u.output_tokens > out)
+        ):
+            return "token_budget"
+        return user(state) if user is not None else None
+
+    return guard
+
+
+def prepare(
+    provider: Any,
+    *,
+    agent: Any,
+    handler: Any,
+    resume: SessionResult | str | None,
+    max_turns: int,
+    turn_guard: Any,
+    max_total_tokens: int | None,
+    max_input_tokens: int | None,
+    max_output_tokens: int | None,
+    require_terminal_tool: bool,
+    terminal_tool: str | None,
+    max_reprompts: int,
+    max_concurrent_tools: int,
+    tool_timeout: float | None,
+    timeout: float | None,
+    telemetry_metadata: Mapping[str, Any] | None,
+    outcome: Any,
+    unknown: Mapping[str, Any],
+) -> tuple[Prepared, Outcome | None]:
+    """Check every option; raise :class:`InvalidOptionsError` on the first bad one."""
+    if unknown:
+        name = sorted(unknown)[0]
+        raise InvalidOptionsError(
+            f"unknown option {name!r} (host-specific options go to the provider's constructor)",
+            option=name,
+        )
+    if not isinstance(provider, Provider):
+        raise InvalidOptionsError(
+            f"{provider!r} is not a provider (Local, ClaudeManagedAgents, BedrockAgentCore)",
+            option="provider",
+        )
+    if turn_guard is not None and not callable(turn_guard):
+        raise InvalidOptionsError(
+            f"turn_guard must be callable, got {turn_guard!r}",
+            code="invalid_turn_guard",
+            option="turn_guard",
+        )
+    spec = agent if isinstance(agent, AgentSpec) else None
+    if agent is None:
+        raise InvalidOptionsError("agent= is required (an AgentSpec or a handle)", option="agent")
+    if terminal_tool is None and spec is not None:
+        terminal_tool = spec.terminal_tool
+    if require_terminal_tool and not isinstance(terminal_tool, str):
+        raise InvalidOptionsError(
+            "require_terminal_tool needs a terminal_tool (on the AgentSpec or as an option)",
+            code="terminal_tool_required",
+            option="terminal_tool",
+        )
+    coerced = coerce_outcome(outcome)
+    if coerced is not None and not provider.supports_outcomes:
+        raise InvalidOptionsError(
+            f"the {provider.name} host does not support outcomes",
+            code="outcome_unsupported",
+            option="outcome",
+        )
+    for name, value in (
+        ("max_turns", max_turns),
+        ("max_concurrent_tools", max_concurrent_tools),
+        ("max_total_tokens", max_total_tokens),
+        ("max_input_tokens", max_input_tokens),
+        ("max_output_tokens", max_output_tokens),
+    ):
+        _positive(name, value, integer=True)
+    if max_turns is None:
+        raise InvalidOptionsError("max_turns must be a positive integer", option="max_turns")
+    if isinstance(max_reprompts, bool) or not isinstance(max_reprompts, int) or max_reprompts < 0:
+        raise InvalidOptionsError("max_reprompts must be an integer >= 0", option="max_reprompts")
+    _positive("tool_timeout", tool_timeout, integer=False)
+    _positive("timeout", timeout, integer=False)
+    if telemetry_metadata is not None and not isinstance(telemetry_metadata, Mapping):
+        raise InvalidOptionsError(
+            "telemetry_metadata must be a mapping", option="telemetry_metadata"
+        )
+
+    if handler is None:
+        handler = spec.toolset() if spec is not None else Toolset()
+    elif not isinstance(handler, Handler):
+        raise InvalidOptionsError(
+            "handler must have a handle_tool_call(name, input, info) method", option="handler"
+        )
+    tools = spec.tool_definitions() if spec is not None else []
+    if isinstance(handler, Toolset) and spec is None:
+        tools = handler.definitions()
+
+    session_id: str | None = None
+    transcript: list[dict[str, Any]] | None = None
+    if isinstance(resume, SessionResult):
+        session_id, transcript = resume.session_id, resume.transcript
+        if session_id is None and transcript is None:
+            raise InvalidOptionsError(
+                "resume= needs a result with a session_id or a transcript", option="resume"
+            )
+    elif isinstance(resume, str):
+        session_id = resume
+    elif resume is not None:
+        raise InvalidOptionsError(
+            "resume= takes a SessionResult or a session id string", option="resume"
+        )
+
+    caller = dict(telemetry_metadata or {})
+    model_meta = spec.model_config.get("metadata") if spec is not None else None
+    info_metadata = {**caller, **(model_meta if isinstance(model_meta, Mapping) else {})}
+    loop = LoopOptions(
+        max_turns=max_turns,
+        turn_guard=_budget_guard(turn_guard, max_total_tokens, max_input_tokens, max_output_tokens),
+        terminal_tool=terminal_tool,
+        require_terminal_tool=require_terminal_tool,
+        max_reprompts=max_reprompts,
+    )
+    request = OpenRequest(
+        spec=spec,
+        agent=agent,
+        tools=tools,
+        session_id=session_id,
+        transcript=transcript,
+        max_turns=max_turns,
+        metadata=info_metadata,
+    )
+    prepared = Prepared(
+        provider=provider,
+        handler=handler,
+        open_request=request,
+        loop=loop,
+        max_concurrent_tools=max_concurrent_tools,
+        tool_timeout=tool_timeout,
+        caller=info_metadata,
+        info_metadata=info_metadata,
+    )
+    return prepared, coerced

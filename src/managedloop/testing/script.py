@@ -1,0 +1,221 @@
+"""The scripted model shared by every emulator in :mod:`managedloop.testing`.
+
+A *script* is a list of steps; each step is one model turn. A step is a :class:`Reply`
+(text and/or tool calls), a :class:`Fail` (the host reports an error), a :class:`Grade`
+(an outcome evaluation, Claude only), or a callable ``step(request) -> step`` that can
+assert on what the model was sent (:class:`ModelRequest`) before answering.
+
+Every emulator renders the same steps onto its own wire: Chat Completions JSON or SSE
+chunks (Local), Claude Managed Agents events over SSE, AgentCore event-stream frames.
+
+With no script, the :class:`ScriptedAgent` calls each declared custom tool once (all in one
+turn) with arguments made from the tool's schema, then answers with the results.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from managedloop.results import ToolResult
+from managedloop.tools import ToolDefinition
+
+__all__ = [
+    "Fail",
+    "Grade",
+    "ModelRequest",
+    "Reply",
+    "ScriptExhaustedError",
+    "ScriptedAgent",
+    "Step",
+    "ToolCall",
+    "call",
+    "calls",
+    "example_args",
+    "say",
+]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCall:
+    """One tool call in a scripted turn. ``id`` is minted when not given."""
+
+    name: str
+    input: Mapping[str, Any] = field(default_factory=dict)
+    id: str | None = None
+    server: bool = False
+    """A server-side (host-run, observe-only) tool rather than a custom tool."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Reply:
+    """One model turn: text, tool calls, usage and an optional raw stop reason override."""
+
+    text: str = ""
+    tool_calls: Sequence[ToolCall] = ()
+    usage: tuple[int, int] | None = (10, 5)
+    """(input tokens, output tokens); ``None`` reports no usage."""
+    stop_reason: str | None = None
+    """Override the host's natural stop reason (e.g. ``"length"``, ``"max_tokens"``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fail:
+    """The host reports an error for this turn (``session.error``, an exception frame...)."""
+
+    message: str = "scripted failure"
+    kind: str = "internal_error"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Grade:
+    """An outcome evaluation (Claude): ``satisfied``, ``needs_revision`` or ``failed``."""
+
+    result: str = "satisfied"
+    explanation: str = ""
+    text: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelRequest:
+    """What the model was sent for one step."""
+
+    turn: int
+    """0-based index of the step being answered."""
+    tools: Sequence[ToolDefinition] = ()
+    user_text: str | None = None
+    """The user message this step answers, if it follows one."""
+    tool_results: Sequence[ToolResult] = ()
+    """The tool results this step answers, if it follows a tool turn."""
+    messages: Sequence[Mapping[str, Any]] = ()
+    """The host-native conversation as the host holds it (for detailed assertions)."""
+    system: str | None = None
+    model: str | None = None
+
+
+Step = Reply | Fail | Grade | Callable[[ModelRequest], "Reply | Fail | Grade"]
+
+
+class ScriptExhaustedError(AssertionError):
+    """The model was asked for more turns than the script has."""
+
+
+def say(
+    text: str, *, usage: tuple[int, int] | None = (10, 5), stop_reason: str | None = None
+) -> Reply:
+    """A turn that answers with ``text``."""
+    return Reply(text=text, usage=usage, stop_reason=stop_reason)
+
+
+def call(
+    name: str,
+    input: Mapping[str, Any] | None = None,
+    *,
+    id: str | None = None,
+    text: str = "",
+    server: bool = False,
+    usage: tuple[int, int] | None = (10, 5),
+) -> Reply:
+    """A turn that calls one tool."""
+    return Reply(
+        text=text,
+        tool_calls=[ToolCall(name=name, input=dict(input or {}), id=id, server=server)],
+        usage=usage,
+    )
+
+
+def calls(*tool_calls: ToolCall | tuple[str, Mapping[str, Any]], text: str = "") -> Reply:
+    """A turn that calls several tools at once: ``calls(("a", {...}), ("b", {...}))``."""
+    out = [
+        tc if isinstance(tc, ToolCall) else ToolCall(name=tc[0], input=dict(tc[1]))
+        for tc in tool_calls
+    ]
+    return Reply(text=text, tool_calls=out)
+
+
+def example_args(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """Arguments that satisfy a tool's JSON schema (required properties, simple values)."""
+    props: Mapping[str, Any] = schema.get("properties", {})
+    defs: Mapping[str, Any] = schema.get("$defs", {})
+    required = schema.get("required", list(props))
+    return {name: _example(props[name], defs) for name in required if name in props}
+
+
+def _example(prop: Mapping[str, Any], defs: Mapping[str, Any]) -> Any:
+    if "$ref" in prop:
+        return example_args({**defs.get(prop["$ref"].rsplit("/", 1)[-1], {}), "$defs": defs})
+    if "enum" in prop:
+        return prop["enum"][0]
+    if "const" in prop:
+        return prop["const"]
+    if "default" in prop:
+        return prop["default"]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if key in prop:
+            options = [p for p in prop[key] if p.get("type") != "null"] or prop[key]
+            return _example(options[0], defs)
+    kind = prop.get("type", "string")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    if kind == "object":
+        return example_args({**prop, "$defs": defs})
+    simple: dict[str, Any] = {
+        "string": "example",
+        "integer": 1,
+        "number": 1.5,
+        "boolean": True,
+        "array": [],
+        "null": None,
+    }
+    return simple.get(kind, "example")
+
+
+class ScriptedAgent:
+    """Plays a script, one step per model turn, and records every :class:`ModelRequest`.
+
+    Thread-safe: emulators call it from their server thread while tests read ``requests``.
+    """
+
+    def __init__(self, script: Sequence[Step] | None = None) -> None:
+        self.script: list[Step] | None = list(script) if script is not None else None
+        self.requests: list[ModelRequest] = []
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+
+    def mint_id(self, prefix: str = "call_") -> str:
+        with self._lock:
+            return f"{prefix}{next(self._ids):04d}"
+
+    def next_step(self, request: ModelRequest) -> Reply | Fail | Grade:
+        with self._lock:
+            self.requests.append(request)
+            index = request.turn
+        if self.script is None:
+            return self._default(request)
+        if index >= len(self.script):
+            raise ScriptExhaustedError(
+                f"the model was asked for turn {index + 1} but the script has {len(self.script)}"
+            )
+        step = self.script[index]
+        return step(request) if callable(step) else step
+
+    @staticmethod
+    def _default(request: ModelRequest) -> Reply:
+        if request.turn == 0 and request.tools:
+            return Reply(
+                tool_calls=[
+                    ToolCall(name=t.name, input=example_args(t.input_schema)) for t in request.tools
+                ]
+            )
+        if request.tool_results:
+            answers = "; ".join(r.text for r in request.tool_results)
+            return Reply(text=f"Done. {answers}")
+        return Reply(text=f"You said: {request.user_text}" if request.user_text else "Done.")
+
+
+def dumps_args(args: Mapping[str, Any]) -> str:
+    return json.dumps(args, separators=(",", ":"))
