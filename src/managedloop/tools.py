@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar, get_type_hints, overload
 
 import pydantic
+import pydantic.json_schema
 
 from managedloop.errors import ToolDefinitionError
 from managedloop.results import SessionInfo
@@ -96,7 +97,7 @@ class Tool(Generic[P, R]):
             function, tool_name, param_docs
         )
         try:
-            schema = self._model.model_json_schema()
+            schema = self._model.model_json_schema(schema_generator=_SchemaWithoutTitles)
         except pydantic.PydanticUserError as exc:
             raise ToolDefinitionError(
                 f"tool {tool_name!r}: cannot derive a JSON schema: {exc}", tool=tool_name
@@ -128,6 +129,13 @@ class Tool(Generic[P, R]):
         if self._info_param is not None:
             kwargs[self._info_param] = info
         return kwargs
+
+
+class _SchemaWithoutTitles(pydantic.json_schema.GenerateJsonSchema):
+    """Pydantic's schema minus the auto-generated titles: tokens a model does not need."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
 
 
 def _input_model(

@@ -14,7 +14,7 @@ import asyncio
 import functools
 import inspect
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any, Never, ParamSpec, TypeVar
 
@@ -23,7 +23,12 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from managedloop import telemetry
-from managedloop.errors import ManagedLoopError, SessionTimeoutError, UnsupportedError
+from managedloop.errors import (
+    ManagedLoopError,
+    ProviderError,
+    SessionTimeoutError,
+    UnsupportedError,
+)
 from managedloop.handler import run_tool_calls
 from managedloop.providers.base import (
     Connection,
@@ -91,13 +96,14 @@ class _Driver:
             self.conn.session_id, transcript=self.conn.transcript(), pending_events=self.buffer
         )
 
-    async def _deliver(self, event: RawEvent) -> None:
+    async def _deliver(self, event: RawEvent, *, raw: bool = True) -> None:
         if self._on_event is not None:
             value = self._on_event(event, self.info)
             if inspect.isawaitable(value):
                 await value
-        for sub in self.subscribers:
-            sub.send_nowait(event)
+        if raw:  # subscribers of events() get raw host events only, never text deltas
+            for sub in self.subscribers:
+                sub.send_nowait(event)
 
     async def _event(self, event: RawEvent) -> None:
         eid = event.get("id") if isinstance(event, Mapping) else None
@@ -114,18 +120,35 @@ class _Driver:
             telemetry.emit("stream.event", None, meta, caller=self.p.caller)
         delta = self.conn.text_delta(event)
         if delta:
-            await self._deliver({"type": TEXT_DELTA, "text": delta})
+            await self._deliver({"type": TEXT_DELTA, "text": delta}, raw=False)
 
     async def _turn(self, input: TurnInput) -> list[RawEvent]:
         self.buffer = []
-        async for item in self.conn.turn(input):
-            if isinstance(item, TurnRestart):
-                self.buffer = []
-            elif isinstance(item, TextDelta):
-                if item.text:
-                    await self._deliver({"type": TEXT_DELTA, "text": item.text})
-            else:
-                await self._event(item)
+        stream = self.conn.turn(input)
+        try:
+            while True:
+                try:
+                    item = await anext(stream)
+                except StopAsyncIteration:
+                    break
+                except ManagedLoopError:
+                    raise
+                except Exception as exc:  # a host bug must surface as a named error
+                    raise _host_failure(exc) from exc
+                if isinstance(item, TurnRestart):
+                    self.buffer = []
+                elif isinstance(item, TextDelta):
+                    if item.text:
+                        await self._deliver({"type": TEXT_DELTA, "text": item.text}, raw=False)
+                else:
+                    await self._event(item)
+        finally:
+            # Close the host's turn even when we leave early (an error, a cancellation), so
+            # its in-flight request is torn down; shielded so the close itself completes.
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                with anyio.CancelScope(shield=True):
+                    await aclose()
         events, self.buffer = self.buffer, []
         return events
 
@@ -161,7 +184,10 @@ class _Driver:
                 next_input = first
             while True:
                 events = await self._turn(next_input)
-                turn = self.conn.normalize(events)
+                try:
+                    turn = self.conn.normalize(events)
+                except Exception as exc:
+                    raise _host_failure(exc) from exc
                 action = self.machine.on_turn(turn, self.conn.session_id)
                 if isinstance(action, RunTools):
                     next_input = await self._run_tools(list(action.tool_uses))
@@ -189,6 +215,12 @@ class _Driver:
             caller=self.p.caller,
         )
         return result
+
+
+def _host_failure(exc: Exception) -> ManagedLoopError:
+    if isinstance(exc, ManagedLoopError):
+        return exc
+    return ProviderError(f"the host failed: {type(exc).__name__}: {exc}", code="provider_error")
 
 
 def _replace_transcript(result: SessionResult, transcript: list[dict[str, Any]]) -> SessionResult:
@@ -334,6 +366,7 @@ class LiveSession:
         outbox = anyio.create_memory_object_stream[SessionResult | BaseException](math.inf)
         self._outbox_send, self._outbox = outbox
         self._closed = False
+        self._receivers: list[MemoryObjectReceiveStream[RawEvent]] = []
 
     @property
     def session_id(self) -> str | None:
@@ -374,9 +407,17 @@ class LiveSession:
             return
         self._closed = True
         self._inbox_send.close()
-        for sub in self._driver.subscribers if self._driver else []:
-            sub.close()
-        await self._stack.aclose()
+        try:
+            await self._stack.aclose()
+        finally:
+            for stream in (
+                self._inbox,
+                self._outbox_send,
+                self._outbox,
+                *(self._driver.subscribers if self._driver else ()),
+                *self._receivers,
+            ):
+                stream.close()
 
     async def _serve(self, first: TurnInput | object | None) -> None:
         assert self._driver is not None
@@ -429,19 +470,14 @@ class LiveSession:
             raise item
         return item
 
-    async def events(self) -> AsyncIterator[RawEvent]:
-        """Raw events as they arrive, until the session closes."""
+    def events(self) -> MemoryObjectReceiveStream[RawEvent]:
+        """Raw events as they arrive from now on; iteration ends when the session closes."""
         self._check_open()
         assert self._driver is not None
         send, receive = anyio.create_memory_object_stream[RawEvent](math.inf)
         self._driver.subscribers.append(send)
-        try:
-            async for event in receive:
-                yield event
-        finally:
-            if send in self._driver.subscribers:
-                self._driver.subscribers.remove(send)
-            send.close()
+        self._receivers.append(receive)
+        return receive
 
     def _check_open(self) -> None:
         if self._closed or self._driver is None:

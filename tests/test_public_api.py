@@ -1,0 +1,81 @@
+"""The public surface is deliberate: this golden list changes only on purpose."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import managedloop as ml
+
+PUBLIC = [
+    "APIStatusError",
+    "AgentSpec",
+    "Artifact",
+    "ArtifactError",
+    "ArtifactStore",
+    "Artifacts",
+    "AuthenticationError",
+    "CommandResult",
+    "ConfigError",
+    "EnvironmentSpec",
+    "GuardInput",
+    "Handler",
+    "HostStreamError",
+    "InvalidOptionsError",
+    "LiveSession",
+    "MalformedResponseError",
+    "ManagedLoopError",
+    "Outcome",
+    "ProviderError",
+    "ProvisioningError",
+    "Secret",
+    "SessionInfo",
+    "SessionResult",
+    "SessionTimeoutError",
+    "Terminal",
+    "Tool",
+    "ToolDefinition",
+    "ToolDefinitionError",
+    "ToolError",
+    "ToolResult",
+    "ToolUse",
+    "Toolset",
+    "TransportError",
+    "TurnResult",
+    "UnsupportedError",
+    "Usage",
+    "__version__",
+    "configure",
+    "provision",
+    "provision_sync",
+    "run",
+    "run_sync",
+    "start",
+    "teardown",
+    "teardown_sync",
+    "tool",
+]
+
+
+def test_public_names_are_exactly_these() -> None:
+    assert sorted(ml.__all__) == sorted(PUBLIC)
+    for name in PUBLIC:
+        assert hasattr(ml, name), name
+
+
+def test_every_error_derives_from_the_root_and_has_a_code() -> None:
+    for name in PUBLIC:
+        value = getattr(ml, name)
+        if isinstance(value, type) and issubclass(value, Exception):
+            assert issubclass(value, ml.ManagedLoopError), name
+            assert value().code, name
+
+
+def test_import_does_not_load_provider_sdks() -> None:
+    code = (
+        "import sys, managedloop, managedloop.testing, managedloop.providers;"
+        "bad = [m for m in ('anthropic', 'botocore', 'boto3', 'httpx', 'opentelemetry')"
+        " if m in sys.modules]; print(bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
