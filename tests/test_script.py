@@ -1,0 +1,110 @@
+"""The scripted-agent vocabulary every emulator shares."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import managedloop as ml
+from managedloop.testing import (
+    Fail,
+    ModelRequest,
+    Reply,
+    ScriptedAgent,
+    ScriptExhaustedError,
+    ToolCall,
+    call,
+    calls,
+    example_args,
+    say,
+)
+from managedloop.testing.script import dumps_args
+
+
+def test_builders() -> None:
+    assert say("hi") == Reply(text="hi")
+    assert call("t", {"a": 1}, id="x").tool_calls == [ToolCall(name="t", input={"a": 1}, id="x")]
+    both = calls(("a", {"x": 1}), ToolCall(name="b", server=True), text="working")
+    assert [c.name for c in both.tool_calls] == ["a", "b"]
+    assert both.tool_calls[1].server
+    assert both.text == "working"
+    assert dumps_args({"a": 1}) == '{"a":1}'
+
+
+def test_example_args_satisfy_schemas() -> None:
+    @ml.tool
+    def f(
+        s: str,
+        i: int,
+        n: float,
+        b: bool,
+        items: list[int],
+        maybe: int | None,
+        color: str = "red",
+        nested: dict[str, Any] | None = None,
+    ) -> str:
+        return ""
+
+    args = example_args(f.definition.input_schema)
+    assert args == {"s": "example", "i": 1, "n": 1.5, "b": True, "items": [], "maybe": 1}
+    f.bind(args, ml.SessionInfo())  # validates
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "kind": {"enum": ["a", "b"]},
+            "fixed": {"const": 3},
+            "ref": {"$ref": "#/$defs/Sub"},
+            "multi": {"type": ["null", "integer"]},
+            "obj": {"type": "object", "properties": {"k": {"type": "boolean"}}},
+            "odd": {"type": "mystery"},
+        },
+        "$defs": {"Sub": {"type": "object", "properties": {"z": {"type": "string"}}}},
+    }
+    assert example_args(schema) == {
+        "kind": "a",
+        "fixed": 3,
+        "ref": {"z": "example"},
+        "multi": 1,
+        "obj": {"k": True},
+        "odd": "example",
+    }
+
+
+def test_scripted_agent_plays_steps_and_records_requests() -> None:
+    seen: list[ModelRequest] = []
+
+    def check(request: ModelRequest) -> Reply:
+        seen.append(request)
+        assert request.tool_results[0].text == "42"
+        return say("done")
+
+    agent = ScriptedAgent([call("t"), check, Fail(message="x")])
+    assert agent.next_step(ModelRequest(turn=0, user_text="go")) == call("t")
+    result = ml.ToolResult(tool_use_id="u", text="42")
+    assert agent.next_step(ModelRequest(turn=1, tool_results=[result])) == say("done")
+    assert isinstance(agent.next_step(ModelRequest(turn=2)), Fail)
+    with pytest.raises(ScriptExhaustedError, match="turn 4"):
+        agent.next_step(ModelRequest(turn=3))
+    assert [r.turn for r in agent.requests] == [0, 1, 2, 3]
+    assert seen[0].turn == 1
+    assert agent.mint_id() == "call_0001"
+    assert agent.mint_id("toolu_") == "toolu_0002"
+
+
+def test_default_agent_calls_each_tool_once_then_answers() -> None:
+    tools = [
+        ml.ToolDefinition(
+            name="a", input_schema={"type": "object", "properties": {"x": {"type": "integer"}}}
+        ),
+        ml.ToolDefinition(name="b"),
+    ]
+    agent = ScriptedAgent()
+    first = agent.next_step(ModelRequest(turn=0, tools=tools, user_text="hi"))
+    assert isinstance(first, Reply)
+    assert [(c.name, dict(c.input)) for c in first.tool_calls] == [("a", {"x": 1}), ("b", {})]
+    results = [ml.ToolResult(tool_use_id="1", text="r1"), ml.ToolResult(tool_use_id="2", text="r2")]
+    assert agent.next_step(ModelRequest(turn=1, tool_results=results)) == say("Done. r1; r2")
+    assert agent.next_step(ModelRequest(turn=2, user_text="more")) == say("You said: more")
+    assert ScriptedAgent().next_step(ModelRequest(turn=0)) == say("Done.")
