@@ -217,6 +217,7 @@ async def test_tool_uses_telemetry_per_turn() -> None:
     terminal = [md for n, _, md in seen if n == "managedloop.session.terminal"]
     assert terminal[0]["terminal"] == "end_turn"  # library keys win over caller tags
     assert terminal[0]["tenant"] == "t"
+    assert terminal[0]["provider"] == "fake"
     tools = [md for n, _, md in seen if n == "managedloop.tool.stop"]
     assert tools[0]["tool"] == "lookup"
     assert tools[0]["is_error"] is False

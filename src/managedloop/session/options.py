@@ -196,7 +196,8 @@ def prepare(
         loop=loop,
         max_concurrent_tools=max_concurrent_tools,
         tool_timeout=tool_timeout,
-        caller=info_metadata,
+        # Library keys win over caller tags: the host's name rides on every loop event.
+        caller={**info_metadata, "provider": provider.name},
         info_metadata=info_metadata,
     )
     return prepared, coerced
