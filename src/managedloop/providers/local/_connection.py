@@ -1,0 +1,449 @@
+"""One Local session: the client-held history, the loop guards and the retry policy.
+
+A ``turn()`` is one request/response step of the in-process loop: apply the input to the
+history, make one model call (more only in the duplicate-only case below), append the
+answer, and yield the synthesized raw events, all in the ``local.*`` namespace:
+
+* ``{"type": "local.directive", "role": "corrective" | "final_turn", "text"}`` before the
+  call that follows the directive;
+* ``{"type": "local.duplicate_tool_call", "tool_call_id", "name", "input"}`` per duplicate
+  call (the id is under ``tool_call_id``, not ``id``: the loop de-duplicates events by
+  ``id`` and local models are known to reuse call ids);
+* ``{"type": "local.model_response", "message", "finish_reason", "usage"}`` per model call,
+  its message carrying only the calls the loop must run.
+
+Guards (every counter is per request: a user message resets them all):
+
+* duplicate calls (same name and arguments earlier in the request) are answered here with
+  a directive tool message and not surfaced. **Deliberate fix of the reference**: when every
+  call of a response is a duplicate, this ``turn()`` makes the next model call itself (up to
+  ``max_turns`` model calls per request), so the loop never sees a zero-tool
+  ``requires_action`` unless that bound is hit;
+* a tool that fails twice in a row gets a corrective user message;
+* the model call that would reach ``max_turns`` is preceded by a final-turn directive.
+
+Retry: a transient failure (:class:`~managedloop.TransportError`, HTTP 408, 429 or >= 500)
+is retried ``max_retries`` times after ``retry_backoff * 2**n`` seconds, or after the
+server's ``Retry-After`` (capped). **Deliberate change**: the reference never retried 429.
+Raw events are only yielded once a model call has succeeded, so a retry never needs
+``RESTART``; streamed text deltas of a failed attempt were delivered (at-least-once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import anyio
+
+from managedloop.errors import (
+    APIStatusError,
+    AuthenticationError,
+    ProviderError,
+    TransportError,
+    UnsupportedError,
+)
+from managedloop.handler import error_payload
+from managedloop.providers.base import (
+    ConnectionBase,
+    TextDelta,
+    ToolResults,
+    TurnInput,
+    TurnRestart,
+    UserMessage,
+)
+from managedloop.providers.local._types import (
+    ChatFunction,
+    ChatRequest,
+    ChatResponse,
+    History,
+    coerce_response,
+    decode_arguments,
+    text_of,
+)
+from managedloop.results import RawEvent, Terminal, ToolUse, TurnResult, Usage
+
+__all__ = [
+    "DUPLICATE_DIRECTIVE",
+    "LocalConnection",
+    "RetryPolicy",
+    "corrective_text",
+    "final_turn_text",
+    "is_transient",
+]
+
+logger = logging.getLogger("managedloop.local")
+
+MODEL_RESPONSE = "local.model_response"
+DUPLICATE = "local.duplicate_tool_call"
+DIRECTIVE = "local.directive"
+
+DUPLICATE_DIRECTIVE = (
+    "You already called this tool with these exact arguments; the result is unchanged. "
+    "Do NOT repeat it. If you have enough information, call your terminal tool now."
+)
+
+
+def corrective_text(name: str, error: str) -> str:
+    return (
+        f"STOP — the {name} tool rejected your input again: {error}. You must change your "
+        f"input to fix THIS specific error before calling {name} again (or call your "
+        "terminal tool)."
+    )
+
+
+def final_turn_text(terminal_tool: str | None) -> str:
+    head = "FINAL TURN: you are about to reach the maximum number of turns. "
+    tail = " with the information you have already gathered. Do not call any other tool."
+    if terminal_tool:
+        return head + f"You MUST call your terminal tool ({terminal_tool}) now" + tail
+    return head + "You MUST produce your final answer now" + tail
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Retry transport failures and HTTP 408, 429 and >= 500; nothing else."""
+    if isinstance(exc, TransportError):
+        return True
+    if isinstance(exc, APIStatusError) and not isinstance(exc, AuthenticationError):
+        status = exc.status
+        return status is not None and (status in (408, 429) or status >= 500)
+    return False
+
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class RetryPolicy:
+    __slots__ = ("backoff", "max_retries", "max_retry_after", "sleep")
+
+    def __init__(
+        self, *, max_retries: int, backoff: float, max_retry_after: float, sleep: Sleep
+    ) -> None:
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_retry_after = max_retry_after
+        self.sleep = sleep
+
+    def delay(self, exc: ProviderError, attempt: int) -> float:
+        retry_after = exc.context.get("retry_after")
+        if isinstance(retry_after, int | float):
+            return float(min(max(retry_after, 0.0), self.max_retry_after))
+        return float(self.backoff * (2**attempt))
+
+
+def _key(name: str, arguments: dict[str, Any]) -> tuple[str, str]:
+    return name, json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
+
+
+class LocalConnection(ConnectionBase):
+    """A client-held conversation on one chat function."""
+
+    def __init__(
+        self,
+        *,
+        chat: ChatFunction,
+        model: str,
+        history: History,
+        resumed: bool,
+        session_id: str,
+        tools: Sequence[Mapping[str, Any]],
+        tools_json: bytes | None,
+        options: Mapping[str, Any],
+        terminal_tool: str | None,
+        max_turns: int,
+        stream: bool,
+        retry: RetryPolicy,
+        on_close: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        super().__init__()
+        self.session_id = session_id
+        self.resumed = resumed
+        self.history = history
+        self._chat = chat
+        self._model = model
+        self._tools = tools
+        self._tools_json = tools_json
+        self._options = options
+        self._terminal_tool = terminal_tool
+        self._max_turns = max_turns
+        self._stream = stream
+        self._retry = retry
+        self._on_close = on_close
+        self._closed = False
+        # per-request guard state
+        self.polls = 0
+        self._seen: set[tuple[str, str]] = set()
+        self._errors: dict[str, int] = {}
+        self._final_sent = False
+        if resumed:
+            self.pending_tool_uses = _unanswered(history)
+
+    # -- the Connection protocol -------------------------------------------------------
+
+    async def turn(self, input: TurnInput) -> AsyncIterator[RawEvent | TurnRestart | TextDelta]:
+        if isinstance(input, UserMessage):
+            self._reset_guards()
+            self.history.append({"role": "user", "content": input.text})
+        elif isinstance(input, ToolResults):
+            for event in self._apply_results(input):
+                yield event
+        else:
+            raise UnsupportedError(
+                f"the local host takes user messages and tool results, not {type(input).__name__}"
+            )
+        while True:
+            if not self._final_sent and self.polls + 1 >= self._max_turns:
+                self._final_sent = True
+                text = final_turn_text(self._terminal_tool)
+                self.history.append({"role": "user", "content": text})
+                yield {"type": DIRECTIVE, "role": "final_turn", "text": text}
+            self.polls += 1
+            box: list[ChatResponse] = []
+            async for delta in self._call(box):
+                yield delta
+            response = box[0]
+            message = _assistant_message(response.message)
+            self.history.append(message)
+            fresh: list[dict[str, Any]] = []
+            duplicates = 0
+            for call in message.get("tool_calls") or ():
+                fn = call.get("function") or {}
+                name = str(fn.get("name", ""))
+                arguments = decode_arguments(fn.get("arguments"))
+                key = _key(name, arguments)
+                if key in self._seen:
+                    duplicates += 1
+                    self.history.append(
+                        {
+                            "role": "tool",
+                            "tool_call_id": call.get("id"),
+                            "content": json.dumps(
+                                {"duplicate": True, "message": DUPLICATE_DIRECTIVE}
+                            ),
+                        }
+                    )
+                    yield {
+                        "type": DUPLICATE,
+                        "tool_call_id": call.get("id"),
+                        "name": name,
+                        "input": arguments,
+                    }
+                else:
+                    self._seen.add(key)
+                    fresh.append(call)
+            shown = dict(message)
+            if duplicates:
+                if fresh:
+                    shown["tool_calls"] = fresh
+                else:
+                    shown.pop("tool_calls", None)
+            yield {
+                "type": MODEL_RESPONSE,
+                "message": shown,
+                "finish_reason": response.finish_reason,
+                "usage": dict(response.usage) if response.usage is not None else None,
+                "duplicates": duplicates,
+            }
+            if fresh or not duplicates or self.polls >= self._max_turns:
+                return
+
+    def normalize(self, events: Sequence[RawEvent]) -> TurnResult:
+        last: RawEvent | None = None
+        usage: Usage | None = None
+        for event in events:
+            if event.get("type") == MODEL_RESPONSE:
+                last = event
+                usage = _usage(event.get("usage"), usage)
+        if last is None:
+            return TurnResult(events=list(events))
+        message = last.get("message") or {}
+        calls = message.get("tool_calls") or []
+        uses = [
+            ToolUse(
+                id=c.get("id"),
+                name=str((c.get("function") or {}).get("name", "")),
+                input=decode_arguments((c.get("function") or {}).get("arguments")),
+            )
+            for c in calls
+        ]
+        finish_reason = last.get("finish_reason")
+        if uses or last.get("duplicates") or finish_reason == "tool_calls":
+            terminal = Terminal.REQUIRES_ACTION
+        elif finish_reason == "stop":
+            terminal = Terminal.END_TURN
+        else:
+            terminal = Terminal.TERMINATED
+        return TurnResult(
+            terminal=terminal,
+            stop_reason=finish_reason,
+            text=text_of(message.get("content")),
+            custom_tool_uses=uses,
+            usage=usage,
+            events=list(events),
+        )
+
+    def text_delta(self, event: RawEvent) -> str | None:
+        if self._stream or event.get("type") != MODEL_RESPONSE:
+            return None  # streamed text already went out as TextDelta chunks
+        text = text_of((event.get("message") or {}).get("content"))
+        return text or None
+
+    def transcript(self) -> list[dict[str, Any]]:
+        return list(self.history)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._on_close is not None:
+            await self._on_close()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _reset_guards(self) -> None:
+        self.polls = 0
+        self._seen = set()
+        self._errors = {}
+        self._final_sent = False
+
+    def _apply_results(self, input: ToolResults) -> list[RawEvent]:
+        by_id = {r.tool_use_id: r for r in input.results}
+        failed: list[tuple[str, str]] = []
+        for use in input.tool_uses:
+            result = by_id.get(use.id or "")
+            if result is None:
+                raise ProviderError(
+                    f"no tool result for tool use {use.id!r} ({use.name})",
+                    code="missing_tool_result",
+                    tool_use_id=use.id,
+                )
+            content = error_payload(result.text) if result.is_error else result.text
+            self.history.append({"role": "tool", "tool_call_id": use.id, "content": content})
+            if result.is_error:
+                self._errors[use.name] = self._errors.get(use.name, 0) + 1
+                failed.append((use.name, result.text))
+            else:
+                self._errors[use.name] = 0
+        events: list[RawEvent] = []
+        for name, error in failed:
+            if self._errors.get(name, 0) >= 2:
+                text = corrective_text(name, error)
+                self.history.append({"role": "user", "content": text})
+                events.append({"type": DIRECTIVE, "role": "corrective", "text": text})
+        return events
+
+    def _request(self, on_delta: Callable[[str], None] | None) -> ChatRequest:
+        return ChatRequest(
+            model=self._model,
+            messages=self.history,
+            tools=self._tools,
+            options=self._options,
+            on_delta=on_delta,
+            tools_json=self._tools_json,
+        )
+
+    async def _call(self, box: list[ChatResponse]) -> AsyncIterator[TextDelta]:
+        """One model call with retries; the response lands in ``box``."""
+        attempt = 0
+        while True:
+            try:
+                if self._stream:
+                    async for delta in self._streamed(box):
+                        yield delta
+                else:
+                    box.append(coerce_response(await self._chat(self._request(None))))
+                return
+            except ProviderError as exc:
+                if attempt >= self._retry.max_retries or not is_transient(exc):
+                    raise
+                delay = self._retry.delay(exc, attempt)
+                attempt += 1
+                logger.warning(
+                    "local chat call failed (%s, code=%s, status=%s); retry %d/%d in %.3gs",
+                    type(exc).__name__,
+                    exc.code,
+                    exc.context.get("status"),
+                    attempt,
+                    self._retry.max_retries,
+                    delay,
+                )
+                await self._retry.sleep(delay)
+
+    async def _streamed(self, box: list[ChatResponse]) -> AsyncIterator[TextDelta]:
+        # The chat function pushes chunks through a callback; a queue turns them into this
+        # generator's yields while the call runs as its own task.
+        queue: asyncio.Queue[str | None] = asyncio.Queue()
+        task = asyncio.ensure_future(self._chat(self._request(queue.put_nowait)))
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (chunk := await queue.get()) is not None:
+                yield TextDelta(chunk)
+            box.append(coerce_response(task.result()))
+        finally:
+            if not task.done():
+                task.cancel()
+                with anyio.CancelScope(shield=True):
+                    await asyncio.wait({task})
+
+
+def _assistant_message(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The neutral assistant message kept in history (unknown vendor fields dropped)."""
+    message: dict[str, Any] = {"role": "assistant", "content": raw.get("content")}
+    calls = raw.get("tool_calls")
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": c.get("id"),
+                "type": "function",
+                "function": {
+                    "name": (c.get("function") or {}).get("name", ""),
+                    "arguments": _arguments_text((c.get("function") or {}).get("arguments")),
+                },
+            }
+            for c in calls
+            if isinstance(c, Mapping)
+        ]
+    return message
+
+
+def _arguments_text(arguments: Any) -> str:
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments if arguments is not None else {})
+
+
+def _usage(raw: Any, total: Usage | None) -> Usage | None:
+    if not isinstance(raw, Mapping):
+        return total
+    prompt = raw.get("prompt_tokens")
+    if not isinstance(prompt, int) or isinstance(prompt, bool):
+        return total  # null or missing prompt_tokens: this call reported no usage
+    completion = raw.get("completion_tokens")
+    completion = completion if isinstance(completion, int) else 0
+    usage = Usage(input_tokens=prompt, output_tokens=completion, raw=[dict(raw)])
+    return usage if total is None else total + usage
+
+
+def _unanswered(history: Sequence[Mapping[str, Any]]) -> list[ToolUse]:
+    """Tool calls of the last assistant message that no tool message answers yet."""
+    answered: set[Any] = set()
+    for message in reversed(history):
+        role = message.get("role")
+        if role == "tool":
+            answered.add(message.get("tool_call_id"))
+        elif role == "assistant":
+            return [
+                ToolUse(
+                    id=c.get("id"),
+                    name=str((c.get("function") or {}).get("name", "")),
+                    input=decode_arguments((c.get("function") or {}).get("arguments")),
+                )
+                for c in message.get("tool_calls") or ()
+                if c.get("id") not in answered
+            ]
+        else:
+            return []
+    return []

@@ -1,0 +1,300 @@
+"""``Local``: the in-process loop host over a chat function.
+
+Every option is checked in ``__init__``, before any request, and a bad one raises
+:class:`~managedloop.InvalidOptionsError` naming it (``option=``). The API key is held as a
+:class:`~managedloop.Secret` and never appears in a ``repr`` or an error.
+
+The model comes from ``Local(model=...)``, else the agent spec's ``model``, else its
+``model_config["model"]``. A model named ``anthropic:<id>`` is served by the ``anthropic``
+SDK's Messages API (extra ``managedloop[claude]``); any other by the OpenAI Chat Completions
+chat function over HTTP, unless ``chat=`` injects one.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, ClassVar, Self
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+
+from managedloop import config
+from managedloop.config import MISSING, Secret
+from managedloop.errors import InvalidOptionsError
+from managedloop.providers.base import OpenRequest
+from managedloop.providers.local._connection import LocalConnection, RetryPolicy
+from managedloop.providers.local._http import ClientPool, OpenAIChat
+from managedloop.providers.local._types import ChatFunction, History, encode
+
+__all__ = ["ANTHROPIC_PREFIX", "DEFAULT_BASE_URL", "Local", "set_testing"]
+
+ANTHROPIC_PREFIX = "anthropic:"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"  # what the OpenAI SDK defaults to
+DEFAULT_TIMEOUT = 300.0  # seconds without a byte from the model; local models can be slow
+DEFAULT_CONNECT_TIMEOUT = 10.0  # seconds; a loopback or LAN endpoint connects in ms
+DEFAULT_MAX_RETRY_AFTER = 60.0  # seconds; never let a server park a session for longer
+# Connections per provider. 0 = unbounded: 1,000 concurrent sessions on one provider ran
+# fastest with one keep-alive connection each (bench/README.md); bound it for a real server.
+DEFAULT_MAX_CONNECTIONS = 0
+_RESERVED = frozenset({"model", "api_key", "base_url", "metadata"})  # model_config keys we read
+
+_testing = False
+
+
+def set_testing(on: bool = True) -> None:
+    """Zero the retry backoff of every ``Local`` that uses the default sleep (for tests)."""
+    global _testing
+    _testing = on
+
+
+async def _default_sleep(seconds: float) -> None:
+    await anyio.sleep(0 if _testing else seconds)
+
+
+def _check_url(value: Any) -> str:
+    if not isinstance(value, str):
+        raise InvalidOptionsError(
+            f"base_url must be a string, got {type(value).__name__}", option="base_url"
+        )
+    parts = urlsplit(value)
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise InvalidOptionsError(
+            f"base_url must be an http(s) URL with a host, got {_redact_url(value)!r}",
+            option="base_url",
+        )
+    if parts.query or parts.fragment:
+        raise InvalidOptionsError("base_url must not carry a query or fragment", option="base_url")
+    return value
+
+
+def _redact_url(url: str) -> str:
+    """The URL without a password in its userinfo (safe for a repr or an error)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable url>"
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _number(name: str, value: Any, *, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise InvalidOptionsError(f"{name} must be a number, got {value!r}", option=name)
+    if value < 0 or (positive and value == 0):
+        kind = "positive" if positive else ">= 0"
+        raise InvalidOptionsError(f"{name} must be {kind}, got {value!r}", option=name)
+    return float(value)
+
+
+def _integer(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidOptionsError(f"{name} must be an integer >= 0, got {value!r}", option=name)
+    return value
+
+
+class Local:
+    """The Local loop host: the agent loop runs here, over any chat endpoint.
+
+    Args:
+        model: The model id sent to the endpoint; ``anthropic:<id>`` uses the Messages API.
+        base_url: The OpenAI-compatible endpoint, up to ``/v1`` (config ``openai_base_url``
+            / env ``OPENAI_BASE_URL``; default OpenAI's). For ``anthropic:`` models it is
+            the Anthropic base URL.
+        api_key: Sent as ``Authorization: Bearer`` (config ``openai_api_key`` / env
+            ``OPENAI_API_KEY``; ``None`` sends none). For ``anthropic:`` models, the
+            Anthropic key (default: ``ANTHROPIC_API_KEY``).
+        chat: Your own chat function (see :class:`ChatRequest`); replaces HTTP entirely.
+        stream: Stream responses; text chunks reach ``handle_event`` as
+            ``managedloop.text_delta`` events while the model writes.
+        model_config: Extra request-body parameters (``temperature``, ``max_tokens``...),
+            merged over the agent spec's ``model_config``.
+        max_retries: Retries of a transient failure per model call.
+        retry_backoff: Seconds before the first retry; doubles each retry.
+        max_retry_after: Cap on a server's ``Retry-After``, in seconds.
+        timeout: Seconds to wait for any byte from the endpoint.
+        connect_timeout: Seconds to establish a connection.
+        max_connections: Connection pool size (``0``: unbounded).
+        headers: Extra HTTP headers for every request.
+        sleep: ``async sleep(seconds)`` used between retries (inject for tests, or use
+            :func:`set_testing`).
+
+    Use ``async with Local(...) as provider`` to keep connections pooled across runs;
+    otherwise the pool closes when the last session on it ends.
+    """
+
+    name: ClassVar[str] = "local"
+    supports_outcomes: ClassVar[bool] = False
+    supports_raw_events: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        base_url: str | None = MISSING,
+        api_key: str | Secret | None = MISSING,
+        chat: ChatFunction | None = None,
+        stream: bool = False,
+        model_config: Mapping[str, Any] | None = None,
+        max_retries: int = 3,
+        retry_backoff: float = 1.0,
+        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
+        timeout: float = DEFAULT_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        headers: Mapping[str, str] | None = None,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+    ) -> None:
+        if model is not None and (not isinstance(model, str) or not model.strip()):
+            raise InvalidOptionsError("model must be a non-empty string", option="model")
+        if chat is not None and not callable(chat):
+            raise InvalidOptionsError("chat must be an async callable", option="chat")
+        if not isinstance(stream, bool):
+            raise InvalidOptionsError("stream must be True or False", option="stream")
+        if model_config is not None and not isinstance(model_config, Mapping):
+            raise InvalidOptionsError("model_config must be a mapping", option="model_config")
+        if headers is not None and not (
+            isinstance(headers, Mapping)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
+        ):
+            raise InvalidOptionsError("headers must map str to str", option="headers")
+        if sleep is not None and not callable(sleep):
+            raise InvalidOptionsError("sleep must be an async callable", option="sleep")
+        self.model = model
+        self.stream = stream
+        self.model_config = dict(model_config or {})
+        self._anthropic = model is not None and model.startswith(ANTHROPIC_PREFIX)
+        self._chat = chat
+        self._retry = RetryPolicy(
+            max_retries=_integer("max_retries", max_retries),
+            backoff=_number("retry_backoff", retry_backoff, positive=False),
+            max_retry_after=_number("max_retry_after", max_retry_after, positive=False),
+            sleep=sleep or _default_sleep,
+        )
+        self._timeout = _number("timeout", timeout, positive=True)
+        self._connect_timeout = _number("connect_timeout", connect_timeout, positive=True)
+        self._headers = dict(headers or {})
+
+        if self._anthropic:
+            url = base_url if base_url is not MISSING else None  # None: the SDK's default
+            key = config.resolve("api_key", api_key) if api_key is not MISSING else MISSING
+        else:
+            url = config.resolve("openai_base_url", base_url)
+            if url is None and chat is None:
+                url = DEFAULT_BASE_URL
+            key = config.resolve("openai_api_key", api_key)
+        if url is not None:
+            url = _check_url(url)
+        if key is not MISSING and key is not None and not isinstance(key, Secret):
+            raise InvalidOptionsError("api_key must be a string", option="api_key")
+        self.base_url: str | None = url
+        self._api_key: Any = key  # Secret, None, or MISSING (anthropic: the SDK default)
+        self._pool = ClientPool(
+            timeout=self._timeout,
+            connect_timeout=self._connect_timeout,
+            max_connections=_integer("max_connections", max_connections),
+        )
+        self._http = (
+            OpenAIChat(url, key, self._pool, self._headers)
+            if chat is None and not self._anthropic and url is not None
+            else None
+        )
+
+    def __repr__(self) -> str:
+        parts = [f"model={self.model!r}"]
+        if self._chat is not None:
+            parts.append(f"chat={self._chat!r}")
+        elif self.base_url is not None:
+            parts.append(f"base_url={_redact_url(self.base_url)!r}")
+        if isinstance(self._api_key, Secret):
+            parts.append(f"api_key={self._api_key!r}")
+        if self.stream:
+            parts.append("stream=True")
+        return f"Local({', '.join(parts)})"
+
+    async def __aenter__(self) -> Self:
+        self._pool.pin()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close pooled HTTP connections (also done when the last session ends)."""
+        await self._pool.unpin()
+
+    async def open(self, request: OpenRequest) -> LocalConnection:
+        spec = request.spec
+        spec_config: Mapping[str, Any] = spec.model_config if spec is not None else {}
+        model = self.model or (spec.model if spec is not None else None)
+        if model is None and isinstance(spec_config.get("model"), str):
+            model = spec_config["model"]
+        if not model:
+            raise InvalidOptionsError(
+                "no model: pass Local(model=...) or set AgentSpec.model", option="model"
+            )
+        options = {k: v for k, v in spec_config.items() if k not in _RESERVED}
+        options.update(self.model_config)
+
+        on_close = None
+        if self._chat is not None:
+            chat: ChatFunction = self._chat
+        elif model.startswith(ANTHROPIC_PREFIX):
+            from managedloop.providers.local._anthropic import AnthropicChat
+
+            key = self._api_key if self._api_key is not MISSING else config.resolve("api_key")
+            anthropic_chat = AnthropicChat(
+                base_url=self.base_url,
+                api_key=key,
+                timeout=self._timeout,
+                headers=self._headers,
+            )
+            chat, on_close = anthropic_chat, anthropic_chat.aclose
+            model = model[len(ANTHROPIC_PREFIX) :]
+        else:
+            assert self._http is not None
+            chat = self._http
+            self._pool.acquire()
+            on_close = self._pool.release
+
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description or "",
+                    "parameters": t.input_schema or {"type": "object"},
+                },
+            }
+            for t in request.tools
+        ]
+        if request.transcript:
+            history = History(request.transcript)
+            resumed = True
+        else:
+            history = History()
+            resumed = False
+            if spec is not None and spec.system_prompt:
+                history.append({"role": "system", "content": spec.system_prompt})
+        return LocalConnection(
+            chat=chat,
+            model=model,
+            history=history,
+            resumed=resumed,
+            session_id=request.session_id or "local_" + secrets.token_hex(8),
+            tools=tools,
+            tools_json=encode(tools) if tools else None,
+            options=options,
+            terminal_tool=spec.terminal_tool if spec is not None else None,
+            max_turns=request.max_turns,
+            stream=self.stream,
+            retry=self._retry,
+            on_close=on_close,
+        )

@@ -1,0 +1,175 @@
+"""The chat function protocol: the one seam between the Local loop and a model.
+
+A chat function is ``async (ChatRequest) -> ChatResponse``. Everything crossing the seam is
+neutral and shaped like OpenAI Chat Completions, with string keys:
+
+* ``ChatRequest.messages`` is the whole conversation (``system``, ``user``, ``assistant``
+  with optional ``tool_calls``, ``tool`` with ``tool_call_id``); a chat function must not
+  mutate it (the connection appends to it after the call);
+* ``ChatRequest.tools`` is the OpenAI function-tool list;
+* ``ChatResponse.message`` is one assistant message; ``tool_calls[*].function.arguments``
+  is a JSON *string* (as on the wire);
+* when ``ChatRequest.on_delta`` is set the function should call it with each streamed text
+  chunk as it arrives (it may also never call it: the loop works either way).
+
+A chat function may also return a Chat Completions response body (a mapping with
+``choices``); only ``choices[0]`` is read. Failures are exceptions from
+:mod:`managedloop.errors`: :class:`~managedloop.TransportError` and
+:class:`~managedloop.APIStatusError` with a transient status (408, 429, >= 500) are retried
+by the connection; anything else is not.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from managedloop.errors import MalformedResponseError
+
+__all__ = [
+    "ChatFunction",
+    "ChatRequest",
+    "ChatResponse",
+    "History",
+    "decode_arguments",
+    "encode",
+    "parse_chat_completion",
+]
+
+Message = dict[str, Any]
+
+_BODY_EXCERPT = 500  # characters of a bad body kept in an error: enough to diagnose, never huge
+
+
+def encode(value: Any) -> bytes:
+    """Compact JSON, the way every request body is built."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class History(list[Message]):
+    """The conversation, append-only, with each message's JSON encoding cached.
+
+    Chat Completions is stateless, so every request re-sends the whole history; caching the
+    encoding keeps per-turn work proportional to the new messages (the join is a memcpy).
+    Only ``append`` keeps the cache right, and the connection only ever appends.
+    """
+
+    __slots__ = ("_encoded",)
+
+    def __init__(self, messages: Sequence[Message] = ()) -> None:
+        super().__init__(messages)
+        self._encoded: list[bytes] = []
+
+    def encoded(self) -> bytes:
+        """``[m1,m2,...]`` as JSON bytes, encoding only messages added since the last call."""
+        cache = self._encoded
+        if len(cache) < len(self):
+            cache.extend(encode(m) for m in self[len(cache) :])
+        return b"[" + b",".join(cache) + b"]"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChatRequest:
+    """One model call."""
+
+    model: str
+    messages: Sequence[Message]
+    """The whole conversation (see the module docstring). Do not mutate."""
+    tools: Sequence[Mapping[str, Any]] = ()
+    """OpenAI function tools: ``{"type": "function", "function": {name, description,
+    parameters}}``."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """Extra request-body parameters (``temperature``, ``max_tokens``...), verbatim."""
+    on_delta: Callable[[str], None] | None = None
+    """Set when the caller wants streamed text: call it with each chunk."""
+    tools_json: bytes | None = None
+    """The encoded ``tools`` (an optimisation for HTTP chat functions; may be ignored)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChatResponse:
+    """One assistant message and how it ended."""
+
+    message: Message
+    """``{"role": "assistant", "content": str | None, "tool_calls"?: [...]}``."""
+    finish_reason: str | None = None
+    """The model's raw finish reason (``stop``, ``tool_calls``, ``length``...)."""
+    usage: Mapping[str, Any] | None = None
+    """The raw usage object (``prompt_tokens``, ``completion_tokens``), if reported."""
+
+
+class ChatFunction(Protocol):
+    """``async (ChatRequest) -> ChatResponse`` (or a Chat Completions response mapping)."""
+
+    async def __call__(self, request: ChatRequest, /) -> ChatResponse | Mapping[str, Any]: ...
+
+
+def _excerpt(value: Any) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= _BODY_EXCERPT else text[:_BODY_EXCERPT] + "..."
+
+
+def parse_chat_completion(body: Any) -> ChatResponse:
+    """``choices[0]`` of a Chat Completions body; anything else is malformed."""
+    try:
+        choice = body["choices"][0]
+        message = choice["message"]
+        finish_reason = choice["finish_reason"]
+    except (KeyError, IndexError, TypeError):
+        raise MalformedResponseError(
+            "the chat response has no choices[0].message / finish_reason",
+            code="malformed_chat_response",
+            body=_excerpt(body),
+        ) from None
+    if not isinstance(message, Mapping) or not (
+        finish_reason is None or isinstance(finish_reason, str)
+    ):
+        raise MalformedResponseError(
+            "the chat response's choices[0].message is not an object",
+            code="malformed_chat_response",
+            body=_excerpt(body),
+        )
+    usage = body.get("usage")
+    return ChatResponse(
+        message=dict(message),
+        finish_reason=finish_reason,
+        usage=usage if isinstance(usage, Mapping) else None,
+    )
+
+
+def coerce_response(value: Any) -> ChatResponse:
+    if isinstance(value, ChatResponse):
+        return value
+    if isinstance(value, Mapping):
+        return parse_chat_completion(value)
+    raise MalformedResponseError(
+        f"a chat function returned {type(value).__name__}, not a ChatResponse",
+        code="malformed_chat_response",
+        body=_excerpt(value),
+    )
+
+
+def decode_arguments(arguments: Any) -> dict[str, Any]:
+    """A tool call's arguments as a dict: a JSON object string or a mapping; else ``{}``."""
+    if isinstance(arguments, Mapping):
+        return dict(arguments)
+    if isinstance(arguments, str | bytes) and arguments:
+        try:
+            value = json.loads(arguments)
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+    return {}
+
+
+def text_of(content: Any) -> str:
+    """Assistant content as text: a string, or the text parts of a content-part list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p.get("text", "") for p in content if isinstance(p, Mapping) and p.get("type") == "text"
+        )
+    return ""

@@ -1,0 +1,426 @@
+"""Local-host test kit: a scripted chat model and a loopback Chat Completions emulator.
+
+:class:`ScriptedChatModel` is a chat function (``Local(chat=ScriptedChatModel(script))``):
+no server, no HTTP, the fastest way to test an agent's tools. :class:`ChatEmulator` serves
+the same script as a real HTTP server on ``127.0.0.1`` (a free port), so the production
+HTTP client is what gets tested::
+
+    with ChatEmulator([call("get_weather", {"city": "Paris"}), say("Sunny.")]) as emu:
+        provider = Local(model="m", base_url=emu.base_url, api_key=emu.api_key)
+        result = ml.run_sync(provider, agent=agent, prompt="Weather in Paris?")
+    assert emu.requests[1].tool_results[0].text == "Sunny in Paris"
+
+The emulator serves ``POST /v1/chat/completions`` (JSON, or SSE with ``stream: true``,
+``data: [DONE]`` and ``stream_options.include_usage``), ``POST /v1/messages`` (the Anthropic
+Messages API, non-streaming, for ``anthropic:`` models) and ``GET /v1/models``. It checks
+the key (``Authorization: Bearer`` / ``x-api-key``; 401 otherwise). Each request plays the
+script step whose index is the number of assistant messages in the request, so any number
+of concurrent conversations work. A script step that raises (an ``assert`` on what the
+model was sent, or running out of steps) answers HTTP 400 and is re-raised when the
+``with`` block exits, so a failed script assertion fails the test.
+
+:class:`ChatFaults` injects failures, bounded and deterministic, counted over requests in
+arrival order: HTTP statuses with ``Retry-After``, slow answers and slow chunks, malformed
+bodies, and connections dropped mid-body or mid-stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Self
+
+from aiohttp import web
+
+from managedloop.errors import APIStatusError, UnsupportedError
+from managedloop.providers.local._types import ChatRequest, ChatResponse
+from managedloop.testing._chat_render import (
+    completion_body,
+    messages_api_request,
+    model_request,
+    render_completion,
+    render_messages_response,
+    sse_chunks,
+)
+from managedloop.testing.script import Fail, Grade, ModelRequest, Reply, ScriptedAgent, Step
+
+__all__ = ["ChatEmulator", "ChatFaults", "ScriptedChatModel"]
+
+DEFAULT_CHUNK_SIZE = 8  # characters per streamed chunk: small enough to see several deltas
+_START_TIMEOUT = 10.0  # seconds for the server thread to bind; loopback binds in ms
+_STOP_TIMEOUT = 10.0  # seconds to wait for the server thread to finish its cleanup
+_SHUTDOWN_GRACE = 0.5  # seconds in-flight handlers get when the emulator stops
+_BACKLOG = 2048  # accept queue: 1,000 sessions connecting at once must not hit SYN retries
+_MAX_BODY = 64 * 1024 * 1024  # bytes; long conversations re-send their whole history
+
+
+class ScriptedChatModel:
+    """A chat function that plays a script (see :mod:`managedloop.testing.script`).
+
+    ``requests`` records what the model was sent at each step. A :class:`Fail` step raises
+    :class:`~managedloop.APIStatusError` with status 500 (transient: the loop retries it).
+    """
+
+    def __init__(
+        self,
+        script: Sequence[Step] | None = None,
+        *,
+        agent: ScriptedAgent | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+    ) -> None:
+        self.agent = agent if agent is not None else ScriptedAgent(script)
+        self.chunk_size = chunk_size
+
+    @property
+    def requests(self) -> list[ModelRequest]:
+        return self.agent.requests
+
+    def __repr__(self) -> str:
+        return f"ScriptedChatModel(steps={len(self.agent.script or ())})"
+
+    async def __call__(self, request: ChatRequest) -> ChatResponse:
+        body = {"model": request.model, "messages": list(request.messages), "tools": request.tools}
+        step = self.agent.next_step(model_request(body))
+        if isinstance(step, Fail):
+            raise APIStatusError(
+                f"scripted failure: {step.message}", status=500, body=step.message, kind=step.kind
+            )
+        if isinstance(step, Grade):
+            raise UnsupportedError("a chat model cannot grade outcomes (Grade step)")
+        message, finish, usage = render_completion(step, self.agent, request.model)
+        content = message.get("content")
+        if request.on_delta is not None and content:
+            for start in range(0, len(content), self.chunk_size):
+                request.on_delta(content[start : start + self.chunk_size])
+        return ChatResponse(message=message, finish_reason=finish, usage=usage)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChatFaults:
+    """Failures the emulator injects, each consumed once by requests in arrival order.
+
+    A request takes at most one of ``statuses`` / ``drop`` / ``malformed`` (in that order of
+    precedence); ``slow`` delays apply on top.
+    """
+
+    statuses: Sequence[int] = ()
+    """Answer the first ``len(statuses)`` requests with these HTTP statuses, in order."""
+    retry_after: str | float | None = None
+    """``Retry-After`` header on those answers (seconds, or an HTTP date)."""
+    drop: int = 0
+    """Cut this many answers off mid-body (JSON) or mid-stream (SSE) and close the socket."""
+    drop_after: int = 2
+    """SSE frames sent before a streamed answer is cut off."""
+    malformed: int = 0
+    """Answer this many requests with HTTP 200 and a body that is not a chat completion."""
+    slow: int = 0
+    """Delay this many answers by ``delay`` seconds before the first byte."""
+    delay: float = 0.0
+    chunk_delay: float = 0.0
+    """Seconds between streamed frames (every stream)."""
+
+
+class _FaultState:
+    __slots__ = ("drop", "faults", "malformed", "requests", "slow")
+
+    def __init__(self, faults: ChatFaults) -> None:
+        self.faults = faults
+        self.requests = 0
+        self.drop = faults.drop
+        self.malformed = faults.malformed
+        self.slow = faults.slow
+
+    def next(self) -> tuple[int | None, str | None, float]:
+        """(status to answer with, "drop" | "malformed" | None, delay) for the next request."""
+        index = self.requests
+        self.requests += 1
+        delay = 0.0
+        if self.slow > 0:
+            self.slow -= 1
+            delay = self.faults.delay
+        if index < len(self.faults.statuses):
+            return self.faults.statuses[index], None, delay
+        if self.drop > 0:
+            self.drop -= 1
+            return None, "drop", delay
+        if self.malformed > 0:
+            self.malformed -= 1
+            return None, "malformed", delay
+        return None, None, delay
+
+
+_AUTO: Any = object()
+
+
+def _error(status: int, message: str, kind: str, headers: Mapping[str, str] | None = None) -> Any:
+    return web.json_response(
+        {"error": {"message": message, "type": kind, "code": kind}},
+        status=status,
+        headers=headers,
+    )
+
+
+class ChatEmulator:
+    """A loopback OpenAI Chat Completions server driven by a script (see module docs).
+
+    Attributes:
+        base_url: ``http://127.0.0.1:<port>/v1`` (for ``Local(base_url=...)``).
+        anthropic_base_url: ``http://127.0.0.1:<port>`` (for ``anthropic:`` models).
+        api_key: The key the server expects (``None``: any or none).
+        requests: What the model was sent, one :class:`ModelRequest` per step played.
+        received: Every request body, as decoded JSON, in arrival order.
+        errors: Exceptions raised by script steps (re-raised on exit).
+        agent: The :class:`ScriptedAgent` playing the script.
+    """
+
+    def __init__(
+        self,
+        script: Sequence[Step] | None = None,
+        *,
+        faults: ChatFaults | None = None,
+        api_key: str | None = _AUTO,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        agent: ScriptedAgent | None = None,
+    ) -> None:
+        self.agent = agent if agent is not None else ScriptedAgent(script)
+        self.faults = faults or ChatFaults()
+        self.api_key: str | None = (
+            "sk-emulator-" + secrets.token_hex(8) if api_key is _AUTO else api_key
+        )
+        self.host = host
+        self.port = port
+        self.chunk_size = chunk_size
+        self.received: list[dict[str, Any]] = []
+        self.errors: list[BaseException] = []
+        self._state = _FaultState(self.faults)
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def requests(self) -> list[ModelRequest]:
+        return self.agent.requests
+
+    def __repr__(self) -> str:
+        return f"ChatEmulator(base_url={self.base_url!r})"
+
+    def start(self) -> Self:
+        """Start serving (returns once the port is bound)."""
+        if self._thread is not None:
+            return self
+        self._thread = threading.Thread(target=self._main, name="chat-emulator", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(_START_TIMEOUT):
+            raise RuntimeError("the chat emulator did not start")
+        if self._failure is not None:
+            raise RuntimeError(f"the chat emulator failed to start: {self._failure}")
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and wait for the server thread."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        thread.join(_STOP_TIMEOUT)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        self.stop()
+        if kind is None and self.errors:
+            raise self.errors[0]
+
+    async def __aenter__(self) -> Self:
+        return self.start()
+
+    async def __aexit__(self, kind: object, exc: object, tb: object) -> None:
+        self.__exit__(kind, exc, tb)
+
+    def serve_forever(self) -> None:
+        """Serve until interrupted (``KeyboardInterrupt``), then stop."""
+        self.start()
+        try:
+            while self._thread is not None and self._thread.is_alive():
+                self._thread.join(0.5)
+        finally:
+            self.stop()
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as exc:  # reported to start(); the thread must not die silently
+            self._failure = exc
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        app = web.Application(client_max_size=_MAX_BODY)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_get("/v1/models", self._models)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=_SHUTDOWN_GRACE)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, self.host, self.port, backlog=_BACKLOG)
+            await site.start()
+            self.port = runner.addresses[0][1]
+            self._ready.set()
+            await self._stop.wait()
+        finally:
+            await runner.cleanup()
+
+    # -- handlers ----------------------------------------------------------------------
+
+    def _authorized(self, request: web.Request, anthropic: bool) -> bool:
+        if self.api_key is None:
+            return True
+        if anthropic:
+            return request.headers.get("x-api-key") == self.api_key
+        return request.headers.get("Authorization") == f"Bearer {self.api_key}"
+
+    async def _models(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response({"object": "list", "data": [{"id": "emulator"}]})
+
+    async def _body(self, request: web.Request) -> dict[str, Any] | None:
+        try:
+            body = await request.json()
+        except ValueError:
+            return None
+        return body if isinstance(body, dict) else None
+
+    def _play(self, model_req: ModelRequest) -> Reply | Fail | Grade | web.StreamResponse:
+        try:
+            return self.agent.next_step(model_req)
+        except Exception as exc:  # a script assertion or an exhausted script
+            self.errors.append(exc)
+            return _error(400, f"{type(exc).__name__}: {exc}", "script_error")
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        if not self._authorized(request, anthropic=False):
+            return _error(401, "Incorrect API key provided", "invalid_api_key")
+        body = await self._body(request)
+        if body is None:
+            return _error(400, "the request body is not a JSON object", "invalid_request_error")
+        self.received.append(body)
+        status, fault, delay = self._state.next()
+        if delay:
+            await asyncio.sleep(delay)
+        if status is not None:
+            retry_after = self.faults.retry_after
+            headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+            return _error(status, f"injected HTTP {status}", "injected_fault", headers)
+        step = self._play(model_request(body))
+        if isinstance(step, web.StreamResponse):
+            return step
+        if isinstance(step, Fail):
+            return _error(500, step.message, step.kind)
+        if isinstance(step, Grade):
+            return _error(400, "a chat model cannot grade outcomes", "script_error")
+        model = body.get("model")
+        message, finish, usage = render_completion(step, self.agent, model)
+        if body.get("stream"):
+            options = body.get("stream_options") or {}
+            frames = sse_chunks(
+                message,
+                finish,
+                usage,
+                model,
+                chunk_size=self.chunk_size,
+                include_usage=bool(options.get("include_usage")),
+            )
+            return await self._stream(request, frames, fault)
+        if fault == "malformed":
+            return web.Response(body=b'{"object":"chat.completion","choices":[]}')
+        data = json.dumps(completion_body(message, finish, usage, model)).encode()
+        if fault == "drop":
+            return await self._drop(request, data)
+        return web.Response(body=data, content_type="application/json")
+
+    async def _stream(
+        self, request: web.Request, frames: list[bytes], fault: str | None
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        if fault == "malformed":
+            frames = [frames[0], b"data: {this is not json\n\n", *frames[-1:]]
+        for index, frame in enumerate(frames):
+            if fault == "drop" and index == self.faults.drop_after:
+                _cut(request)
+                return resp
+            if self.faults.chunk_delay and index:
+                await asyncio.sleep(self.faults.chunk_delay)
+            await resp.write(frame)
+        await resp.write_eof()
+        return resp
+
+    async def _drop(self, request: web.Request, data: bytes) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.content_length = len(data)
+        await resp.prepare(request)
+        await resp.write(data[: len(data) // 2])
+        _cut(request)
+        return resp
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        if not self._authorized(request, anthropic=True):
+            return web.json_response(
+                {
+                    "type": "error",
+                    "error": {"type": "authentication_error", "message": "invalid x-api-key"},
+                },
+                status=401,
+            )
+        body = await self._body(request)
+        if body is None:
+            return _error(400, "the request body is not a JSON object", "invalid_request_error")
+        self.received.append(body)
+        status, _fault, delay = self._state.next()
+        if delay:
+            await asyncio.sleep(delay)
+        if status is not None:
+            retry_after = self.faults.retry_after
+            headers = {"retry-after": str(retry_after)} if retry_after is not None else None
+            return web.json_response(
+                {"type": "error", "error": {"type": "api_error", "message": "injected"}},
+                status=status,
+                headers=headers,
+            )
+        step = self._play(messages_api_request(body))
+        if isinstance(step, web.StreamResponse):
+            return step
+        if isinstance(step, Fail | Grade):
+            message = step.message if isinstance(step, Fail) else "cannot grade"
+            return web.json_response(
+                {"type": "error", "error": {"type": "api_error", "message": message}},
+                status=500 if isinstance(step, Fail) else 400,
+            )
+        return web.json_response(render_messages_response(step, self.agent, body.get("model")))
+
+
+def _cut(request: web.Request) -> None:
+    """Close the socket under a half-sent answer (the client sees a dropped connection)."""
+    transport = request.transport
+    if transport is not None:
+        transport.close()
