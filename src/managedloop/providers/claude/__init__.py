@@ -1,0 +1,34 @@
+"""Claude Managed Agents: the managed loop host on the official ``anthropic`` SDK.
+
+>>> from managedloop.providers import ClaudeManagedAgents
+>>> provider = ClaudeManagedAgents(client=anthropic.AsyncAnthropic(), agent=handle, environment=handle)
+
+Importing this package imports ``anthropic`` lazily (only when a client is built or a call
+is made), so ``managedloop.providers.ClaudeManagedAgents`` is cheap to reach.
+"""
+
+from managedloop.providers.claude._artifacts import (
+    OUTPUTS_DIR,
+    ClaudeArtifactStore,
+    output_path,
+    outputs_dir,
+)
+from managedloop.providers.claude._provider import (
+    DEFAULT_ENVIRONMENT_CONFIG,
+    DEFAULT_MODEL,
+    ClaudeHandle,
+    ClaudeManagedAgents,
+    normalize_model_id,
+)
+
+__all__ = [
+    "DEFAULT_ENVIRONMENT_CONFIG",
+    "DEFAULT_MODEL",
+    "OUTPUTS_DIR",
+    "ClaudeArtifactStore",
+    "ClaudeHandle",
+    "ClaudeManagedAgents",
+    "normalize_model_id",
+    "output_path",
+    "outputs_dir",
+]

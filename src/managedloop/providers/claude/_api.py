@@ -1,0 +1,369 @@
+"""The ``anthropic`` SDK as this host uses it: client construction, auth, errors, telemetry.
+
+* **Config.** Every key of the seed's table for this host (``api_key``,
+  ``bearer_token_file``, ``base_url``, ``beta``, ``files_beta``, ``anthropic_version``,
+  ``receive_timeout``) is resolved through :func:`managedloop.config.resolve`. Exactly one
+  auth source is selected; an explicit ``api_key=None`` selects the bearer file even when
+  ``ANTHROPIC_API_KEY`` is set, and ``bearer_token_file=None`` the reverse.
+* **Bearer-token file.** JSON ``{"access_token": ..., "expires_at": <unix seconds>}``. The
+  file is read by a transport wrapper on the SDK's HTTP client, so it is re-read on every
+  HTTP attempt (JSON, Files and the SSE stream, including the SDK's own retries). An
+  unreadable file or a token with 30 s or less left raises before the request is sent; the
+  exception derives from ``anthropic.AnthropicError`` so the SDK re-raises it instead of
+  retrying it as a connection error. Bearer clients never follow redirects, and the token is
+  only ever attached to requests for the configured host. The token is never stored: not
+  on the client, not in a ``repr``, log line, error or telemetry attribute.
+* **Errors.** SDK exceptions map onto the core tree: 401/403 -> ``AuthenticationError``,
+  other statuses -> ``APIStatusError`` (``status``, ``body``, ``request_id``), connection
+  failures and timeouts -> ``TransportError``.
+* **Telemetry.** Every API call is a ``request`` span (``method``, ``path``, ``status``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from managedloop import telemetry
+from managedloop.config import MISSING, Secret, resolve
+from managedloop.errors import (
+    APIStatusError,
+    AuthenticationError,
+    ConfigError,
+    ManagedLoopError,
+    TransportError,
+)
+
+if TYPE_CHECKING:
+    import anthropic
+    import httpx2
+
+__all__ = ["Api", "ClientSettings", "build_client", "map_error", "settings"]
+
+T = TypeVar("T")
+
+BEARER_MIN_REMAINING = 30.0  # seconds; a token this close to expiry would die mid-request
+_PLACEHOLDER = "managedloop-bearer-file"  # sent nowhere: the transport replaces it
+
+
+class ClientSettings:
+    """Resolved configuration for one client (secrets stay wrapped)."""
+
+    __slots__ = (
+        "anthropic_version",
+        "api_key",
+        "base_url",
+        "bearer_token_file",
+        "beta",
+        "files_beta",
+        "receive_timeout",
+    )
+
+    def __init__(
+        self,
+        *,
+        api_key: Secret | None,
+        bearer_token_file: str | None,
+        base_url: str,
+        beta: str,
+        files_beta: str,
+        anthropic_version: str,
+        receive_timeout: float,
+    ) -> None:
+        self.api_key = api_key
+        self.bearer_token_file = bearer_token_file
+        self.base_url = base_url
+        self.beta = beta
+        self.files_beta = files_beta
+        self.anthropic_version = anthropic_version
+        self.receive_timeout = receive_timeout
+
+    def __repr__(self) -> str:
+        auth = "api_key" if self.api_key is not None else "bearer_token_file"
+        return f"ClientSettings(base_url={self.base_url!r}, auth={auth})"
+
+
+def settings(
+    *,
+    api_key: Any = MISSING,
+    bearer_token_file: Any = MISSING,
+    base_url: Any = MISSING,
+    beta: Any = MISSING,
+    files_beta: Any = MISSING,
+    anthropic_version: Any = MISSING,
+    receive_timeout: Any = MISSING,
+    need_auth: bool = True,
+) -> ClientSettings:
+    """Resolve every key of this host through the one config module."""
+    key = resolve("api_key", api_key)
+    path = resolve("bearer_token_file", bearer_token_file)
+    if api_key is None:  # explicit None selects the bearer file even if a key is configured
+        key = None
+    if bearer_token_file is None:
+        path = None
+    if key is not None and path is not None:
+        if api_key is not MISSING and bearer_token_file is MISSING:
+            path = None
+        elif bearer_token_file is not MISSING and api_key is MISSING:
+            key = None
+        else:
+            raise ConfigError(
+                "select exactly one auth source: api_key or bearer_token_file (pass the "
+                "other as None)",
+                code="invalid_configuration",
+                key="api_key",
+            )
+    if need_auth and key is None and path is None:
+        raise ConfigError(
+            "missing required configuration: set argument api_key=... or "
+            "bearer_token_file=..., managedloop.configure(...), or env ANTHROPIC_API_KEY / "
+            "ANTHROPIC_BEARER_TOKEN_FILE",
+            key="api_key",
+        )
+    timeout = resolve("receive_timeout", receive_timeout)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise ConfigError(
+            "receive_timeout must be a positive number of seconds",
+            code="invalid_configuration",
+            key="receive_timeout",
+        )
+    return ClientSettings(
+        api_key=key if isinstance(key, Secret) or key is None else Secret(str(key)),
+        bearer_token_file=os.fspath(path) if path is not None else None,
+        base_url=str(resolve("base_url", base_url)).rstrip("/"),
+        beta=str(resolve("beta", beta)),
+        files_beta=str(resolve("files_beta", files_beta)),
+        anthropic_version=str(resolve("anthropic_version", anthropic_version)),
+        receive_timeout=float(timeout),
+    )
+
+
+def read_bearer_token(path: str, *, now: float | None = None) -> str:
+    """The current token in ``path``; raises :class:`AuthenticationError` if unusable."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise AuthenticationError(
+            "bearer token file not found", reason="bearer_file_missing", path=path
+        ) from None
+    except (OSError, ValueError):
+        raise AuthenticationError(
+            "bearer token file is not readable JSON", reason="bearer_file_invalid", path=path
+        ) from None
+    token = data.get("access_token") if isinstance(data, dict) else None
+    expires = data.get("expires_at") if isinstance(data, dict) else None
+    if not isinstance(token, str) or not token:
+        raise AuthenticationError(
+            "bearer token file has no access_token", reason="bearer_file_invalid", path=path
+        )
+    if isinstance(expires, bool) or not isinstance(expires, int | float):
+        raise AuthenticationError(
+            "bearer token file has no numeric expires_at", reason="bearer_file_invalid", path=path
+        )
+    left = expires - (time.time() if now is None else now)
+    if left <= BEARER_MIN_REMAINING:
+        raise AuthenticationError(
+            f"bearer token expires in {max(left, 0):.0f}s (needs more than "
+            f"{BEARER_MIN_REMAINING:.0f}s)",
+            reason="bearer_token_expiring",
+            path=path,
+        )
+    return token
+
+
+def _bearer_transport(path: str, host: str) -> httpx2.AsyncBaseTransport:
+    import anthropic
+    import httpx2
+
+    class BearerFileError(anthropic.AnthropicError):
+        """Carries the pre-dispatch auth failure through the SDK un-retried."""
+
+        def __init__(self, error: AuthenticationError) -> None:
+            self.error = error
+            super().__init__(error.message)
+
+    class BearerFileTransport(httpx2.AsyncBaseTransport):
+        """Reads the bearer file for every attempt and attaches the current token."""
+
+        def __init__(self) -> None:
+            self._inner = httpx2.AsyncHTTPTransport()
+
+        async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+            request.headers.pop("x-api-key", None)
+            if request.url.host != host:
+                request.headers.pop("authorization", None)  # never hand the token elsewhere
+            else:
+                try:
+                    token = read_bearer_token(path)
+                except AuthenticationError as exc:
+                    raise BearerFileError(exc) from None
+                request.headers["authorization"] = f"Bearer {token}"
+            return await self._inner.handle_async_request(request)
+
+        async def aclose(self) -> None:
+            await self._inner.aclose()
+
+    return BearerFileTransport()
+
+
+def build_client(s: ClientSettings, *, max_retries: int = 2) -> anthropic.AsyncAnthropic:
+    """An ``AsyncAnthropic`` for these settings (API key, or bearer file)."""
+    import anthropic
+    import httpx2
+
+    headers = {"anthropic-version": s.anthropic_version}
+    if s.api_key is not None:
+        return anthropic.AsyncAnthropic(
+            api_key=s.api_key.reveal(),
+            base_url=s.base_url,
+            max_retries=max_retries,
+            timeout=s.receive_timeout,
+            default_headers=headers,
+        )
+    assert s.bearer_token_file is not None
+    host = httpx2.URL(s.base_url).host
+    http_client = httpx2.AsyncClient(
+        transport=_bearer_transport(s.bearer_token_file, host),
+        follow_redirects=False,  # a redirect must never carry the token to another host
+        timeout=httpx2.Timeout(s.receive_timeout, connect=5.0),
+    )
+    return anthropic.AsyncAnthropic(
+        auth_token=_PLACEHOLDER,
+        base_url=s.base_url,
+        max_retries=max_retries,
+        http_client=http_client,
+        default_headers=headers,
+    )
+
+
+def map_error(exc: BaseException) -> ManagedLoopError:
+    """The core error for an SDK / transport exception (never containing secrets)."""
+    import anthropic
+    import httpx2
+
+    if isinstance(exc, ManagedLoopError):
+        return exc
+    current: BaseException | None = exc
+    while current is not None:  # a bearer-file failure may arrive wrapped
+        inner = getattr(current, "error", None)
+        if isinstance(inner, AuthenticationError):
+            return inner
+        current = current.__cause__
+    if isinstance(exc, anthropic.APIStatusError):
+        status = exc.status_code
+        body = exc.body
+        request_id = getattr(exc, "request_id", None)
+        message = getattr(exc, "message", "") or f"HTTP {status}"
+        if status in (401, 403):
+            return AuthenticationError(
+                f"authentication failed: {message}", status=status, body=body, request_id=request_id
+            )
+        return APIStatusError(
+            f"the API answered {status}: {message}", status=status, body=body, request_id=request_id
+        )
+    if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):
+        return TransportError("the request timed out", reason="timeout")
+    if isinstance(exc, anthropic.APIConnectionError | httpx2.HTTPError | OSError):
+        return TransportError(
+            f"connection failed: {type(exc.__cause__ or exc).__name__}",
+            reason=type(exc.__cause__ or exc).__name__,
+        )
+    return TransportError(f"unexpected client failure: {type(exc).__name__}", reason="unknown")
+
+
+class Api:
+    """The calls this host makes, each a telemetry ``request`` span with mapped errors."""
+
+    def __init__(
+        self,
+        client: anthropic.AsyncAnthropic,
+        s: ClientSettings,
+        *,
+        caller: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.client = client
+        # Event sends never use the SDK's automatic retry: a retried POST can deliver twice
+        # (no idempotency key). The connection retries itself after checking the history.
+        self.send_client = client.with_options(max_retries=0)
+        self.s = s
+        self.caller = dict(caller or {})
+        self.headers = {"anthropic-beta": s.beta, "anthropic-version": s.anthropic_version}
+        self.files_headers = {
+            "anthropic-beta": f"{s.files_beta},{s.beta}",
+            "anthropic-version": s.anthropic_version,
+        }
+        self.upload_headers = {
+            "anthropic-beta": s.files_beta,
+            "anthropic-version": s.anthropic_version,
+        }
+
+    async def call(self, method: str, path: str, fn: Callable[[], Awaitable[T]]) -> T:
+        with telemetry.span("request", {"method": method, "path": path}, caller=self.caller) as x:
+            try:
+                result = await fn()
+            except Exception as exc:
+                mapped = map_error(exc)
+                x["status"] = mapped.context.get("status")
+                raise mapped from exc
+            x["status"] = 200
+            return result
+
+    async def list_all(
+        self, method_path: str, page_fn: Callable[[str | None], Awaitable[Any]]
+    ) -> list[Any]:
+        """Every item of a cursor-paged list (``next_page`` -> ``page``), one span per page.
+
+        Stops when ``next_page`` is empty or repeats (a server that loops must not hang us).
+        """
+        items: list[Any] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        while True:
+            page = await self.call("get", method_path, lambda c=cursor: page_fn(c))  # type: ignore[misc]
+            data = getattr(page, "data", None)
+            if not isinstance(data, list):
+                break
+            items.extend(data)
+            nxt = getattr(page, "next_page", None)
+            if not nxt or nxt in seen:
+                break
+            seen.add(nxt)
+            cursor = nxt
+        return items
+
+
+async def release_idle_connections(client: Any) -> None:
+    """Close the client's idle keep-alive connections.
+
+    Why: an ``AsyncAnthropic``'s pooled sockets belong to the event loop that opened them,
+    and ``run_sync`` runs every call on a fresh loop. Idle sockets left in the pool when
+    that loop ends can never be reused and leak (``ResourceWarning``). Only *idle*
+    connections are taken, synchronously, so a concurrent session's in-flight request on
+    the same client is never touched. Private attributes are probed defensively: on an SDK
+    or transport that does not have them this does nothing.
+    """
+    http = getattr(client, "_client", None)
+    mounts = getattr(http, "_mounts", None)
+    transports = [getattr(http, "_transport", None)]
+    if isinstance(mounts, Mapping):
+        transports.extend(mounts.values())
+    idle: list[Any] = []
+    for transport in transports:
+        transport = getattr(transport, "_inner", transport)
+        pool = getattr(transport, "_pool", None)
+        connections = getattr(pool, "_connections", None)
+        if not isinstance(connections, list):
+            continue
+        for conn in list(connections):
+            is_idle = getattr(conn, "is_idle", None)
+            if callable(is_idle) and is_idle():
+                connections.remove(conn)
+                idle.append(conn)
+    for conn in idle:
+        with contextlib.suppress(Exception):
+            await conn.aclose()

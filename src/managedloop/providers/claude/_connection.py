@@ -1,0 +1,547 @@
+"""One Claude Managed Agents session: the event stream, turns, reconnects and sends.
+
+Invariants this connection keeps (the loop relies on them, see ``providers/base.py``):
+
+* **Stream first.** The SSE stream is opened before the first event is sent (the API does
+  not replay), and stays open across turns; events that arrive between two turns are read
+  at the start of the next one.
+* **Exactly once.** Every event is yielded once: ids seen on the stream or in the history
+  are remembered, and a re-delivery is skipped.
+* **A turn ends at our own boundary.** A boundary (idle / terminated / error) counts only
+  after the echo of the events this turn sent has been seen, so a late idle of an earlier
+  turn cannot end a new one. A ``requires_action`` idle naming only tool uses that already
+  have a result is stale (the server re-lists ids whose results have not "landed" yet) and
+  does not end the turn; unknown ids make us page the history before deciding.
+* **Reconnect inside the turn.** A dropped stream (an error, a read timeout, or a clean end
+  of body mid-turn) is reopened with capped exponential backoff (``base × 2^min(n, 7)``,
+  ``n`` reset when a turn ends); the event history is paged and every event not yet
+  yielded is yielded, in history order, before the new stream is read. Nothing is re-sent:
+  the kickoff prompt is never repeated and tool results are only sent for tool uses that
+  have none.
+* **Idempotent sends.** Event sends go out with the SDK's retries disabled. After an
+  ambiguous failure (a timeout, a dropped connection, a 5xx: the server may have accepted
+  the events) the history is checked and only what is not there is sent again: a tool
+  result matches on ``custom_tool_use_id``; any other event matches an event of the same
+  type and content *after the last event this connection had seen when the send began*
+  (user messages carry no client id, so position is the idempotency key). A 429 or 408
+  was not accepted and is retried after ``retry-after``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from managedloop import telemetry
+from managedloop.errors import (
+    APIStatusError,
+    AuthenticationError,
+    HostStreamError,
+    InvalidOptionsError,
+    ManagedLoopError,
+    TransportError,
+    UnsupportedError,
+)
+from managedloop.providers.base import (
+    ConnectionBase,
+    DefineOutcome,
+    RawInput,
+    TextDelta,
+    ToolResults,
+    TurnInput,
+    TurnRestart,
+    UserMessage,
+)
+from managedloop.providers.claude import _wire
+from managedloop.providers.claude._api import Api, release_idle_connections
+from managedloop.providers.claude._sse import SSEDecoder, StreamErrorFrame
+from managedloop.results import RawEvent, TurnResult
+
+if TYPE_CHECKING:
+    import httpx2
+
+__all__ = ["ClaudeConnection", "StreamOptions", "backoff_delay"]
+
+BACKOFF_EXP_CAP = 7  # 2^7: the reference's cap, ≤ 64 s with the default 0.5 s base
+SEND_ATTEMPTS = 5  # an event send that fails 5 times in a row is a real outage
+RETRY_AFTER_CAP = 60.0  # seconds; never park a turn longer than this on one retry-after
+HISTORY_PAGE = 100
+
+
+def backoff_delay(attempt: int, base: float) -> float:
+    """Seconds before reconnect ``attempt`` (0-based): ``base × 2^min(attempt, 7)``."""
+    return base * (2 ** min(attempt, BACKOFF_EXP_CAP))
+
+
+class StreamOptions:
+    """Connection tuning (immutable per provider)."""
+
+    __slots__ = ("backoff", "idle_timeout", "max_reconnects", "sleep")
+
+    def __init__(
+        self,
+        *,
+        backoff: float,
+        max_reconnects: int,
+        idle_timeout: float,
+        sleep: Callable[[float], Awaitable[None]] | None,
+    ) -> None:
+        self.backoff = backoff
+        self.max_reconnects = max_reconnects
+        self.idle_timeout = idle_timeout
+        self.sleep = sleep or anyio.sleep
+
+
+class _Drop(Exception):
+    """The live stream ended or failed; ``reason`` is for telemetry and errors."""
+
+    def __init__(self, reason: str, error: ManagedLoopError | None = None) -> None:
+        self.reason = reason
+        self.error = error
+        super().__init__(reason)
+
+
+class _Stream:
+    """One open SSE response, decoded by our own :class:`SSEDecoder`."""
+
+    def __init__(self, stack: AsyncExitStack, response: httpx2.Response) -> None:
+        self._stack = stack
+        self._chunks = response.aiter_bytes()
+        self._decoder = SSEDecoder()
+        self._ready: collections.deque[dict[str, Any]] = collections.deque()
+
+    async def next(self) -> dict[str, Any]:
+        import anthropic
+        import httpx2
+
+        while not self._ready:
+            try:
+                chunk = await anext(self._chunks)
+            except StopAsyncIteration:
+                raise _Drop("eof") from None
+            except httpx2.ReadTimeout:
+                raise _Drop("stream_idle_timeout") from None
+            except (httpx2.HTTPError, anthropic.APIError, OSError) as exc:
+                raise _Drop(type(exc).__name__) from exc
+            try:
+                self._ready.extend(self._decoder.feed(chunk))
+            except StreamErrorFrame as exc:
+                raise _Drop(
+                    "error_frame",
+                    HostStreamError(
+                        "the event stream reported an error", code="stream_error", body=exc.body
+                    ),
+                ) from exc
+        return self._ready.popleft()
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await self._stack.aclose()
+
+
+class ClaudeConnection(ConnectionBase):
+    """A session on Claude Managed Agents (see the module docstring for the invariants)."""
+
+    def __init__(
+        self,
+        api: Api,
+        session_id: str,
+        *,
+        options: StreamOptions,
+        metadata: Mapping[str, Any],
+        resumed: bool = False,
+    ) -> None:
+        super().__init__()
+        self.api = api
+        self.session_id = session_id
+        self.resumed = resumed
+        self.options = options
+        self.metadata = dict(metadata)
+        self._stream: _Stream | None = None
+        self._seen: set[str] = set()
+        self._backlog: collections.deque[RawEvent] = collections.deque()
+        self._tool_uses: dict[str, RawEvent] = {}
+        self._answered: set[str] = set()
+        self._last_id: str | None = None
+        self._attempts = 0
+        self._turn_ids: set[str] = set()
+        self._gate_open = True
+        self._closed = False
+        self._last_drop: _Drop | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        """Open the stream (before anything is sent); on reattach, read the history."""
+        self._stream = await self._open_stream()
+        if self.resumed:
+            history = await self.history()
+            for event in history:
+                self._remember(event)
+            self.pending_tool_uses = [
+                u for u in _wire.unanswered_tool_uses(history) if u.id not in self._answered
+            ]
+
+    async def aclose(self) -> None:
+        self._closed = True
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await stream.aclose()
+            telemetry.emit(
+                "stream.done", None, {"session_id": self.session_id}, caller=self.metadata
+            )
+        with anyio.CancelScope(shield=True):
+            await release_idle_connections(self.api.client)
+
+    # -- the loop's interface -----------------------------------------------------------
+    def normalize(self, events: Sequence[RawEvent]) -> TurnResult:
+        return _wire.normalize(events, self._tool_uses, self._answered)
+
+    def text_delta(self, event: RawEvent) -> str | None:
+        if event.get("type") != "agent.message":
+            return None
+        return _wire.message_text(event) or None
+
+    async def interrupt(self) -> None:
+        if self._closed:
+            raise UnsupportedError("the connection is closed", code="session_closed")
+        await self.send([_wire.interrupt()])
+
+    async def turn(self, input: TurnInput) -> AsyncIterator[RawEvent | TurnRestart | TextDelta]:
+        events = self._input_events(input)
+        self._turn_ids = set()
+        self._gate_open = not events
+        if events:
+            ids = await self.send(events)
+            if not ids:
+                self._gate_open = True  # no echo id to wait for (e.g. an empty send answer)
+            self._turn_ids.update(ids)
+            if self._turn_ids & self._seen:
+                self._gate_open = True
+        while True:
+            event = await self._next_event()
+            eid = event.get("id")
+            if isinstance(eid, str):
+                if eid in self._seen:
+                    continue
+            self._remember(event)
+            if isinstance(eid, str) and eid in self._turn_ids:
+                self._gate_open = True
+            if not _wire.ends_turn(event):
+                yield event
+                continue
+            final = await self._judge(event)
+            while self._backlog and final:  # history paged while judging: older events first
+                older = self._backlog.popleft()
+                oid = older.get("id")
+                if isinstance(oid, str) and oid in self._seen:
+                    continue
+                self._remember(older)
+                yield older
+            yield event
+            if final:
+                self._attempts = 0  # a real terminal resets the reconnect backoff
+                return
+
+    # -- inputs and sends ----------------------------------------------------------------
+    def _input_events(self, input: TurnInput) -> list[dict[str, Any]]:
+        if isinstance(input, UserMessage):
+            return [_wire.user_message(input.text)]
+        if isinstance(input, ToolResults):
+            # Never answer a tool use twice (a redrive after a drop may repeat results).
+            return [
+                _wire.result_event(r) for r in input.results if r.tool_use_id not in self._answered
+            ]
+        if isinstance(input, DefineOutcome):
+            return [_wire.define_outcome(input.outcome)]
+        if isinstance(input, RawInput):
+            return [dict(e) for e in input.events]
+        raise InvalidOptionsError(f"unsupported turn input {type(input).__name__}")
+
+    async def send(self, events: list[dict[str, Any]]) -> list[str]:
+        """POST ``events`` exactly once (see the module docstring); returns their ids."""
+        if not events:
+            return []  # the API rejects an empty send; an empty resume is never sent
+        marker = self._last_id
+        remaining = list(events)
+        ids: list[str] = []
+        attempt = 0
+        while True:
+            try:
+                response = await self._post(remaining)
+            except (TransportError, APIStatusError) as exc:
+                if isinstance(exc, AuthenticationError):
+                    raise
+                status = exc.status if isinstance(exc, APIStatusError) else None
+                if status is not None and status < 500 and status not in (408, 429):
+                    raise
+                attempt += 1
+                if attempt >= SEND_ATTEMPTS:
+                    raise
+                await self.options.sleep(self._retry_delay(exc, attempt))
+                if status == 429:
+                    continue  # a 429 was not accepted: resend as is
+                landed, landed_ids = self._landed(remaining, await self.history(), marker)
+                ids.extend(landed_ids)
+                remaining = [e for i, e in enumerate(remaining) if i not in landed]
+                if not remaining:
+                    break
+                continue
+            echoed = getattr(response, "data", None) or []
+            ids.extend(e.id for e in echoed if isinstance(getattr(e, "id", None), str))
+            break
+        for event in events:
+            if event.get("type") == _wire.CUSTOM_TOOL_RESULT:
+                self._answered.add(event["custom_tool_use_id"])
+        return ids
+
+    async def _post(self, events: list[dict[str, Any]]) -> Any:
+        api, sid = self.api, self.session_id
+        assert sid is not None
+
+        async def post() -> Any:
+            return await api.send_client.beta.sessions.events.send(
+                sid,
+                events=events,  # type: ignore[arg-type]
+                extra_headers=api.headers,
+                timeout=api.s.receive_timeout,
+            )
+
+        return await api.call("post", f"/v1/sessions/{sid}/events", post)
+
+    def _retry_delay(self, exc: ManagedLoopError, attempt: int) -> float:
+        delay = backoff_delay(attempt - 1, self.options.backoff)
+        headers = None
+        cause = exc.__cause__
+        response = getattr(cause, "response", None)
+        if response is not None:
+            headers = getattr(response, "headers", None)
+        if headers is not None:
+            value = headers.get("retry-after")
+            try:
+                delay = float(value) if value is not None else delay
+            except ValueError:
+                pass
+        return max(0.0, min(delay, RETRY_AFTER_CAP))
+
+    def _landed(
+        self, sent: list[dict[str, Any]], history: list[RawEvent], marker: str | None
+    ) -> tuple[set[int], list[str]]:
+        """Which of ``sent`` (by index) are in ``history``, and the ids they got there."""
+        start = 0
+        if marker is not None:
+            for i, event in enumerate(history):
+                if event.get("id") == marker:
+                    start = i + 1
+                    break
+        results = {
+            e.get("custom_tool_use_id"): e
+            for e in history
+            if e.get("type") == _wire.CUSTOM_TOOL_RESULT
+        }
+        later = history[start:]
+        used: set[int] = set()
+        landed: set[int] = set()
+        ids: list[str] = []
+        for index, event in enumerate(sent):
+            match: RawEvent | None = None
+            if event.get("type") == _wire.CUSTOM_TOOL_RESULT:
+                match = results.get(event.get("custom_tool_use_id"))
+            else:
+                for j, candidate in enumerate(later):
+                    if j not in used and _same_event(event, candidate):
+                        used.add(j)
+                        match = candidate
+                        break
+            if match is not None:
+                landed.add(index)
+                if isinstance(match.get("id"), str):
+                    ids.append(match["id"])
+        return landed, ids
+
+    # -- reading ------------------------------------------------------------------------
+    def _remember(self, event: RawEvent) -> None:
+        eid = event.get("id")
+        if isinstance(eid, str):
+            self._seen.add(eid)
+            self._last_id = eid
+        kind = event.get("type")
+        if kind == _wire.CUSTOM_TOOL_USE and isinstance(eid, str):
+            self._tool_uses[eid] = event
+        elif kind == _wire.CUSTOM_TOOL_RESULT:
+            tid = event.get("custom_tool_use_id")
+            if isinstance(tid, str):
+                self._answered.add(tid)
+
+    async def _judge(self, event: RawEvent) -> bool:
+        """Whether a boundary candidate ends this turn (see the module docstring)."""
+        kind = event.get("type")
+        if kind in ("session.status_terminated", "session.deleted", "session.error"):
+            return True
+        if not self._gate_open:
+            return False  # a late boundary of an earlier turn
+        stop = event.get("stop_reason")
+        if not isinstance(stop, Mapping) or stop.get("type") != "requires_action":
+            return True
+        ids = [i for i in stop.get("event_ids") or [] if isinstance(i, str)]
+        if any(i not in self._tool_uses for i in ids):
+            # Unknown ids: maybe tool uses we missed, maybe server tools awaiting confirmation.
+            for past in await self.history():
+                pid = past.get("id")
+                if isinstance(pid, str) and pid not in self._seen:
+                    self._backlog.append(past)
+                    if past.get("type") == _wire.CUSTOM_TOOL_USE:
+                        self._tool_uses[pid] = past
+        if not ids:
+            return True
+        return not all(i in self._tool_uses and i in self._answered for i in ids)
+
+    async def _next_event(self) -> RawEvent:
+        if self._backlog:
+            return self._backlog.popleft()
+        while True:
+            if self._stream is None:
+                await self._reconnect()
+                if self._backlog:
+                    return self._backlog.popleft()
+                continue
+            try:
+                return await self._stream.next()
+            except _Drop as drop:
+                stream, self._stream = self._stream, None
+                await stream.aclose()
+                telemetry.emit(
+                    "stream.error",
+                    None,
+                    {"session_id": self.session_id, "reason": drop.reason},
+                    caller=self.metadata,
+                )
+                self._last_drop = drop
+
+    async def _reconnect(self) -> None:
+        while True:
+            if self._attempts >= self.options.max_reconnects:
+                drop = self._last_drop
+                if drop is not None and drop.error is not None:
+                    raise drop.error
+                reason = drop.reason if drop is not None else "unknown"
+                code = (
+                    "stream_idle_timeout" if reason == "stream_idle_timeout" else "stream_dropped"
+                )
+                raise TransportError(
+                    f"the event stream dropped and {self._attempts} reconnects failed",
+                    code=code,
+                    reason=reason,
+                    session_id=self.session_id,
+                )
+            delay = backoff_delay(self._attempts, self.options.backoff)
+            self._attempts += 1
+            if delay > 0:
+                await self.options.sleep(delay)
+            try:
+                self._stream = await self._open_stream()
+                history = await self.history()
+            except AuthenticationError:
+                raise
+            except (TransportError, APIStatusError) as exc:
+                status = exc.status if isinstance(exc, APIStatusError) else None
+                if status is not None and status < 500 and status not in (408, 429):
+                    raise  # the session is gone or refused: reconnecting cannot help
+                if self._stream is not None:
+                    await self._stream.aclose()
+                    self._stream = None
+                self._last_drop = _Drop(exc.code)
+                continue
+            for event in history:
+                eid = event.get("id")
+                if isinstance(eid, str) and eid in self._seen:
+                    continue
+                self._backlog.append(event)
+            return
+
+    async def _open_stream(self) -> _Stream:
+        import httpx2
+
+        api = self.api
+        stack = AsyncExitStack()
+        timeout = httpx2.Timeout(
+            connect=api.s.receive_timeout,
+            read=self.options.idle_timeout,
+            write=api.s.receive_timeout,
+            pool=api.s.receive_timeout,
+        )
+        try:
+            manager = api.client.beta.sessions.events.with_streaming_response.stream(
+                self.session_id,  # type: ignore[arg-type]
+                extra_headers={**api.headers, "accept": "text/event-stream"},
+                timeout=timeout,
+            )
+            response = await api.call(
+                "get",
+                f"/v1/sessions/{self.session_id}/events/stream",
+                lambda: stack.enter_async_context(manager),
+            )
+        except BaseException:
+            await stack.aclose()
+            raise
+        telemetry.emit(
+            "stream.connected", None, {"session_id": self.session_id}, caller=self.metadata
+        )
+        return _Stream(stack, response.http_response)
+
+    async def history(self) -> list[RawEvent]:
+        """The session's whole event history, oldest first, as raw dicts."""
+        api = self.api
+        sid = self.session_id
+        assert sid is not None
+
+        async def page(cursor: str | None) -> Any:
+            kwargs: dict[str, Any] = {"limit": HISTORY_PAGE}
+            if cursor is not None:
+                kwargs["page"] = cursor
+            return await api.client.beta.sessions.events.with_raw_response.list(
+                sid, extra_headers=api.headers, timeout=api.s.receive_timeout, **kwargs
+            )
+
+        return await _raw_pages(api, f"/v1/sessions/{sid}/events", page)
+
+
+class _RawPage:
+    __slots__ = ("data", "next_page")
+
+    def __init__(self, data: list[Any], next_page: str | None) -> None:
+        self.data = data
+        self.next_page = next_page
+
+
+async def _raw_pages(
+    api: Api, path: str, fetch: Callable[[str | None], Awaitable[Any]]
+) -> list[RawEvent]:
+    """Page a list endpoint as raw JSON dicts (SDK models would mis-type unknown events)."""
+
+    async def page(cursor: str | None) -> _RawPage:
+        raw = await fetch(cursor)
+        body = raw.http_response.json()
+        data = body.get("data") if isinstance(body, dict) else None
+        nxt = body.get("next_page") if isinstance(body, dict) else None
+        return _RawPage(
+            data if isinstance(data, list) else [], nxt if isinstance(nxt, str) else None
+        )
+
+    items = await api.list_all(path, page)
+    return [e for e in items if isinstance(e, dict)]
+
+
+def _same_event(sent: Mapping[str, Any], echo: Mapping[str, Any]) -> bool:
+    if sent.get("type") != echo.get("type"):
+        return False
+    for key, value in sent.items():
+        if key in ("type", "id"):
+            continue
+        if echo.get(key) != value:
+            return False
+    return True

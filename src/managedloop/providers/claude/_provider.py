@@ -1,0 +1,642 @@
+"""``ClaudeManagedAgents``: the Claude Managed Agents loop host on the ``anthropic`` SDK.
+
+The provider is configured once (a client, an agent, an environment) and opens one
+:class:`~managedloop.providers.claude._connection.ClaudeConnection` per session. It also
+provisions agents and environments and reaches the Files API.
+
+What ``agent=`` means at run time:
+
+* a :class:`ClaudeHandle` (or its dict, or ``{"agent_id": ...}``), or a raw ``agent_...``
+  id: that agent is used;
+* an :class:`~managedloop.AgentSpec`: the agent the provider was built with (``agent=`` on
+  the constructor) if any; otherwise the spec is provisioned on the fly through the
+  ``managedloop.provision`` cache (so it is created once per process and reused), with the
+  provider's ``environment=`` (or the default cloud environment). ``ml.teardown`` releases
+  it like any provisioned handle.
+
+Provisioned names are ``<spec.name>_<digest[:8]>``, so two different specs with one base
+name never collide and a changed spec gets a new agent rather than mutating the old one;
+the spec's full digest is also stored in the agent's ``metadata`` (``managedloop_digest``).
+"""
+
+from __future__ import annotations
+
+import functools
+import mimetypes
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
+
+import anyio
+
+from managedloop.config import MISSING
+from managedloop.errors import (
+    APIStatusError,
+    AuthenticationError,
+    InvalidOptionsError,
+    ManagedLoopError,
+    ProviderError,
+    ProvisioningError,
+)
+from managedloop.providers.base import OpenRequest
+from managedloop.providers.claude._api import (
+    Api,
+    ClientSettings,
+    build_client,
+    release_idle_connections,
+    settings,
+)
+from managedloop.providers.claude._connection import ClaudeConnection, StreamOptions
+from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
+
+if TYPE_CHECKING:
+    import anthropic
+
+    from managedloop.providers.claude._artifacts import ClaudeArtifactStore
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def _releasing(fn: F) -> F:
+    """Release idle pooled sockets when the call ends (see ``release_idle_connections``):
+    provisioning and file calls are often made from ``*_sync`` wrappers on a fresh loop."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: ClaudeManagedAgents, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fn(self, *args, **kwargs)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await release_idle_connections(self.client)
+
+    return wrapper  # type: ignore[return-value]
+
+
+__all__ = ["DEFAULT_ENVIRONMENT_CONFIG", "DEFAULT_MODEL", "ClaudeHandle", "ClaudeManagedAgents"]
+
+DEFAULT_MODEL = "claude-sonnet-4-6"
+DEFAULT_ENVIRONMENT_CONFIG: dict[str, Any] = {
+    "type": "cloud",
+    "networking": {"type": "unrestricted"},
+}
+STREAM_IDLE_TIMEOUT = 1800.0  # seconds; the reference's 30 min: long tool-free thinking is normal
+MAX_RECONNECTS = 10  # consecutive failed reconnects (≈ 4 min of backoff at the default base)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClaudeHandle:
+    """A provisioned agent and environment. JSON round-trips with ``to_dict``/``from_dict``."""
+
+    agent_id: str
+    environment_id: str
+    name: str | None = None
+    """The provider-side agent name (``<spec.name>_<digest8>``)."""
+    digest: str | None = None
+    """The spec's content digest."""
+    agent_version: int | None = None
+    owns_environment: bool = True
+    """Whether provisioning created the environment (teardown archives only what it made)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "agent_id": self.agent_id,
+            "environment_id": self.environment_id,
+            "name": self.name,
+            "digest": self.digest,
+            "agent_version": self.agent_version,
+            "owns_environment": self.owns_environment,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def normalize_model_id(model: str) -> str:
+    """``"anthropic:claude-sonnet-4-6"`` -> ``"claude-sonnet-4-6"``; bare ids unchanged."""
+    return model.split(":", 1)[1] if ":" in model else model
+
+
+def _agent_id_of(value: Any) -> str | None:
+    if isinstance(value, ClaudeHandle):
+        return value.agent_id
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        found = value.get("agent_id")
+        return found if isinstance(found, str) else None
+    return None
+
+
+def _environment_id_of(value: Any) -> str | None:
+    if isinstance(value, ClaudeHandle):
+        return value.environment_id
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        found = value.get("environment_id")
+        return found if isinstance(found, str) else None
+    return None
+
+
+def _coerce_environment(value: Any) -> EnvironmentSpec | None:
+    if value is None or isinstance(value, EnvironmentSpec):
+        return value
+    if isinstance(value, Mapping) and "environment_id" not in value:
+        known = {"name", "config", "description", "metadata"}
+        config = dict(value.get("config") or {})
+        config.update({k: v for k, v in value.items() if k not in known})
+        try:
+            return EnvironmentSpec(
+                name=value.get("name"),
+                config=config,
+                description=value.get("description"),
+                metadata=dict(value.get("metadata") or {}),
+            )
+        except TypeError as exc:
+            raise InvalidOptionsError(
+                f"invalid environment spec: {exc}", code="invalid_environment_spec"
+            ) from None
+    raise InvalidOptionsError(
+        "environment must be an EnvironmentSpec, a mapping, a handle or an environment id",
+        code="invalid_environment_spec",
+        option="environment",
+    )
+
+
+class ClaudeManagedAgents:
+    """Claude Managed Agents as a loop host.
+
+    ``client`` is an ``anthropic.AsyncAnthropic``; without one, a client is built from
+    configuration (``api_key`` or ``bearer_token_file``, ``base_url``...; see
+    :mod:`managedloop.config`). ``agent`` / ``environment`` take a :class:`ClaudeHandle`
+    (or its dict) or raw ids; ``session_id`` reattaches to an existing session.
+    """
+
+    name: ClassVar[str] = "claude"
+    supports_outcomes: ClassVar[bool] = True
+    supports_raw_events: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        client: anthropic.AsyncAnthropic | None = None,
+        *,
+        agent: Any = None,
+        environment: Any = None,
+        session_id: str | None = None,
+        api_key: Any = MISSING,
+        bearer_token_file: Any = MISSING,
+        base_url: Any = MISSING,
+        beta: Any = MISSING,
+        files_beta: Any = MISSING,
+        anthropic_version: Any = MISSING,
+        receive_timeout: Any = MISSING,
+        max_retries: int = 2,
+        stream_idle_timeout: float = STREAM_IDLE_TIMEOUT,
+        reconnect_backoff: float = 0.5,
+        max_reconnects: int = MAX_RECONNECTS,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+        session_title: str | None = None,
+        session_metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        try:
+            import anthropic  # noqa: F401  (fail early, with the extra's name)
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise ImportError(
+                "ClaudeManagedAgents needs the anthropic SDK: pip install 'managedloop[claude]'"
+            ) from exc
+        self._settings: ClientSettings = settings(
+            api_key=api_key,
+            bearer_token_file=bearer_token_file,
+            base_url=base_url if client is None else getattr(client, "base_url", base_url),
+            beta=beta,
+            files_beta=files_beta,
+            anthropic_version=anthropic_version,
+            receive_timeout=receive_timeout,
+            need_auth=client is None,
+        )
+        self._owns_client = client is None
+        self.client: anthropic.AsyncAnthropic = client or build_client(
+            self._settings, max_retries=max_retries
+        )
+        self.agent = agent
+        self.agent_id = _agent_id_of(agent)
+        if agent is not None and self.agent_id is None and not isinstance(agent, AgentSpec):
+            raise InvalidOptionsError(
+                "agent= takes a ClaudeHandle, its dict, an agent id or an AgentSpec",
+                option="agent",
+            )
+        self.environment = environment
+        self.environment_id = _environment_id_of(environment)
+        self._environment_spec = (
+            None if self.environment_id is not None else _coerce_environment(environment)
+        )
+        self.session_id = session_id
+        self.session_title = session_title
+        self.session_metadata = dict(session_metadata or {})
+        if reconnect_backoff < 0 or max_reconnects < 0 or stream_idle_timeout <= 0:
+            raise InvalidOptionsError("reconnect settings must be non-negative", option="stream")
+        self._stream_options = StreamOptions(
+            backoff=reconnect_backoff,
+            max_reconnects=max_reconnects,
+            idle_timeout=stream_idle_timeout,
+            sleep=sleep,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"ClaudeManagedAgents(base_url={self._settings.base_url!r}, "
+            f"agent_id={self.agent_id!r}, environment_id={self.environment_id!r})"
+        )
+
+    def cache_identity(self) -> tuple[str, str]:
+        """Provision-cache key: the same account and endpoint share provisioned agents."""
+        return ("claude", self._settings.base_url)
+
+    def _api(self, metadata: Mapping[str, Any] | None = None) -> Api:
+        return Api(self.client, self._settings, caller=metadata)
+
+    async def aclose(self) -> None:
+        """Close the client if this provider built it."""
+        if self._owns_client:
+            await self.client.close()
+
+    # -- sessions -----------------------------------------------------------------------
+    async def _resolve_agent(self, request: OpenRequest) -> tuple[str, str]:
+        agent_id = _agent_id_of(request.agent) if request.spec is None else None
+        environment_id = _environment_id_of(request.agent) if request.spec is None else None
+        if request.spec is None and agent_id is None:
+            raise InvalidOptionsError(
+                "agent= takes an AgentSpec, a ClaudeHandle, its dict or an agent id",
+                option="agent",
+            )
+        if agent_id is None:
+            agent_id = self.agent_id
+        if environment_id is None or (isinstance(request.agent, str)):
+            environment_id = self.environment_id or environment_id
+        if agent_id is None and request.spec is not None:
+            from managedloop.provisioning.facade import provision
+
+            handle = await provision(self, request.spec, environment=self._environment_spec)
+            agent_id, environment_id = handle.agent_id, environment_id or handle.environment_id
+        if environment_id is None:
+            raise InvalidOptionsError(
+                "no environment: pass environment= (a handle or id) to ClaudeManagedAgents, "
+                "or provision the agent with ml.provision(provider, spec, environment=...)",
+                option="environment",
+            )
+        assert agent_id is not None
+        return agent_id, environment_id
+
+    async def open(self, request: OpenRequest) -> ClaudeConnection:
+        api = self._api(request.metadata)
+        session_id = request.session_id or self.session_id
+        if session_id is not None:
+            if not isinstance(session_id, str) or not session_id:
+                raise InvalidOptionsError(
+                    "session_id must be a non-empty string", code="invalid_session_id"
+                )
+            conn = ClaudeConnection(
+                api,
+                session_id,
+                options=self._stream_options,
+                metadata=request.metadata,
+                resumed=True,
+            )
+            try:
+                await conn.start()
+            except APIStatusError as exc:
+                await conn.aclose()
+                if exc.status == 404 and not isinstance(exc, AuthenticationError):
+                    raise InvalidOptionsError(
+                        f"no session {session_id!r} to reattach to",
+                        code="invalid_session_id",
+                        session_id=session_id,
+                    ) from exc
+                raise
+            except BaseException:
+                await conn.aclose()
+                raise
+            return conn
+        agent_id, environment_id = await self._resolve_agent(request)
+        body: dict[str, Any] = {"agent": agent_id, "environment_id": environment_id}
+        if self.session_title is not None:
+            body["title"] = self.session_title
+        if self.session_metadata:
+            body["metadata"] = self.session_metadata
+        try:
+            session = await api.call(
+                "post",
+                "/v1/sessions",
+                lambda: self.client.beta.sessions.create(
+                    **body, extra_headers=api.headers, timeout=self._settings.receive_timeout
+                ),
+            )
+        except AuthenticationError:
+            raise
+        except ManagedLoopError as exc:
+            raise ProviderError(
+                f"could not create a session: {exc.message}",
+                code="create_session_failed",
+                reason=exc.code,
+                status=exc.context.get("status"),
+                body=exc.context.get("body"),
+            ) from exc
+        conn = ClaudeConnection(
+            api, session.id, options=self._stream_options, metadata=request.metadata
+        )
+        try:
+            await conn.start()
+        except BaseException:
+            await conn.aclose()
+            raise
+        return conn
+
+    # -- provisioning -------------------------------------------------------------------
+    @_releasing
+    async def provision(
+        self,
+        spec: AgentSpec,
+        *,
+        environment: Any = None,
+        name: str | None = None,
+        **options: Any,
+    ) -> ClaudeHandle:
+        """Create an agent (and an environment) for ``spec``; roll the agent back if the
+        environment fails. Use ``ml.provision`` for the cached create-or-reuse."""
+        if options:
+            raise InvalidOptionsError(
+                f"unknown provision option {sorted(options)[0]!r}", option=sorted(options)[0]
+            )
+        if not isinstance(spec, AgentSpec):
+            raise InvalidOptionsError("provision needs an AgentSpec", code="invalid_agent_spec")
+        try:
+            base = spec.require_name()
+        except InvalidOptionsError as exc:
+            raise InvalidOptionsError(
+                exc.message, code="invalid_agent_spec", option="name"
+            ) from None
+        env_id = (
+            _environment_id_of(environment) if isinstance(environment, str | ClaudeHandle) else None
+        )
+        env_spec = None if env_id is not None else _coerce_environment(environment)
+        digest = spec.digest
+        agent_name = name or f"{base}_{digest[:8]}"
+        model = spec.model or spec.model_config.get("model") or DEFAULT_MODEL
+        if not isinstance(model, str):
+            raise InvalidOptionsError("the Claude model must be a model id string", option="model")
+        tools = [
+            {
+                "type": "custom",
+                "name": d.name,
+                "description": d.description,
+                "input_schema": d.input_schema,
+            }
+            for d in spec.tool_definitions()
+        ]
+        body: dict[str, Any] = {
+            "name": agent_name,
+            "model": normalize_model_id(model),
+            "tools": tools,
+            "metadata": {**spec.metadata, "managedloop_digest": digest[:16]},
+        }
+        if spec.system_prompt is not None:
+            body["system"] = spec.system_prompt
+        if spec.description is not None:
+            body["description"] = spec.description
+        api = self._api()
+        try:
+            agent = await api.call(
+                "post",
+                "/v1/agents",
+                lambda: self.client.beta.agents.create(
+                    **body, extra_headers=api.headers, timeout=self._settings.receive_timeout
+                ),
+            )
+        except AuthenticationError:
+            raise
+        except ManagedLoopError as exc:
+            raise ProvisioningError(
+                f"could not create agent {agent_name!r}: {exc.message}",
+                code="create_agent_failed",
+                reason=exc.code,
+                status=exc.context.get("status"),
+            ) from exc
+        if env_id is not None:
+            return ClaudeHandle(
+                agent_id=agent.id,
+                environment_id=env_id,
+                name=agent_name,
+                digest=digest,
+                agent_version=getattr(agent, "version", None),
+                owns_environment=False,
+            )
+        env_body = {
+            "name": (env_spec.name if env_spec and env_spec.name else f"{agent_name}_env"),
+            "config": (
+                env_spec.config if env_spec and env_spec.config else DEFAULT_ENVIRONMENT_CONFIG
+            ),
+        }
+        if env_spec is not None and env_spec.description is not None:
+            env_body["description"] = env_spec.description
+        failure: ManagedLoopError | None = None
+        env: Any = None
+        try:
+            env = await api.call(
+                "post",
+                "/v1/environments",
+                lambda: self.client.beta.environments.create(
+                    **env_body, extra_headers=api.headers, timeout=self._settings.receive_timeout
+                ),
+            )
+        except ManagedLoopError as exc:
+            failure = exc
+        env_id = getattr(env, "id", None)
+        if failure is not None or not isinstance(env_id, str) or not env_id:
+            rollback = await self._archive("agent", agent.id)
+            if failure is None:
+                raise ProvisioningError(
+                    "create environment returned no id; the agent was archived",
+                    code="unexpected_create_environment_response",
+                    response=str(env)[:500],
+                    rollback=rollback,
+                )
+            raise ProvisioningError(
+                f"could not create the environment ({failure.message}); the agent was archived",
+                code="create_environment_failed",
+                reason=failure.code,
+                status=failure.context.get("status"),
+                rollback=rollback,
+            ) from failure
+        return ClaudeHandle(
+            agent_id=agent.id,
+            environment_id=env_id,
+            name=agent_name,
+            digest=digest,
+            agent_version=getattr(agent, "version", None),
+        )
+
+    async def _archive(self, kind: str, ident: str) -> str:
+        """Archive one resource; ``"ok"`` or the failure's code (never raises)."""
+        api = self._api()
+        resource = self.client.beta.agents if kind == "agent" else self.client.beta.environments
+        path = f"/v1/{'agents' if kind == 'agent' else 'environments'}/{ident}/archive"
+        try:
+            await api.call(
+                "post",
+                path,
+                lambda: resource.archive(
+                    ident, extra_headers=api.headers, timeout=self._settings.receive_timeout
+                ),
+            )
+        except ManagedLoopError as exc:
+            status = exc.context.get("status")
+            return f"{exc.code}:{status}" if status else exc.code
+        return "ok"
+
+    @_releasing
+    async def teardown(self, handle: Any, **options: Any) -> dict[str, str]:
+        """Archive the handle's agent and (if provisioning made it) its environment.
+
+        Both are attempted even if one fails. Returns ``{"agent": "ok", "environment":
+        "ok"}`` (``"skipped"`` for an environment the handle does not own); if either failed
+        raises ``ProvisioningError(code="teardown_failed")`` with each side's outcome in
+        ``context`` (and the handle stays cached).
+        """
+        if options:
+            raise InvalidOptionsError(f"unknown teardown option {sorted(options)[0]!r}")
+        if isinstance(handle, Mapping):
+            handle = ClaudeHandle.from_dict(handle)
+        if not isinstance(handle, ClaudeHandle):
+            raise InvalidOptionsError(
+                "teardown needs a ClaudeHandle (or its dict)", option="handle"
+            )
+        report = {"agent": await self._archive("agent", handle.agent_id)}
+        report["environment"] = (
+            await self._archive("environment", handle.environment_id)
+            if handle.owns_environment
+            else "skipped"
+        )
+        if any(v not in ("ok", "skipped") for v in report.values()):
+            raise ProvisioningError(
+                f"teardown failed: agent {report['agent']}, environment {report['environment']}",
+                code="teardown_failed",
+                **report,
+            )
+        return report
+
+    # -- files ----------------------------------------------------------------------------
+    @_releasing
+    async def upload_file(
+        self,
+        file: str | os.PathLike[str] | bytes | tuple[str, bytes],
+        *,
+        filename: str | None = None,
+        content_type: str | None = None,
+    ) -> dict[str, Any]:
+        """Upload a file (a path, ``bytes`` with ``filename=``, or ``(name, bytes)``)."""
+        if isinstance(file, tuple):
+            name, data = file
+        elif isinstance(file, bytes):
+            name, data = filename or "upload.bin", file
+        else:
+            path = Path(file)
+            name, data = filename or path.name, path.read_bytes()
+        mime = content_type or mimetypes.guess_type(name)[0] or "application/octet-stream"
+        api = self._api()
+        meta = await api.call(
+            "post",
+            "/v1/files",
+            lambda: self.client.beta.files.upload(
+                file=(name, data, mime),
+                extra_headers=api.upload_headers,
+                timeout=self._settings.receive_timeout,
+            ),
+        )
+        return dict(meta.model_dump(mode="json"))
+
+    @_releasing
+    async def attach_file(
+        self, session_id: str, file_id: str, *, mount_path: str | None = None
+    ) -> dict[str, Any]:
+        """Mount an uploaded file into a session (default ``/mnt/session/uploads/<id>``)."""
+        api = self._api()
+        kwargs: dict[str, Any] = {"file_id": file_id, "type": "file"}
+        if mount_path is not None:
+            kwargs["mount_path"] = mount_path
+        res = await api.call(
+            "post",
+            f"/v1/sessions/{session_id}/resources",
+            lambda: self.client.beta.sessions.resources.add(
+                session_id,
+                **kwargs,
+                extra_headers=api.headers,
+                timeout=self._settings.receive_timeout,
+            ),
+        )
+        return dict(res.model_dump(mode="json"))
+
+    @_releasing
+    async def list_files(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """Every file (all pages); ``session_id`` scopes to that session's files."""
+        api = self._api()
+
+        async def page(cursor: str | None) -> Any:
+            kwargs: dict[str, Any] = {"limit": 100}
+            if session_id is not None:
+                kwargs["scope_id"] = session_id
+            if cursor is not None:
+                kwargs["page"] = cursor
+            raw = await self.client.beta.files.with_raw_response.list(
+                **kwargs, extra_headers=api.files_headers, timeout=self._settings.receive_timeout
+            )
+            return _Page(raw.http_response.json())
+
+        items = await api.list_all("/v1/files", page)
+        return [dict(i) for i in items if isinstance(i, Mapping)]
+
+    @_releasing
+    async def download_file(self, file_id: str) -> bytes:
+        api = self._api()
+
+        async def get() -> bytes:
+            response = await self.client.beta.files.download(
+                file_id, extra_headers=api.files_headers, timeout=self._settings.receive_timeout
+            )
+            return await response.read()
+
+        return await api.call("get", f"/v1/files/{file_id}/content", get)
+
+    @_releasing
+    async def delete_file(self, file_id: str) -> None:
+        api = self._api()
+        await api.call(
+            "delete",
+            f"/v1/files/{file_id}",
+            lambda: self.client.beta.files.delete(
+                file_id, extra_headers=api.files_headers, timeout=self._settings.receive_timeout
+            ),
+        )
+
+    def artifact_store(self, session_id: str, **options: Any) -> ClaudeArtifactStore:
+        """The Files-API artifact store of one session (for ``ml.Artifacts.for_session``)."""
+        from managedloop.providers.claude._artifacts import ClaudeArtifactStore
+
+        return ClaudeArtifactStore(self, session_id, **options)
+
+
+class _Page:
+    __slots__ = ("data", "next_page")
+
+    def __init__(self, body: Any) -> None:
+        if not isinstance(body, Mapping) or not isinstance(body.get("data"), list):
+            raise ProviderError(
+                "the files list answer has no data list",
+                code="unexpected_response",
+                body=str(body)[:500],
+            )
+        self.data: list[Any] = body["data"]
+        nxt = body.get("next_page")
+        self.next_page = nxt if isinstance(nxt, str) else None

@@ -1,0 +1,682 @@
+"""A loopback HTTP server speaking the parts of the Claude Managed Agents ``/v1`` API that
+:class:`~managedloop.providers.ClaudeManagedAgents` uses.
+
+Why hand-written: no maintained fake of this API exists, and the point is to test the
+production client (the ``anthropic`` SDK) over a real socket. The encoders here are the
+minimum the SDK needs (see the wire notes, "checklist for a test fake server"):
+
+* ``event: <type>`` precedes ``data:`` on every SSE frame (the SDK drops frames without
+  it), with an ``id:`` line; heartbeats are comment lines;
+* either ``Authorization: Bearer`` or ``x-api-key`` is accepted, and any
+  ``anthropic-version``; the managed-agents beta header is required on agents,
+  environments and sessions calls;
+* lists answer ``{"data": [...], "next_page": ...}``; errors use the API's envelope;
+* unknown query parameters (``beta=true``) are ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import secrets
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from managedloop.testing._claude.faults import ClaudeFaults
+from managedloop.testing._claude.state import CLOSE, DROP, EmuSession, now_iso
+from managedloop.testing.script import ScriptedAgent, Step
+
+__all__ = ["ClaudeEmulator", "RecordedRequest"]
+
+MANAGED_AGENTS_BETA = "managed-agents-2026-04-01"
+_SECRET_HEADERS = frozenset({"authorization", "x-api-key"})
+_JSON = web.RequestKey("managedloop_json", object)
+_START_TIMEOUT = 10.0  # seconds; a loopback server that cannot bind in 10 s is broken
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecordedRequest:
+    """One request the emulator received (secret headers removed)."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    json: Any = None
+    filename: str | None = None
+    status: int = 0
+
+
+@dataclass
+class _File:
+    id: str
+    filename: str
+    mime_type: str
+    data: bytes
+    created_at: str
+    scope_id: str | None = None
+    downloadable: bool = False
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "type": "file",
+            "filename": self.filename,
+            "mime_type": self.mime_type,
+            "size_bytes": len(self.data),
+            "created_at": self.created_at,
+            "downloadable": self.downloadable,
+        }
+        if self.scope_id is not None:
+            out["scope"] = {"type": "session", "id": self.scope_id}
+        return out
+
+
+@dataclass
+class _State:
+    agents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    environments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sessions: dict[str, EmuSession] = field(default_factory=dict)
+    files: dict[str, _File] = field(default_factory=dict)
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
+    body = {
+        "type": "error",
+        "error": {"type": kind, "message": message},
+        "request_id": "req_emulator",
+    }
+    headers = {"x-should-retry": "false"} if status in (404, 409) else {}
+    return web.json_response(body, status=status, headers=headers)
+
+
+class ClaudeEmulator:
+    """A Claude Managed Agents API on ``127.0.0.1`` (a free port), driven by a script.
+
+    Usable as ``with ClaudeEmulator() as emu:`` or ``async with``. ``emu.base_url`` and
+    ``emu.api_key`` configure an ``anthropic.AsyncAnthropic``; ``emu.requests`` records
+    every request (secret headers removed); ``emu.agent`` is the :class:`ScriptedAgent`
+    every session plays; ``emu.faults`` injects failures.
+    """
+
+    def __init__(
+        self,
+        script: Sequence[Step] | ScriptedAgent | None = None,
+        *,
+        faults: ClaudeFaults | None = None,
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.agent = script if isinstance(script, ScriptedAgent) else ScriptedAgent(script)
+        self.faults = faults or ClaudeFaults()
+        self.api_key = api_key or f"sk-ant-emu-{secrets.token_hex(12)}"
+        self.bearer_tokens: set[str] = set()
+        """Bearer tokens accepted besides the API key (for bearer-file auth tests)."""
+        self.requests: list[RecordedRequest] = []
+        self.state = _State()
+        self._host = host
+        self._port = port
+        self._ids = itertools.count(1)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._startup_error: BaseException | None = None
+        self.base_url = ""
+
+    # -- lifecycle --------------------------------------------------------------------
+    def __enter__(self) -> ClaudeEmulator:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> ClaudeEmulator:
+        import anyio.to_thread
+
+        await anyio.to_thread.run_sync(self.start)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        import anyio.to_thread
+
+        await anyio.to_thread.run_sync(self.stop)
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._serve, name="claude-emulator", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(_START_TIMEOUT):
+            raise RuntimeError("the Claude emulator did not start")
+        if self._startup_error is not None:
+            raise RuntimeError("the Claude emulator failed to start") from self._startup_error
+
+    def stop(self) -> None:
+        if self._thread is None or self._loop is None or self._stop is None:
+            return
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(_START_TIMEOUT)
+        self._thread = None
+
+    def _serve(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        try:
+            app = self._app()
+            self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, self._host, self._port)
+            await site.start()
+            server = site._server
+            assert server is not None
+            port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self.base_url = f"http://{self._host}:{port}"
+        except BaseException as exc:
+            self._startup_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        await self._stop.wait()
+        for session in self.state.sessions.values():
+            if session.run_task is not None:
+                session.run_task.cancel()
+            session.close_streams()
+        await self._runner.cleanup()
+
+    def call(self, fn: Any, *args: Any) -> Any:
+        """Run ``fn(*args)`` on the emulator's loop and return its result (thread-safe)."""
+        assert self._loop is not None
+
+        async def run() -> Any:
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(_START_TIMEOUT)
+
+    # -- helpers for tests -------------------------------------------------------------
+    def mint(self, prefix: str) -> str:
+        return f"{prefix}{next(self._ids):06d}{secrets.token_hex(3)}"
+
+    def session(self, session_id: str | None = None) -> EmuSession:
+        """A session's state (the only one when ``session_id`` is omitted)."""
+        if session_id is None:
+            (only,) = self.state.sessions.values()
+            return only
+        return self.state.sessions[session_id]
+
+    def events(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """A session's event history as emitted."""
+        return list(self.session(session_id).events)
+
+    def sent_events(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """Every user event POSTed to the session, in order (all attempts, as sent)."""
+        sid = self.session(session_id).id
+        out: list[dict[str, Any]] = []
+        for r in self.requests:
+            if r.method == "POST" and r.path == f"/v1/sessions/{sid}/events" and r.json:
+                out.extend(r.json.get("events", []))
+        return out
+
+    def write_output(self, session_id: str, name: str, data: bytes | str) -> dict[str, Any]:
+        """Simulate the agent writing ``/mnt/session/outputs/<name>``: a session-scoped,
+        downloadable file appears in the Files API."""
+        payload = data.encode() if isinstance(data, str) else data
+
+        def make() -> dict[str, Any]:
+            f = _File(
+                id=self.mint("file_"),
+                filename=name,
+                mime_type="application/octet-stream",
+                data=payload,
+                created_at=now_iso(),
+                scope_id=session_id,
+                downloadable=True,
+            )
+            self.state.files[f.id] = f
+            return f.to_wire()
+
+        if self._loop is not None and threading.current_thread() is not self._thread:
+            result: dict[str, Any] = self.call(make)
+            return result
+        return make()
+
+    # -- HTTP -------------------------------------------------------------------------
+    def _app(self) -> web.Application:
+        app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
+        r = app.router
+        r.add_post("/v1/agents", self._create_agent)
+        r.add_get("/v1/agents", self._list_agents)
+        r.add_get("/v1/agents/{id}", self._get_agent)
+        r.add_post("/v1/agents/{id}", self._update_agent)
+        r.add_post("/v1/agents/{id}/archive", self._archive_agent)
+        r.add_post("/v1/environments", self._create_environment)
+        r.add_get("/v1/environments", self._list_environments)
+        r.add_get("/v1/environments/{id}", self._get_environment)
+        r.add_post("/v1/environments/{id}/archive", self._archive_environment)
+        r.add_delete("/v1/environments/{id}", self._delete_environment)
+        r.add_post("/v1/sessions", self._create_session)
+        r.add_get("/v1/sessions", self._list_sessions)
+        r.add_get("/v1/sessions/{id}", self._get_session)
+        r.add_post("/v1/sessions/{id}/archive", self._archive_session)
+        r.add_delete("/v1/sessions/{id}", self._delete_session)
+        r.add_post("/v1/sessions/{id}/events", self._send_events)
+        r.add_get("/v1/sessions/{id}/events", self._list_events)
+        r.add_get("/v1/sessions/{id}/events/stream", self._stream)
+        r.add_post("/v1/sessions/{id}/resources", self._add_resource)
+        r.add_get("/v1/sessions/{id}/resources", self._list_resources)
+        r.add_post("/v1/files", self._upload_file)
+        r.add_get("/v1/files", self._list_files)
+        r.add_get("/v1/files/{id}", self._get_file)
+        r.add_get("/v1/files/{id}/content", self._download_file)
+        r.add_delete("/v1/files/{id}", self._delete_file)
+        return app
+
+    def _authorized(self, request: web.Request) -> bool:
+        key = request.headers.get("x-api-key")
+        if key is not None:
+            return secrets.compare_digest(key, self.api_key)
+        auth = request.headers.get("authorization", "")
+        if not auth.startswith("Bearer "):
+            return False
+        token = auth[len("Bearer ") :]
+        return secrets.compare_digest(token, self.api_key) or token in self.bearer_tokens
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        body: Any = None
+        filename: str | None = None
+        ctype = request.headers.get("content-type", "")
+        if request.can_read_body and ctype.startswith("application/json"):
+            raw = await request.read()
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                return _error(400, "invalid JSON body")
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        record = {
+            "method": request.method,
+            "path": request.path,
+            "query": {k: request.query.getall(k) for k in request.query},
+            "headers": {k: v for k, v in headers.items() if k not in _SECRET_HEADERS},
+            "json": body,
+            "filename": filename,
+        }
+        request[_JSON] = body
+        response = await self._dispatch(request, handler)
+        self.requests.append(RecordedRequest(**record, status=response.status))
+        return response
+
+    async def _dispatch(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if not self._authorized(request):
+            return _error(401, "invalid x-api-key or bearer token", "authentication_error")
+        path = request.path
+        needs_beta = path.startswith(("/v1/agents", "/v1/environments", "/v1/sessions"))
+        beta = request.headers.get("anthropic-beta", "")
+        if needs_beta and MANAGED_AGENTS_BETA not in beta.split(","):
+            return _error(400, f"this endpoint requires the {MANAGED_AGENTS_BETA} beta header")
+        f = self.faults
+        if f.matches(request.method, path):
+            if f.rate_limit > 0:
+                f.rate_limit -= 1
+                resp = _error(429, "rate limited (emulated)", "rate_limit_error")
+                resp.headers["retry-after"] = f.retry_after
+                return resp
+            if f.server_errors > 0:
+                f.server_errors -= 1
+                return _error(f.server_error_status, "internal error (emulated)", "api_error")
+        result: web.StreamResponse = await handler(request)
+        return result
+
+    # -- agents -----------------------------------------------------------------------
+    async def _create_agent(self, request: web.Request) -> web.Response:
+        body = request[_JSON] or {}
+        if not body.get("name") or not body.get("model"):
+            return _error(400, "name and model are required")
+        model = body["model"]
+        now = now_iso()
+        agent = {
+            "id": self.mint("agent_"),
+            "type": "agent",
+            "version": 1,
+            "name": body["name"],
+            "model": model if isinstance(model, dict) else {"id": model},
+            "system": body.get("system"),
+            "description": body.get("description"),
+            "tools": body.get("tools") or [],
+            "mcp_servers": body.get("mcp_servers") or [],
+            "skills": body.get("skills") or [],
+            "multiagent": body.get("multiagent"),
+            "metadata": body.get("metadata") or {},
+            "execution_identity": {"type": "agent"},
+            "created_at": now,
+            "updated_at": now,
+            "archived_at": None,
+        }
+        self.state.agents[agent["id"]] = agent
+        return web.json_response(agent)
+
+    async def _get_agent(self, request: web.Request) -> web.Response:
+        agent = self.state.agents.get(request.match_info["id"])
+        if agent is None:
+            return _error(404, "agent not found", "not_found_error")
+        return web.json_response(agent)
+
+    async def _update_agent(self, request: web.Request) -> web.Response:
+        agent = self.state.agents.get(request.match_info["id"])
+        if agent is None:
+            return _error(404, "agent not found", "not_found_error")
+        body = dict(request[_JSON] or {})
+        version = body.pop("version", None)
+        if version is not None and version != agent["version"]:
+            return _error(409, "stale agent version")
+        changed = {k: v for k, v in body.items() if agent.get(k) != v}
+        if changed:
+            agent.update(changed)
+            agent["version"] += 1
+            agent["updated_at"] = now_iso()
+        return web.json_response(agent)
+
+    async def _list_agents(self, request: web.Request) -> web.Response:
+        archived = request.query.get("include_archived") == "true"
+        items = [a for a in self.state.agents.values() if archived or not a["archived_at"]]
+        return self._page(request, items)
+
+    async def _archive_agent(self, request: web.Request) -> web.Response:
+        agent = self.state.agents.get(request.match_info["id"])
+        if agent is None:
+            return _error(404, "agent not found", "not_found_error")
+        agent["archived_at"] = agent["archived_at"] or now_iso()
+        return web.json_response(agent)
+
+    # -- environments -------------------------------------------------------------------
+    async def _create_environment(self, request: web.Request) -> web.Response:
+        body = request[_JSON] or {}
+        if not body.get("name"):
+            return _error(400, "name is required")
+        now = now_iso()
+        env = {
+            "id": self.mint("env_"),
+            "type": "environment",
+            "name": body["name"],
+            "config": body.get("config")
+            or {"type": "cloud", "networking": {"type": "unrestricted"}},
+            "description": body.get("description"),
+            "metadata": body.get("metadata") or {},
+            "scope": body.get("scope"),
+            "created_at": now,
+            "updated_at": now,
+            "archived_at": None,
+        }
+        self.state.environments[env["id"]] = env
+        return web.json_response(env)
+
+    async def _get_environment(self, request: web.Request) -> web.Response:
+        env = self.state.environments.get(request.match_info["id"])
+        if env is None:
+            return _error(404, "environment not found", "not_found_error")
+        return web.json_response(env)
+
+    async def _list_environments(self, request: web.Request) -> web.Response:
+        archived = request.query.get("include_archived") == "true"
+        items = [e for e in self.state.environments.values() if archived or not e["archived_at"]]
+        return self._page(request, items)
+
+    async def _archive_environment(self, request: web.Request) -> web.Response:
+        env = self.state.environments.get(request.match_info["id"])
+        if env is None:
+            return _error(404, "environment not found", "not_found_error")
+        env["archived_at"] = env["archived_at"] or now_iso()
+        return web.json_response(env)
+
+    async def _delete_environment(self, request: web.Request) -> web.Response:
+        env = self.state.environments.pop(request.match_info["id"], None)
+        if env is None:
+            return _error(404, "environment not found", "not_found_error")
+        return web.json_response({"id": env["id"], "type": "environment_deleted"})
+
+    # -- sessions -----------------------------------------------------------------------
+    async def _create_session(self, request: web.Request) -> web.Response:
+        body = request[_JSON] or {}
+        ref = body.get("agent")
+        agent_id = ref.get("id") if isinstance(ref, Mapping) else ref
+        agent = self.state.agents.get(agent_id) if isinstance(agent_id, str) else None
+        if agent is None:
+            return _error(404, f"agent {agent_id!r} not found", "not_found_error")
+        if agent["archived_at"]:
+            return _error(400, "agent is archived")
+        env_id = body.get("environment_id")
+        env = self.state.environments.get(env_id) if isinstance(env_id, str) else None
+        if env is None:
+            return _error(404, f"environment {env_id!r} not found", "not_found_error")
+        snapshot = {k: agent[k] for k in ("id", "name", "model", "system", "tools", "version")}
+        snapshot["type"] = "agent"
+        session = EmuSession(
+            session_id=self.mint("sesn_"),
+            agent=snapshot,
+            environment_id=env_id,  # type: ignore[arg-type]
+            metadata=body.get("metadata") or {},
+            title=body.get("title"),
+            script=self.agent,
+            faults=self.faults,
+            mint=self.mint,
+        )
+        self.state.sessions[session.id] = session
+        for res in body.get("resources") or []:
+            if isinstance(res, Mapping) and res.get("type") == "file":
+                session.resources.append(self._resource(res))
+        initial = body.get("initial_events") or []
+        if initial:
+            session.accept([dict(e) for e in initial])
+        return web.json_response(session.to_wire())
+
+    def _get(self, request: web.Request) -> EmuSession | web.Response:
+        session = self.state.sessions.get(request.match_info["id"])
+        if session is None:
+            return _error(404, "session not found", "not_found_error")
+        return session
+
+    async def _get_session(self, request: web.Request) -> web.Response:
+        session = self._get(request)
+        if isinstance(session, web.Response):
+            return session
+        return web.json_response(session.to_wire())
+
+    async def _list_sessions(self, request: web.Request) -> web.Response:
+        items = [s.to_wire() for s in self.state.sessions.values()]
+        resp = self._page(request, items)
+        return resp
+
+    async def _archive_session(self, request: web.Request) -> web.Response:
+        session = self._get(request)
+        if isinstance(session, web.Response):
+            return session
+        if session.status == "running":
+            return _error(409, "session is running; interrupt it first")
+        session.archived_at = session.archived_at or now_iso()
+        return web.json_response(session.to_wire())
+
+    async def _delete_session(self, request: web.Request) -> web.Response:
+        session = self._get(request)
+        if isinstance(session, web.Response):
+            return session
+        if session.status == "running":
+            return _error(409, "session is running; interrupt it first")
+        session.emit({"type": "session.deleted"})
+        session.close_streams()
+        del self.state.sessions[session.id]
+        for f in [f for f in self.state.files.values() if f.scope_id == session.id]:
+            del self.state.files[f.id]
+        return web.json_response({"id": session.id, "type": "session_deleted"})
+
+    # -- events -------------------------------------------------------------------------
+    async def _send_events(self, request: web.Request) -> web.Response:
+        session = self._get(request)
+        if isinstance(session, web.Response):
+            return session
+        body = request[_JSON] or {}
+        events = body.get("events")
+        if not isinstance(events, list) or not events:
+            return _error(400, "events: value must contain at least 1 item")
+        if session.archived_at:
+            return _error(409, "session is archived")
+        if session.status == "terminated":
+            return _error(409, "session is terminated")
+        for ev in events:
+            if not isinstance(ev, Mapping) or not isinstance(ev.get("type"), str):
+                return _error(400, "each event needs a type")
+            if ev["type"] == "user.custom_tool_result":
+                tid = ev.get("custom_tool_use_id")
+                if tid not in session.open_calls:
+                    return _error(400, f"custom_tool_use_id {tid!r} is not awaiting a result")
+        echoes = session.accept([dict(e) for e in events])
+        if self.faults.accept_then_fail > 0:
+            self.faults.accept_then_fail -= 1
+            return _error(500, "internal error after accepting the events (emulated)", "api_error")
+        return web.json_response({"data": echoes})
+
+    async def _list_events(self, request: web.Request) -> web.Response:
+        session = self._get(request)
+        if isinstance(session, web.Response):
+            return session
+        items = list(session.events)
+        types = request.query.getall("types[]", []) or request.query.getall("types", [])
+        if types:
+            items = [e for e in items if e["type"] in types]
+        if request.query.get("order") == "desc":
+            items.reverse()
+        return self._page(request, items)
+
+    async def _stream(self, request: web.Request) -> web.StreamResponse:
+        session = self._get(request)
+        if isinstance(session, web.Response):
+            return session
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        session.subscribers.append(queue)
+        resp = web.StreamResponse(
+            headers={"content-type": "text/event-stream", "cache-control": "no-cache"}
+        )
+        try:
+            await resp.prepare(request)
+            while True:
+                beat = self.faults.heartbeat
+                try:
+                    item = await asyncio.wait_for(queue.get(), beat) if beat else await queue.get()
+                except TimeoutError:
+                    await resp.write(b": ping\n\n")
+                    continue
+                if item is DROP:
+                    if self.faults.clean_close:
+                        break
+                    if request.transport is not None:
+                        request.transport.abort()
+                    return resp
+                if item is CLOSE:
+                    break
+                data = json.dumps(item, separators=(",", ":"))
+                await resp.write(
+                    f"event: {item['type']}\nid: {item['id']}\ndata: {data}\n\n".encode()
+                )
+            with contextlib.suppress(ConnectionError):
+                await resp.write_eof()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            if queue in session.subscribers:
+                session.subscribers.remove(queue)
+        return resp
+
+    # -- resources and files ------------------------------------------------------------
+    def _resource(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        now = now_iso()
+        file_id = body.get("file_id")
+        return {
+            "id": self.mint("sesrsc_"),
+            "type": "file",
+            "file_id": file_id,
+            "mount_path": body.get("mount_path") or f"/mnt/session/uploads/{file_id}",
+            "created_at": now,
+            "updated_at": now,
+        }
+
+    async def _add_resource(self, request: web.Request) -> web.Response:
+        session = self._get(request)
+        if isinstance(session, web.Response):
+            return session
+        body = request[_JSON] or {}
+        if body.get("type") != "file" or body.get("file_id") not in self.state.files:
+            return _error(404, "file not found", "not_found_error")
+        res = self._resource(body)
+        session.resources.append(res)
+        return web.json_response(res)
+
+    async def _list_resources(self, request: web.Request) -> web.Response:
+        session = self._get(request)
+        if isinstance(session, web.Response):
+            return session
+        return self._page(request, list(session.resources))
+
+    async def _upload_file(self, request: web.Request) -> web.Response:
+        reader = await request.multipart()
+        name, mime, data = "upload", "application/octet-stream", b""
+        async for part in reader:
+            if getattr(part, "name", None) == "file":
+                name = getattr(part, "filename", None) or name
+                mime = part.headers.get("content-type", mime)  # type: ignore[union-attr]
+                data = await part.read()  # type: ignore[union-attr]
+        f = _File(
+            id=self.mint("file_"), filename=name, mime_type=mime, data=data, created_at=now_iso()
+        )
+        self.state.files[f.id] = f
+        return web.json_response(f.to_wire())
+
+    async def _list_files(self, request: web.Request) -> web.Response:
+        scope = request.query.get("scope_id")
+        items = [
+            f.to_wire() for f in self.state.files.values() if scope is None or f.scope_id == scope
+        ]
+        return self._page(request, items)
+
+    async def _get_file(self, request: web.Request) -> web.Response:
+        f = self.state.files.get(request.match_info["id"])
+        if f is None:
+            return _error(404, "file not found", "not_found_error")
+        return web.json_response(f.to_wire())
+
+    async def _download_file(self, request: web.Request) -> web.Response:
+        f = self.state.files.get(request.match_info["id"])
+        if f is None:
+            return _error(404, "file not found", "not_found_error")
+        if not f.downloadable:
+            return _error(400, "this file is not downloadable (an uploaded input)")
+        return web.Response(body=f.data, content_type="application/octet-stream")
+
+    async def _delete_file(self, request: web.Request) -> web.Response:
+        f = self.state.files.pop(request.match_info["id"], None)
+        if f is None:
+            return _error(404, "file not found", "not_found_error")
+        return web.json_response({"id": f.id, "type": "file_deleted"})
+
+    # -- pagination ---------------------------------------------------------------------
+    @staticmethod
+    def _page(request: web.Request, items: list[Any]) -> web.Response:
+        try:
+            limit = max(1, min(1000, int(request.query.get("limit", "20"))))
+            start = int(request.query.get("page", "page_0").removeprefix("page_"))
+        except ValueError:
+            return _error(400, "invalid limit or page")
+        chunk = items[start : start + limit]
+        end = start + len(chunk)
+        next_page = f"page_{end}" if end < len(items) else None
+        return web.json_response({"data": chunk, "next_page": next_page})
