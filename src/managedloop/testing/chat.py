@@ -156,7 +156,9 @@ class _FaultState:
 _AUTO: Any = object()
 
 
-def _error(status: int, message: str, kind: str, headers: Mapping[str, str] | None = None) -> Any:
+def _error(
+    status: int, message: str, kind: str, headers: Mapping[str, str] | None = None
+) -> web.Response:
     return web.json_response(
         {"error": {"message": message, "type": kind, "code": kind}},
         status=status,
@@ -296,9 +298,10 @@ class ChatEmulator:
     def _authorized(self, request: web.Request, anthropic: bool) -> bool:
         if self.api_key is None:
             return True
-        if anthropic:
-            return request.headers.get("x-api-key") == self.api_key
-        return request.headers.get("Authorization") == f"Bearer {self.api_key}"
+        bearer = request.headers.get("Authorization") == f"Bearer {self.api_key}"
+        if anthropic:  # SDK versions differ: x-api-key, or a bearer token
+            return bearer or request.headers.get("x-api-key") == self.api_key
+        return bearer
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
         return web.json_response({"object": "list", "data": [{"id": "emulator"}]})
