@@ -1,0 +1,19 @@
+"""Bedrock AgentCore harness host (extra ``managedloop[agentcore]``).
+
+``import managedloop.providers.agentcore`` does not import botocore: the clients are built
+on first use, and a missing extra raises ``ConfigError(code="missing_dependency")``.
+"""
+
+from managedloop.providers.agentcore._provider import (
+    AgentCoreHandle,
+    BedrockAgentCore,
+    new_runtime_session_id,
+    validate_runtime_session_id,
+)
+
+__all__ = [
+    "AgentCoreHandle",
+    "BedrockAgentCore",
+    "new_runtime_session_id",
+    "validate_runtime_session_id",
+]

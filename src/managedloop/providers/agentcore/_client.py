@@ -1,0 +1,467 @@
+"""botocore plumbing: client construction, the thread-to-loop event pipe, error mapping.
+
+botocore does the wire: SigV4 signing, the AWS credential chain, endpoint resolution and
+event-stream decoding. It is synchronous, so each streamed call runs in a worker thread
+that pushes decoded events to the event loop through :class:`_Pipe`; the async side reads
+them with an *idle* watchdog (silence between events, not the whole call) and, when it
+stops early (cancellation, a ``run`` timeout, the watchdog), shuts the socket down so the
+blocked read in the worker returns at once and the HTTP stream is really torn down.
+
+botocore behaviours relied on (``agentcore-wire.md`` §2.4-2.5, checked against 1.44.x):
+
+* ``response["stream"]`` is a ``botocore.eventstream.EventStream`` yielding one
+  single-key dict per event as its bytes arrive (chunked transfer is read incrementally);
+* an exception frame raises ``EventStreamError`` (a ``ClientError`` whose code is the
+  member name, e.g. ``runtimeClientError``) *during iteration*; a bad CRC raises
+  ``ChecksumMismatch``; a gap longer than ``read_timeout`` raises urllib3's raw
+  ``ReadTimeoutError``; a stream cut short ends *silently* (callers check ``messageStop``);
+* ``retries={"total_max_attempts": 1}`` means exactly one attempt (``max_attempts: 1``
+  would mean two): a stateful invoke is never replayed by botocore, only by our own loop,
+  which can tell the caller (``RESTART``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import AsyncGenerator, Callable, Mapping
+from typing import Any
+
+import anyio
+
+from managedloop import telemetry
+from managedloop.config import MISSING, Secret, resolve, reveal
+from managedloop.errors import (
+    APIStatusError,
+    AuthenticationError,
+    ConfigError,
+    HostStreamError,
+    InvalidOptionsError,
+    MalformedResponseError,
+    ManagedLoopError,
+    TransportError,
+)
+
+__all__ = ["Clients", "map_error", "stream_call"]
+
+logger = logging.getLogger("managedloop.agentcore")
+
+SERVICE = "bedrock-agentcore"  # the signing name of both planes
+CONNECT_TIMEOUT = 10.0  # seconds; a TCP+TLS handshake to a regional endpoint takes well under 1 s
+IDLE_BACKSTOP = 5.0  # seconds added to botocore's read_timeout: our own watchdog fires first,
+# botocore's only frees a worker thread stuck before the response headers arrived.
+CONTROL_READ_TIMEOUT = 600.0  # seconds; reference default for control-plane calls outside a budget
+_INSTALL_HINT = "Bedrock AgentCore needs botocore: pip install 'managedloop[agentcore]'"
+
+
+def _botocore() -> Any:
+    try:
+        import botocore.session
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise ConfigError(_INSTALL_HINT, code="missing_dependency", package="botocore") from exc
+    return botocore
+
+
+_shared_lock = threading.Lock()
+_shared_session: Any = None
+
+
+def _default_session() -> Any:
+    """One botocore session per process: it caches the loaded service models (~100 ms)."""
+    global _shared_session
+    with _shared_lock:
+        if _shared_session is None:
+            _shared_session = _botocore().session.get_session()
+        return _shared_session
+
+
+class Clients:
+    """Builds and owns the data-plane and control-plane botocore clients.
+
+    Credentials: explicit keywords, then :func:`managedloop.configure`, then the
+    ``AWS_*`` environment variables (via :func:`managedloop.config.resolve`); when those
+    give no key pair, botocore's own credential chain (profiles, SSO, web identity,
+    container, IMDS...). A ``session=`` (boto3 or botocore) supplies its own credentials.
+    Secrets are held as :class:`Secret` and revealed only when a client is built.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: Any = None,
+        control_client: Any = None,
+        session: Any = None,
+        region_name: str | None = None,
+        endpoint_url: str | None = None,
+        control_endpoint_url: str | None = None,
+        aws_access_key_id: str | Any | None = MISSING,
+        aws_secret_access_key: str | Secret | Any | None = MISSING,
+        aws_session_token: str | Secret | Any | None = MISSING,
+        config: Any = None,
+        read_timeout: float,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._client = client
+        self._control = control_client
+        self._owned: list[Any] = []
+        self._session = session
+        self._lock = threading.Lock()
+        self.endpoint_url = endpoint_url
+        self.control_endpoint_url = control_endpoint_url or endpoint_url
+        self._config = config
+        self._read_timeout = read_timeout
+        self._options = dict(options or {})
+        # A session or a client carries its own credentials; otherwise configure()/env first.
+        from_config = session is None and client is None
+
+        def pick(name: str, value: Any) -> Any:
+            if value is not MISSING:
+                return resolve(name, value)
+            return resolve(name) if from_config else None
+
+        self._key_id: str | None = pick("aws_access_key_id", aws_access_key_id)
+        self._secret: Secret | None = pick("aws_secret_access_key", aws_secret_access_key)
+        self._token: Secret | None = pick("aws_session_token", aws_session_token)
+        if region_name is None and session is not None:
+            region_name = getattr(session, "region_name", None) or _get_config(session)
+        if region_name is None and client is not None:
+            region_name = client.meta.region_name
+        self.region_name: str = region_name or resolve("aws_region")
+
+    def __repr__(self) -> str:
+        return f"Clients(region_name={self.region_name!r}, endpoint_url={self.endpoint_url!r})"
+
+    def _credential_kwargs(self) -> dict[str, Any]:
+        if self._key_id is not None and self._secret is not None:
+            out = {
+                "aws_access_key_id": self._key_id,
+                "aws_secret_access_key": reveal(self._secret),
+            }
+            if self._token is not None:
+                out["aws_session_token"] = reveal(self._token)
+            return out
+        if self._session is None and self._client is not None:
+            # A caller-built data client: reuse its credentials for the control plane.
+            creds = getattr(getattr(self._client, "_request_signer", None), "_credentials", None)
+            if creds is not None:
+                frozen = creds.get_frozen_credentials()
+                out = {
+                    "aws_access_key_id": frozen.access_key,
+                    "aws_secret_access_key": frozen.secret_key,
+                }
+                if frozen.token:
+                    out["aws_session_token"] = frozen.token
+                return out
+        return {}
+
+    def build(self, service: str, *, read_timeout: float, attempts: int = 1) -> Any:
+        """A new client of ``service`` (the caller closes it, or :meth:`data` owns it)."""
+        _botocore()
+        from botocore.config import Config
+
+        cfg = Config(
+            read_timeout=read_timeout,
+            connect_timeout=min(CONNECT_TIMEOUT, read_timeout),
+            retries={"mode": "standard", "total_max_attempts": attempts},
+            tcp_keepalive=True,
+            user_agent_extra="managedloop",
+        )
+        if self._config is not None:
+            cfg = self._config.merge(cfg)
+        endpoint = self.control_endpoint_url if service.endswith("-control") else self.endpoint_url
+        if endpoint is None and self._client is not None and service.endswith("-control"):
+            url = self._client.meta.endpoint_url
+            if "amazonaws.com" not in url:
+                endpoint = url  # a custom endpoint (an emulator) serves both planes
+        kwargs: dict[str, Any] = {
+            "region_name": self.region_name,
+            "config": cfg,
+            **self._credential_kwargs(),
+            **self._options,
+        }
+        if endpoint is not None:
+            kwargs["endpoint_url"] = endpoint
+        session = self._session
+        with self._lock:  # botocore sessions are not thread-safe while creating clients
+            if session is None:
+                return _default_session().create_client(service, **kwargs)
+            make = getattr(session, "create_client", None) or session.client
+            return make(service, **kwargs)
+
+    def data(self) -> Any:
+        """The data-plane client (``bedrock-agentcore``), built once; no botocore retries."""
+        if self._client is None:
+            self._client = self.build(
+                "bedrock-agentcore", read_timeout=self._read_timeout + IDLE_BACKSTOP
+            )
+            self._owned.append(self._client)
+        return self._client
+
+    def control(self, *, read_timeout: float | None = None) -> tuple[Any, bool]:
+        """A control-plane client whose per-attempt read timeout is ``read_timeout``.
+
+        Returns ``(client, owned)``: an owned client is per-call and must be closed.
+        A caller's ``control_client=`` is used as is (its own timeouts apply).
+        """
+        if self._control is not None:
+            return self._control, False
+        return (
+            self.build(
+                "bedrock-agentcore-control",
+                read_timeout=read_timeout if read_timeout is not None else CONTROL_READ_TIMEOUT,
+            ),
+            True,
+        )
+
+    def close(self) -> None:
+        for client in self._owned:
+            client.close()
+            if client is self._client:
+                self._client = None
+        self._owned.clear()
+
+
+def _get_config(session: Any) -> str | None:
+    getter = getattr(session, "get_config_variable", None)
+    return getter("region") if getter is not None else None
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+def map_error(
+    exc: BaseException, *, operation: str, stream_code: str = "harness_stream_error"
+) -> ManagedLoopError:
+    """Translate a botocore/urllib3 failure into the managedloop tree (never leaks keys)."""
+    if isinstance(exc, ManagedLoopError):
+        return exc
+    from botocore import exceptions as be
+    from botocore.eventstream import ParserError as FrameError
+    from botocore.parsers import ResponseParserError
+
+    try:
+        from urllib3.exceptions import ProtocolError, ReadTimeoutError
+    except ImportError:  # pragma: no cover
+        ProtocolError = ReadTimeoutError = OSError  # type: ignore[misc,assignment] # noqa: N806
+
+    if isinstance(exc, be.EventStreamError):
+        err = exc.response.get("Error", {})
+        kind, message = err.get("Code"), err.get("Message", "")
+        error = HostStreamError(
+            f"{operation}: the host reported {kind}: {message}",
+            code=stream_code,
+            type=kind,
+            operation=operation,
+        )
+        error.context["message"] = message  # the host's own text (``message`` is positional)
+        return error
+    if isinstance(exc, be.ClientError):
+        meta = exc.response.get("ResponseMetadata", {})
+        err = exc.response.get("Error", {})
+        status = meta.get("HTTPStatusCode")
+        cls = AuthenticationError if status in (401, 403) else APIStatusError
+        return cls(
+            f"{operation} failed with HTTP {status} {err.get('Code')}: {err.get('Message', '')}",
+            status=status,
+            error_code=err.get("Code"),
+            body={"message": err.get("Message", "")},
+            operation=operation,
+        )
+    if isinstance(exc, FrameError | ResponseParserError):
+        return MalformedResponseError(
+            f"{operation}: undecodable event-stream frame ({type(exc).__name__}: {exc})",
+            code="bad_frame",
+            operation=operation,
+        )
+    if isinstance(exc, ReadTimeoutError | be.ReadTimeoutError):
+        return TransportError(
+            f"{operation}: no bytes within the read timeout",
+            code="stream_idle_timeout",
+            operation=operation,
+        )
+    if isinstance(exc, be.NoCredentialsError | be.PartialCredentialsError):
+        return AuthenticationError(
+            f"{operation}: no AWS credentials found (explicit, managedloop.configure, "
+            "AWS_* env, or botocore's chain)",
+            operation=operation,
+        )
+    if isinstance(exc, be.NoRegionError):
+        return ConfigError(f"{operation}: no AWS region configured", key="aws_region")
+    if isinstance(exc, be.ParamValidationError):
+        return InvalidOptionsError(f"{operation}: {exc}", operation=operation)
+    if isinstance(exc, ProtocolError | be.HTTPClientError | OSError):
+        return TransportError(
+            f"{operation}: connection failed ({type(exc).__name__}: {exc})",
+            code="transport_error",
+            operation=operation,
+        )
+    return TransportError(
+        f"{operation}: unexpected failure ({type(exc).__name__}: {exc})",
+        code="transport_error",
+        operation=operation,
+    )
+
+
+def retryable(exc: ManagedLoopError) -> bool:
+    """Transport failures, undecodable frames, throttling and 5xx (but not 424)."""
+    if isinstance(exc, TransportError | MalformedResponseError):
+        return True
+    if type(exc) is APIStatusError:
+        status = exc.status
+        return status is not None and (status == 429 or (status >= 500))
+    return False
+
+
+# ---------------------------------------------------------------------------- streaming
+
+_END = object()
+
+
+class _Pipe:
+    """Worker thread → event loop hand-off. Wakes the loop only when it is waiting."""
+
+    __slots__ = ("_items", "_lock", "_loop", "_waiter")
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._items: collections.deque[Any] = collections.deque()
+        self._lock = threading.Lock()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: Any) -> None:
+        with self._lock:
+            self._items.append(item)
+            waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            # RuntimeError: the loop is gone (the caller was torn down); nothing to wake.
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(_wake, waiter)
+
+    async def get(self) -> Any:
+        while True:
+            with self._lock:
+                if self._items:
+                    return self._items.popleft()
+                waiter = self._loop.create_future()
+                self._waiter = waiter
+            await waiter
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class _Call:
+    """State shared between the worker thread and the async reader."""
+
+    __slots__ = ("cancelled", "lock", "response", "stream")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.cancelled = False
+        self.stream: Any = None
+        self.response: Any = None
+
+
+def abort_stream(stream: Any) -> None:
+    """Tear a botocore EventStream down so a read blocked in another thread returns now.
+
+    ``close()`` alone does not wake a thread blocked in ``recv``; shutting the socket down
+    does. Reaches urllib3's public ``HTTPResponse.connection.sock``.
+    """
+    raw = getattr(stream, "_raw_stream", None)
+    conn = getattr(raw, "connection", None) or getattr(raw, "_connection", None)
+    sock = getattr(conn, "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+    try:
+        stream.close()
+    except Exception:  # a half-closed urllib3 response may raise on close; it is gone either way
+        logger.debug("closing an aborted event stream raised", exc_info=True)
+
+
+def _worker(call: Callable[[], Any], pipe: _Pipe, state: _Call) -> None:
+    try:
+        response = call()
+        stream = response["stream"]
+        with state.lock:
+            state.response = response
+            state.stream = stream
+            cancelled = state.cancelled
+        if cancelled:
+            abort_stream(stream)
+            return
+        for event in stream:
+            pipe.put(event)
+        pipe.put(_END)
+    except BaseException as exc:  # handed to the reader, which maps and raises it
+        pipe.put(exc)
+
+
+async def stream_call(
+    call: Callable[[], Any],
+    *,
+    operation: str,
+    idle_timeout: float,
+    stream_code: str = "harness_stream_error",
+    span_meta: dict[str, Any] | None = None,
+    inflight: set[Callable[[], None]] | None = None,
+) -> AsyncGenerator[dict[str, Any], None]:
+    """Run a blocking streamed botocore call in a thread; yield its events live.
+
+    Raises the mapped error of the call; ``TransportError(code="stream_idle_timeout")``
+    when nothing arrives for ``idle_timeout`` seconds. Stopping early aborts the stream;
+    so does calling the abort function registered in ``inflight`` while it runs (a
+    connection's ``aclose`` uses it when the consumer was torn down between events).
+    """
+    pipe = _Pipe()
+    state = _Call()
+
+    def abort() -> None:
+        with state.lock:
+            state.cancelled = True
+            stream = state.stream
+        if stream is not None:
+            abort_stream(stream)
+
+    thread = threading.Thread(
+        target=_worker, args=(call, pipe, state), name=f"agentcore-{operation}", daemon=True
+    )
+    finished = False
+    with telemetry.span("agent_core.request", span_meta or {"operation": operation}) as extra:
+        thread.start()
+        if inflight is not None:
+            inflight.add(abort)
+        try:
+            while True:
+                try:
+                    with anyio.fail_after(idle_timeout):
+                        item = await pipe.get()
+                except TimeoutError:
+                    raise TransportError(
+                        f"{operation}: no event for {idle_timeout}s (idle_timeout)",
+                        code="stream_idle_timeout",
+                        operation=operation,
+                        idle_timeout=idle_timeout,
+                    ) from None
+                if item is _END:
+                    finished = True
+                    extra["status"] = 200
+                    return
+                if isinstance(item, BaseException):
+                    finished = True
+                    mapped = map_error(item, operation=operation, stream_code=stream_code)
+                    extra["status"] = mapped.context.get("status", 200 if state.stream else None)
+                    raise mapped from (item if isinstance(item, Exception) else None)
+                yield item
+        finally:
+            if inflight is not None:
+                inflight.discard(abort)
+            if not finished:
+                abort()

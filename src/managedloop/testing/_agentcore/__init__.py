@@ -1,0 +1,1 @@
+"""Internals of :mod:`managedloop.testing.agentcore` (the AgentCore loopback emulator)."""
