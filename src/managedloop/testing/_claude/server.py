@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
 import secrets
@@ -26,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 from managedloop.testing._claude.faults import ClaudeFaults
 from managedloop.testing._claude.state import CLOSE, DROP, EmuSession, now_iso
@@ -36,7 +37,7 @@ __all__ = ["ClaudeEmulator", "RecordedRequest"]
 
 MANAGED_AGENTS_BETA = "managed-agents-2026-04-01"
 _SECRET_HEADERS = frozenset({"authorization", "x-api-key"})
-_JSON = web.RequestKey("managedloop_json", object)
+_JSON = web.RequestKey("managedloop_json", Any)
 _START_TIMEOUT = 10.0  # seconds; a loopback server that cannot bind in 10 s is broken
 
 
@@ -84,6 +85,11 @@ class _State:
     environments: dict[str, dict[str, Any]] = field(default_factory=dict)
     sessions: dict[str, EmuSession] = field(default_factory=dict)
     files: dict[str, _File] = field(default_factory=dict)
+
+
+def _body(request: web.Request) -> dict[str, Any]:
+    body = request.get(_JSON)
+    return body if isinstance(body, dict) else {}
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
@@ -182,7 +188,7 @@ class ClaudeEmulator:
             await site.start()
             server = site._server
             assert server is not None
-            port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
             self.base_url = f"http://{self._host}:{port}"
         except BaseException as exc:
             self._startup_error = exc
@@ -314,8 +320,12 @@ class ClaudeEmulator:
             "filename": filename,
         }
         request[_JSON] = body
+        # Recorded on arrival (a stream's handler returns only when the stream ends), then
+        # updated with the status once answered.
+        index = len(self.requests)
+        self.requests.append(RecordedRequest(**record))
         response = await self._dispatch(request, handler)
-        self.requests.append(RecordedRequest(**record, status=response.status))
+        self.requests[index] = dataclasses.replace(self.requests[index], status=response.status)
         return response
 
     async def _dispatch(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -341,7 +351,7 @@ class ClaudeEmulator:
 
     # -- agents -----------------------------------------------------------------------
     async def _create_agent(self, request: web.Request) -> web.Response:
-        body = request[_JSON] or {}
+        body = _body(request)
         if not body.get("name") or not body.get("model"):
             return _error(400, "name and model are required")
         model = body["model"]
@@ -377,7 +387,7 @@ class ClaudeEmulator:
         agent = self.state.agents.get(request.match_info["id"])
         if agent is None:
             return _error(404, "agent not found", "not_found_error")
-        body = dict(request[_JSON] or {})
+        body = dict(_body(request))
         version = body.pop("version", None)
         if version is not None and version != agent["version"]:
             return _error(409, "stale agent version")
@@ -402,7 +412,7 @@ class ClaudeEmulator:
 
     # -- environments -------------------------------------------------------------------
     async def _create_environment(self, request: web.Request) -> web.Response:
-        body = request[_JSON] or {}
+        body = _body(request)
         if not body.get("name"):
             return _error(400, "name is required")
         now = now_iso()
@@ -448,7 +458,7 @@ class ClaudeEmulator:
 
     # -- sessions -----------------------------------------------------------------------
     async def _create_session(self, request: web.Request) -> web.Response:
-        body = request[_JSON] or {}
+        body = _body(request)
         ref = body.get("agent")
         agent_id = ref.get("id") if isinstance(ref, Mapping) else ref
         agent = self.state.agents.get(agent_id) if isinstance(agent_id, str) else None
@@ -525,7 +535,7 @@ class ClaudeEmulator:
         session = self._get(request)
         if isinstance(session, web.Response):
             return session
-        body = request[_JSON] or {}
+        body = _body(request)
         events = body.get("events")
         if not isinstance(events, list) or not events:
             return _error(400, "events: value must contain at least 1 item")
@@ -614,7 +624,7 @@ class ClaudeEmulator:
         session = self._get(request)
         if isinstance(session, web.Response):
             return session
-        body = request[_JSON] or {}
+        body = _body(request)
         if body.get("type") != "file" or body.get("file_id") not in self.state.files:
             return _error(404, "file not found", "not_found_error")
         res = self._resource(body)
@@ -631,10 +641,10 @@ class ClaudeEmulator:
         reader = await request.multipart()
         name, mime, data = "upload", "application/octet-stream", b""
         async for part in reader:
-            if getattr(part, "name", None) == "file":
+            if isinstance(part, BodyPartReader) and part.name == "file":
                 name = getattr(part, "filename", None) or name
-                mime = part.headers.get("content-type", mime)  # type: ignore[union-attr]
-                data = await part.read()  # type: ignore[union-attr]
+                mime = part.headers.get("content-type", mime) if part.headers else mime
+                data = bytes(await part.read())
         f = _File(
             id=self.mint("file_"), filename=name, mime_type=mime, data=data, created_at=now_iso()
         )

@@ -1,0 +1,315 @@
+"""The provider end to end through the real anthropic SDK against the emulator."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import anthropic
+import pytest
+
+import managedloop as ml
+from managedloop import telemetry
+from managedloop.providers import ClaudeManagedAgents
+from managedloop.testing import ClaudeEmulator, Fail, Grade, ToolCall, call, calls, say
+
+from .conftest import WEATHER, get_time, get_weather, make_provider, provisioned, wire_results
+
+pytestmark = pytest.mark.anyio
+
+
+def test_import_managedloop_does_not_import_anthropic() -> None:
+    code = (
+        "import sys, managedloop; from managedloop.providers import ClaudeManagedAgents; "
+        "import managedloop.testing; assert 'anthropic' not in sys.modules, 'imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_design_snippet_run_sync_and_resume() -> None:
+    """DESIGN.md's snippet, verbatim in shape: a client built outside any loop, run_sync."""
+    with ClaudeEmulator() as emu:
+        client = anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key)
+        handle = ml.provision_sync(ClaudeManagedAgents(client=client), WEATHER)
+        provider = ClaudeManagedAgents(client=client, agent=handle, environment=handle)
+        result = ml.run_sync(provider, agent=WEATHER, prompt="Weather in Paris?")
+        assert result.terminal is ml.Terminal.END_TURN
+        assert result.stop_reason == {"type": "end_turn"}
+        assert result.text == "Done. Sunny in example"
+        assert [u.name for u in result.custom_tool_uses] == ["get_weather"]
+        assert result.custom_tool_uses[0].input == {"city": "example"}
+        assert result.usage.input_tokens == 20 and result.usage.output_tokens == 10
+        assert result.turns == 2
+        assert result.session_id and result.session_id.startswith("sesn_")
+        assert result.transcript is None
+        again = ml.run_sync(provider, agent=WEATHER, prompt="And Rome?", resume=result)
+        assert again.session_id == result.session_id
+        assert again.text == "You said: And Rome?"
+        assert again.turns == 1
+        # the resumed request's events are its own: none of the first request's
+        assert not {e["id"] for e in again.events} & {e["id"] for e in result.events}
+        assert len(emu.state.sessions) == 1
+
+
+async def test_run_with_parallel_tool_calls(emu: ClaudeEmulator, client: Any) -> None:
+    spec = ml.AgentSpec(name="w2", tools=[get_weather, get_time])
+    emu.agent.script = [
+        calls(("get_weather", {"city": "Paris"}), ("get_time", {"city": "Rome"}), text="Checking."),
+        say("Sunny and noon."),
+    ]
+    provider = await provisioned(client, spec)
+    result = await ml.run(provider, agent=spec, prompt="Go")
+    assert result.terminal is ml.Terminal.END_TURN
+    assert result.text == "Sunny and noon."
+    assert [u.name for u in result.custom_tool_uses] == ["get_weather", "get_time"]
+    results = emu.agent.requests[1].tool_results
+    assert [r.text for r in results] == ["Sunny in Paris", "Noon in Rome"]
+    # both results went out in ONE POST
+    posts = [r for r in emu.requests if r.method == "POST" and r.path.endswith("/events")]
+    assert len(posts) == 2 and len(posts[1].json["events"]) == 2
+    assert sorted(wire_results(emu)) == sorted(u.id for u in result.custom_tool_uses)
+
+
+async def test_stream_opened_before_first_send(emu: ClaudeEmulator, client: Any) -> None:
+    provider = await provisioned(client)
+    await ml.run(provider, agent=WEATHER, prompt="Go")
+    paths = [(r.method, r.path) for r in emu.requests if "/v1/sessions" in r.path]
+    stream = next(i for i, (m, p) in enumerate(paths) if p.endswith("/events/stream"))
+    send = next(i for i, (m, p) in enumerate(paths) if m == "POST" and p.endswith("/events"))
+    assert stream < send
+    create = next(r for r in emu.requests if r.path == "/v1/sessions")
+    assert create.json["environment_id"].startswith("env_")
+    assert create.headers["anthropic-beta"] == "managed-agents-2026-04-01"
+
+
+async def test_tool_error_posts_is_error(emu: ClaudeEmulator, client: Any) -> None:
+    @ml.tool
+    def broken(x: int) -> str:
+        """Always fails."""
+        raise ml.ToolError("no such thing")
+
+    spec = ml.AgentSpec(name="broken", tools=[broken])
+    emu.agent.script = [call("broken", {"x": 1}), say("ok")]
+    provider = await provisioned(client, spec)
+    await ml.run(provider, agent=spec, prompt="Go")
+    sent = [e for e in emu.sent_events() if e["type"] == "user.custom_tool_result"]
+    assert sent[0]["is_error"] is True
+    assert sent[0]["content"] == [{"type": "text", "text": "no such thing"}]
+
+
+async def test_server_tools_are_observe_only(emu: ClaudeEmulator, client: Any) -> None:
+    emu.agent.script = [
+        ml.testing.Reply(
+            tool_calls=[
+                ToolCall(name="web_search", input={"q": "x"}, server=True),
+                ToolCall(name="get_weather", input={"city": "Oslo"}),
+            ]
+        ),
+        say("done"),
+    ]
+    provider = await provisioned(client)
+    result = await ml.run(provider, agent=WEATHER, prompt="Go")
+    assert [u.name for u in result.server_tool_uses] == ["web_search"]
+    assert [u.name for u in result.custom_tool_uses] == ["get_weather"]
+    assert len(wire_results(emu)) == 1
+
+
+async def test_session_error_is_a_terminated_result(emu: ClaudeEmulator, client: Any) -> None:
+    emu.agent.script = [Fail(message="model exploded", kind="model_overloaded_error")]
+    provider = await provisioned(client)
+    result = await ml.run(provider, agent=WEATHER, prompt="Go")
+    assert result.terminal is ml.Terminal.TERMINATED
+    assert result.stop_reason == {"type": "retries_exhausted"}
+    errors = [e for e in result.events if e["type"] == "session.error"]
+    assert errors[0]["error"]["message"] == "model exploded"
+
+
+async def test_outcome_graded_session(emu: ClaudeEmulator, client: Any) -> None:
+    emu.agent.script = [
+        say("draft"),
+        Grade(result="needs_revision", explanation="too short"),
+        say("final"),
+        Grade(result="satisfied", explanation="good"),
+    ]
+    provider = await provisioned(client)
+    outcome = ml.Outcome(description="Write it", rubric="Is it good?", max_iterations=2)
+    result = await ml.run(provider, agent=WEATHER, outcome=outcome)
+    assert result.terminal is ml.Terminal.END_TURN
+    assert result.turns == 1
+    assert result.text == "draft\nfinal"
+    sent = emu.sent_events()
+    assert sent == [
+        {
+            "type": "user.define_outcome",
+            "description": "Write it",
+            "rubric": {"type": "text", "content": "Is it good?"},
+            "max_iterations": 2,
+        }
+    ]
+    verdicts = [e["result"] for e in result.events if e["type"] == "span.outcome_evaluation_end"]
+    assert verdicts == ["needs_revision", "satisfied"]
+
+
+async def test_outcome_failed_is_terminated(emu: ClaudeEmulator, client: Any) -> None:
+    emu.agent.script = [say("x"), Grade(result="failed", explanation="rubric n/a")]
+    provider = await provisioned(client)
+    result = await ml.run(
+        provider, agent=WEATHER, outcome={"description": "d", "rubric": "r"}
+    )
+    assert result.terminal is ml.Terminal.TERMINATED
+    assert "max_iterations" not in emu.sent_events()[0]
+
+
+async def test_start_with_follow_ups_and_events(emu: ClaudeEmulator, client: Any) -> None:
+    provider = await provisioned(client)
+    seen: list[str] = []
+    async with ml.start(provider, agent=WEATHER, prompt="Weather?") as session:
+        first = await session.result()
+        assert first.text == "Done. Sunny in example"
+        await session.send("thanks")
+        second = await session.result()
+        assert second.text == "You said: thanks"
+        assert second.turns == 1
+        await session.send("bye")
+        third = await session.result()
+        assert third.text == "You said: bye"
+        seen = [e["type"] for e in third.events]
+        assert session.session_id == first.session_id
+    assert seen.count("user.message") == 1
+    assert [m for m in emu.sent_events() if m["type"] == "user.message"].__len__() == 3
+
+
+async def test_send_event_raw_and_tool_confirmation_builder(emu: ClaudeEmulator, client: Any) -> None:
+    from managedloop.providers.claude._wire import tool_confirmation
+
+    provider = await provisioned(client)
+    async with ml.start(provider, agent=WEATHER, prompt="hi") as session:
+        await session.result()
+        await session.send_event({"type": "user.message", "content": [{"type": "text", "text": "raw"}]})
+        raw = await session.result()
+        assert raw.text == "You said: raw"
+    assert tool_confirmation("sevt_1", allow=False, deny_message="no") == {
+        "type": "user.tool_confirmation",
+        "tool_use_id": "sevt_1",
+        "result": "deny",
+        "deny_message": "no",
+    }
+
+
+async def test_interrupt_live_session(emu: ClaudeEmulator, client: Any) -> None:
+    import anyio
+
+    emu.faults.event_delay = 0.05
+    emu.agent.script = [say("a " * 5), say("never")]
+    provider = await provisioned(client)
+    async with ml.start(provider, agent=WEATHER, prompt="long job") as session:
+        await anyio.sleep(0.02)
+        await session.interrupt()
+        result = await session.result()
+    assert result.terminal is ml.Terminal.END_TURN
+    assert any(e["type"] == "user.interrupt" for e in emu.sent_events())
+
+
+async def test_multiagent_thread_id_carried(emu: ClaudeEmulator, client: Any) -> None:
+    provider = await provisioned(client)
+    emu.agent.script = [call("get_weather", {"city": "Lima"}), say("ok")]
+    original = emu.session
+
+    result = None
+
+    def on_create(*_: Any) -> None:
+        pass
+
+    async with ml.start(provider, agent=WEATHER) as session:
+        emu.call(lambda: setattr(original(), "thread_id", "sthr_child"))
+        await session.send("go")
+        result = await session.result()
+        del on_create
+    assert result is not None
+    assert result.custom_tool_uses[0].thread_id == "sthr_child"
+    sent = [e for e in emu.sent_events() if e["type"] == "user.custom_tool_result"]
+    assert "session_thread_id" not in sent[0]  # the server routes by id; never echoed back
+
+
+async def test_agent_spec_provisions_on_the_fly(emu: ClaudeEmulator, client: Any) -> None:
+    provider = make_provider(client)
+    r1 = await ml.run(provider, agent=WEATHER, prompt="a")
+    r2 = await ml.run(provider, agent=WEATHER, prompt="b")
+    assert r1.terminal is r2.terminal is ml.Terminal.END_TURN
+    assert len(emu.state.agents) == 1 and len(emu.state.environments) == 1
+
+
+async def test_agent_as_raw_ids_and_dict(emu: ClaudeEmulator, client: Any) -> None:
+    handle = await ml.provision(make_provider(client), WEATHER)
+    provider = make_provider(client, environment=handle.environment_id)
+    result = await ml.run(provider, agent=handle.agent_id, prompt="x")
+    assert result.terminal is ml.Terminal.END_TURN
+    provider2 = make_provider(client)
+    result2 = await ml.run(provider2, agent=handle.to_dict(), prompt="y")
+    assert result2.terminal is ml.Terminal.END_TURN
+
+
+async def test_create_session_failure_is_named(emu: ClaudeEmulator, client: Any) -> None:
+    provider = make_provider(client, agent="agent_missing", environment="env_missing")
+    with pytest.raises(ml.ProviderError) as info:
+        await ml.run(provider, agent="agent_missing", prompt="x")
+    assert info.value.code == "create_session_failed"
+    assert info.value.context["status"] == 404
+
+
+async def test_reattach_to_unknown_session(emu: ClaudeEmulator, client: Any) -> None:
+    provider = await provisioned(client)
+    with pytest.raises(ml.InvalidOptionsError) as info:
+        await ml.run(provider, agent=WEATHER, prompt="x", resume="sesn_nope")
+    assert info.value.code == "invalid_session_id"
+
+
+async def test_telemetry_requests_and_stream(emu: ClaudeEmulator, client: Any) -> None:
+    provider = await provisioned(client)
+    got: list[tuple[str, dict[str, Any]]] = []
+    att = telemetry.attach(lambda name, m, meta: got.append((name, dict(meta))))
+    try:
+        result = await ml.run(
+            provider, agent=WEATHER, prompt="x", telemetry_metadata={"tenant": "acme"}
+        )
+    finally:
+        telemetry.detach(att)
+    names = [n for n, _ in got]
+    starts = [m for n, m in got if n == "managedloop.request.start"]
+    assert {"method": "post", "path": "/v1/sessions", "tenant": "acme"}.items() <= starts[0].items()
+    stops = [m for n, m in got if n == "managedloop.request.stop"]
+    assert all(m["status"] == 200 for m in stops)
+    connected = [m for n, m in got if n == "managedloop.stream.connected"]
+    assert connected[0]["session_id"] == result.session_id and connected[0]["tenant"] == "acme"
+    assert "managedloop.stream.done" in names
+    assert any(
+        m.get("type") == "session.status_idle" and m.get("tenant") == "acme"
+        for n, m in got
+        if n == "managedloop.stream.event"
+    )
+    assert emu.api_key not in repr(got)
+
+
+async def test_http_error_maps_to_api_status_error(emu: ClaudeEmulator, client: Any) -> None:
+    provider = await provisioned(client)
+    emu.faults.server_errors = 10
+    emu.faults.fault_path = "/events"
+    emu.faults.fault_method = "POST"
+    with pytest.raises(ml.APIStatusError) as info:
+        await ml.run(provider, agent=WEATHER, prompt="x")
+    assert info.value.code == "http_error" and info.value.status == 500
+    assert info.value.partial_result is not None
+
+
+async def test_unknown_event_types_are_kept_raw(emu: ClaudeEmulator, client: Any) -> None:
+    provider = await provisioned(client)
+
+    def step(_: Any) -> Any:
+        emu.session().emit({"type": "session.some_future_event", "payload": 1})
+        return say("ok")
+
+    emu.agent.script = [step]
+    result = await ml.run(provider, agent=WEATHER, prompt="x")
+    future = [e for e in result.events if e["type"] == "session.some_future_event"]
+    assert future == [future[0]] and future[0]["payload"] == 1
