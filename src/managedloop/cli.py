@@ -1,0 +1,364 @@
+"""The ``managedloop`` command: ``demo``, ``run`` and ``emulate``.
+
+* ``managedloop demo`` runs one small agent (two tools) on every host against that host's
+  loopback emulator and prints one table, a column per host;
+* ``managedloop run --provider local --base-url URL --model M --tools pkg.mod:tools
+  --prompt "..."`` drives a real endpoint, streaming text to stdout as it arrives, then
+  prints the summary;
+* ``managedloop emulate local --port 8000`` serves a host's emulator until Ctrl-C.
+
+Hosts plug in through a module ``managedloop.providers.<host>._cli`` (host in
+:data:`HOSTS`) that defines::
+
+    LABEL: str                                                   # column title, e.g. "Local"
+    def demo(agent: AgentSpec, prompt: str) -> SessionResult     # sync: emulator + run
+    def add_run_arguments(parser: argparse.ArgumentParser) -> None
+    def provider_for_run(args: argparse.Namespace) -> Provider
+    def emulate(host: str, port: int) -> None                    # blocks until Ctrl-C
+
+A host whose module is missing, or whose optional SDK is not installed, is skipped with a
+note. Exit codes: 0 success, 1 the session failed, 2 bad usage (a named error on stderr,
+never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import sys
+import textwrap
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any, Literal, TextIO
+
+from managedloop.errors import (
+    ConfigError,
+    InvalidOptionsError,
+    ManagedLoopError,
+    ToolDefinitionError,
+)
+from managedloop.provisioning.specs import AgentSpec
+from managedloop.results import SessionInfo, SessionResult
+from managedloop.tools import Tool, Toolset, tool
+
+__all__ = ["HOSTS", "demo_agent", "main"]
+
+HOSTS: tuple[str, ...] = ("local", "claude", "agentcore")
+DEMO_PROMPT = "What is the weather in Paris, in Fahrenheit?"
+_CELL = 34  # characters per table cell line: three host columns fit a 120-column terminal
+_USAGE_ERRORS = (InvalidOptionsError, ConfigError, ToolDefinitionError)
+
+
+class UsageError(Exception):
+    """Bad command-line usage (exit code 2)."""
+
+
+# -- the demo agent --------------------------------------------------------------------
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Current weather for a city.
+
+    Args:
+        city: The city name, e.g. "Paris".
+    """
+    return f"Sunny, 18 °C in {city}"
+
+
+@tool
+def convert_temperature(celsius: float, unit: Literal["fahrenheit", "kelvin"]) -> str:
+    """Convert a Celsius temperature.
+
+    Args:
+        celsius: Degrees Celsius.
+        unit: The unit to convert to.
+    """
+    value = celsius * 9 / 5 + 32 if unit == "fahrenheit" else celsius + 273.15
+    return f"{celsius:g} °C = {value:.1f} {'°F' if unit == 'fahrenheit' else 'K'}"
+
+
+def demo_agent() -> AgentSpec:
+    """The agent ``managedloop demo`` runs on every host."""
+    return AgentSpec(
+        name="managedloop-demo",
+        system_prompt="Answer weather questions. Use the tools; be brief.",
+        tools=[get_weather, convert_temperature],
+        model="claude-sonnet-4-5",
+    )
+
+
+# -- host modules ----------------------------------------------------------------------
+
+
+def host_module(host: str) -> ModuleType | str:
+    """The host's ``_cli`` module, or why it cannot be used."""
+    try:
+        return importlib.import_module(f"managedloop.providers.{host}._cli")
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) or str(exc)
+        return f"skipped: {missing} is not available"
+
+
+# -- table rendering -------------------------------------------------------------------
+
+
+def _stop_reason(value: Any) -> str:
+    if value is None or isinstance(value, str):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def _tool_calls(result: SessionResult) -> str:
+    if not result.custom_tool_uses:
+        return "none"
+    parts = []
+    for use in result.custom_tool_uses:
+        args = ", ".join(f"{k}={v!r}" for k, v in use.input.items())
+        parts.append(f"{use.name}({args})")
+    return "; ".join(parts)
+
+
+def summary_rows(result: SessionResult) -> list[tuple[str, str]]:
+    """The readable summary of a result: (field, value) pairs."""
+    reason = f" ({result.reason})" if result.reason else ""
+    return [
+        ("terminal", f"{result.terminal.value}{reason}"),
+        ("stop reason", _stop_reason(result.stop_reason)),
+        ("tool calls", _tool_calls(result)),
+        (
+            "tokens",
+            f"{result.usage.input_tokens} in / {result.usage.output_tokens} out",
+        ),
+        ("turns", str(result.turns)),
+        ("text", result.text or "(none)"),
+    ]
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain-text table; long cells wrap within their column."""
+    widths = [
+        min(max(len(line) for cell in col for line in cell.splitlines() or [""]), _CELL)
+        for col in zip(headers, *rows, strict=True)
+    ]
+
+    def wrap(cell: str, width: int) -> list[str]:
+        lines: list[str] = []
+        for para in cell.splitlines() or [""]:
+            lines += textwrap.wrap(para, width) or [""]
+        return lines
+
+    def line(cells: Sequence[str]) -> list[str]:
+        wrapped = [wrap(c, w) for c, w in zip(cells, widths, strict=True)]
+        height = max(len(w) for w in wrapped)
+        return [
+            " | ".join(
+                (w[i] if i < len(w) else "").ljust(width)
+                for w, width in zip(wrapped, widths, strict=True)
+            ).rstrip()
+            for i in range(height)
+        ]
+
+    rule = "-+-".join("-" * w for w in widths)
+    out = [*line(headers), rule]
+    for row in rows:
+        out += line(row)
+    return "\n".join(out)
+
+
+# -- commands --------------------------------------------------------------------------
+
+
+def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
+    agent = demo_agent()
+    hosts = args.hosts.split(",") if args.hosts else list(HOSTS)
+    unknown = [h for h in hosts if h not in HOSTS]
+    if unknown:
+        raise UsageError(f"unknown host(s) {', '.join(unknown)}; known: {', '.join(HOSTS)}")
+    columns: list[tuple[str, list[tuple[str, str]]]] = []
+    notes: list[str] = []
+    failed = False
+    for host in hosts:
+        module = host_module(host)
+        if isinstance(module, str):
+            notes.append(f"{host}: {module}")
+            continue
+        label = str(getattr(module, "LABEL", host))
+        try:
+            result = module.demo(agent, args.prompt)
+        except ManagedLoopError as exc:
+            failed = True
+            notes.append(f"{label}: failed: {exc.code}: {exc.message}")
+            continue
+        columns.append((label, summary_rows(result)))
+    out.write(f"managedloop demo: {args.prompt!r} with tools get_weather, convert_temperature\n\n")
+    if columns:
+        fields = [name for name, _ in columns[0][1]]
+        rows = [[field, *(dict(c)[field] for _, c in columns)] for field in fields]
+        out.write(render_table(["", *(label for label, _ in columns)], rows) + "\n")
+    for note in notes:
+        out.write(f"\nnote: {note}")
+    if notes:
+        out.write("\n")
+    return 1 if failed or not columns else 0
+
+
+class _CliHandler:
+    """Serves the tools and streams text deltas to ``out`` as they arrive."""
+
+    def __init__(self, toolset: Toolset, out: TextIO) -> None:
+        self.toolset = toolset
+        self.out = out
+        self.streamed = False
+
+    async def handle_tool_call(self, name: str, input: dict[str, Any], info: SessionInfo) -> Any:
+        return await self.toolset.handle_tool_call(name, input, info)
+
+    def handle_event(self, event: dict[str, Any], info: SessionInfo) -> None:
+        if event.get("type") == "managedloop.text_delta":
+            self.out.write(str(event.get("text", "")))
+            self.out.flush()
+            self.streamed = True
+
+
+def load_tools(refs: Sequence[str]) -> list[Any]:
+    """``module:attr`` references to tools (a tool, a function, or a list/Toolset of them)."""
+    tools: list[Any] = []
+    for ref in refs:
+        module_name, _, attr = ref.partition(":")
+        if not module_name or not attr:
+            raise UsageError(f"--tools takes module:attr, got {ref!r}")
+        try:
+            value: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                value = getattr(value, part)
+        except (ImportError, AttributeError) as exc:
+            raise UsageError(f"--tools {ref}: {exc}") from None
+        if isinstance(value, Tool) or (callable(value) and not isinstance(value, Toolset)):
+            tools.append(value)
+        elif isinstance(value, Toolset | list | tuple):
+            tools.extend(value)
+        else:
+            raise UsageError(f"--tools {ref} is not a tool, a function or a list of them")
+    return tools
+
+
+def cmd_run(args: argparse.Namespace, module: ModuleType, out: TextIO) -> int:
+    from managedloop.session import run_sync
+
+    tools = load_tools(args.tools or [])
+    agent = AgentSpec(
+        name=args.name,
+        system_prompt=args.system,
+        tools=tools,
+        model=getattr(args, "model", None),
+    )
+    provider = module.provider_for_run(args)
+    handler = _CliHandler(agent.toolset(), out)
+    result = run_sync(
+        provider,
+        agent=agent,
+        prompt=args.prompt,
+        handler=handler,
+        max_turns=args.max_turns,
+        timeout=args.timeout,
+    )
+    if handler.streamed:
+        out.write("\n\n")
+    out.write(
+        render_table(
+            ["", str(getattr(module, "LABEL", args.provider))],
+            [list(r) for r in summary_rows(result)],
+        )
+        + "\n"
+    )
+    return 0
+
+
+def cmd_emulate(args: argparse.Namespace, module: ModuleType) -> int:
+    with contextlib.suppress(KeyboardInterrupt):
+        module.emulate(args.host, args.port)
+    return 0
+
+
+# -- parsing ---------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        raise UsageError(message)
+
+
+def build_parser(run_module: ModuleType | None = None) -> argparse.ArgumentParser:
+    parser = _Parser(prog="managedloop", description="One agent session loop, any loop host.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    demo = sub.add_parser("demo", help="run a two-tool agent on every host's emulator")
+    demo.add_argument("--prompt", default=DEMO_PROMPT)
+    demo.add_argument("--hosts", help=f"comma-separated subset of {','.join(HOSTS)}")
+
+    run = sub.add_parser("run", help="drive a real endpoint and stream the text")
+    run.add_argument("--provider", choices=HOSTS, default="local")
+    run.add_argument("--prompt", required=True)
+    run.add_argument("--tools", action="append", metavar="MODULE:ATTR", help="repeatable")
+    run.add_argument("--system", help="the system prompt")
+    run.add_argument("--name", default="managedloop-cli", help="agent name (managed hosts)")
+    run.add_argument("--max-turns", type=int, default=20)
+    run.add_argument("--timeout", type=float, default=600.0, help="seconds")
+    if run_module is not None:
+        run_module.add_run_arguments(run)
+
+    emulate = sub.add_parser("emulate", help="serve a host's emulator until Ctrl-C")
+    emulate.add_argument("host", choices=HOSTS)
+    emulate.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    return parser
+
+
+def _run_module(argv: Sequence[str]) -> ModuleType | None:
+    """For ``run``, the chosen host's module (its flags join the parser)."""
+    if not argv or argv[0] != "run":
+        return None
+    pre = _Parser(add_help=False)
+    pre.add_argument("--provider", choices=HOSTS, default="local")
+    known, _ = pre.parse_known_args(list(argv[1:]))
+    module = host_module(known.provider)
+    if isinstance(module, str):
+        raise UsageError(f"provider {known.provider}: {module}")
+    return module
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
+    """Entry point; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    stdout = out if out is not None else sys.stdout
+    try:
+        run_module = _run_module(argv)
+        parser = build_parser(run_module)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help
+            return int(exc.code or 0)
+        if args.command == "demo":
+            return cmd_demo(args, stdout)
+        if args.command == "run":
+            assert run_module is not None
+            return cmd_run(args, run_module, stdout)
+        module = host_module(args.host)
+        if isinstance(module, str):
+            raise UsageError(f"emulate {args.host}: {module}")
+        return cmd_emulate(args, module)
+    except UsageError as exc:
+        print(f"managedloop: error: {exc}", file=sys.stderr)
+        return 2
+    except _USAGE_ERRORS as exc:
+        print(f"managedloop: error: {exc.code}: {exc.message}", file=sys.stderr)
+        return 2
+    except ManagedLoopError as exc:
+        print(f"managedloop: failed: {exc.code}: {exc.message}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
