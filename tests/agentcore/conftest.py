@@ -30,7 +30,9 @@ _AMBIENT = (
 
 
 @pytest.fixture(autouse=True)
-def _isolated_aws(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+def _isolated_aws(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     for name in _AMBIENT:
         monkeypatch.delenv(name, raising=False)
     empty = tmp_path_factory.getbasetemp() / "aws-empty"

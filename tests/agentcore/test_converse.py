@@ -44,7 +44,11 @@ def test_golden_end_turn() -> None:
         meta(1, 2),
     ]
     tr = cv.normalize(events)
-    assert (tr.terminal, tr.stop_reason, tr.text) == (Terminal.END_TURN, "end_turn", "Hello, world!")
+    assert (tr.terminal, tr.stop_reason, tr.text) == (
+        Terminal.END_TURN,
+        "end_turn",
+        "Hello, world!",
+    )
     assert tr.events == events and tr.custom_tool_uses == []
 
 
@@ -86,7 +90,9 @@ def test_terminal_mapping(raw: str | None, terminal: Terminal) -> None:
 
 def test_usage_from_metadata_last_wins() -> None:
     tr = cv.normalize([stop("end_turn"), meta(1, 1), meta(12, 7)])
-    assert tr.usage == Usage(input_tokens=12, output_tokens=7, raw=[meta(12, 7)["metadata"]["usage"]])
+    assert tr.usage == Usage(
+        input_tokens=12, output_tokens=7, raw=[meta(12, 7)["metadata"]["usage"]]
+    )
     assert cv.normalize([stop("end_turn")]).usage is None
 
 
@@ -114,7 +120,9 @@ def test_b_reused_index_with_distinct_ids_recovers_both_in_first_seen_order() ->
 
 
 def test_c_same_id_at_two_indices_is_deduped_to_one() -> None:
-    uses = cv.parse([start(0, "A", "a"), frag(0, '{"x"'), start(1, "A", "a"), frag(1, ":1}")]).tool_uses
+    uses = cv.parse(
+        [start(0, "A", "a"), frag(0, '{"x"'), start(1, "A", "a"), frag(1, ":1}")]
+    ).tool_uses
     assert uses == [ToolUse(id="A", name="a", input={"x": 1})]
 
 
@@ -128,7 +136,9 @@ def test_delta_without_an_open_block_is_ignored() -> None:
     assert cv.parse([frag(3, '{"x":1}')]).tool_uses == []
 
 
-@pytest.mark.parametrize(("raw", "expected"), [("", {}), ("{not json", {}), ("[1]", {}), ('{"a":1}', {"a": 1})])
+@pytest.mark.parametrize(
+    ("raw", "expected"), [("", {}), ("{not json", {}), ("[1]", {}), ('{"a":1}', {"a": 1})]
+)
 def test_accumulated_input_decoding(raw: str, expected: dict[str, Any]) -> None:
     events = [start(0, "A", "a")] + ([frag(0, raw)] if raw else [])
     assert cv.parse(events).tool_uses[0].input == expected
@@ -138,8 +148,18 @@ def test_server_and_unknown_blocks_never_become_custom_tool_uses() -> None:
     events = [
         start(0, "S", "shell", kind="server_tool_use"),
         frag(0, '{"cmd": "ls"}'),
-        {"contentBlockStart": {"contentBlockIndex": 1, "start": {"toolResult": {"toolUseId": "S"}}}},
-        {"contentBlockStart": {"contentBlockIndex": 2, "start": {"SDK_UNKNOWN_MEMBER": {"name": "x"}}}},
+        {
+            "contentBlockStart": {
+                "contentBlockIndex": 1,
+                "start": {"toolResult": {"toolUseId": "S"}},
+            }
+        },
+        {
+            "contentBlockStart": {
+                "contentBlockIndex": 2,
+                "start": {"SDK_UNKNOWN_MEMBER": {"name": "x"}},
+            }
+        },
         stop("end_turn"),
     ]
     tr = cv.normalize(events)
@@ -179,7 +199,14 @@ def test_resume_messages_assistant_tool_use_then_user_tool_result() -> None:
     assert assistant == {
         "role": "assistant",
         "content": [
-            {"toolUse": {"toolUseId": "t1", "name": "lookup", "input": {"q": 1}, "type": "tool_use"}},
+            {
+                "toolUse": {
+                    "toolUseId": "t1",
+                    "name": "lookup",
+                    "input": {"q": 1},
+                    "type": "tool_use",
+                }
+            },
             {"toolUse": {"toolUseId": "t2", "name": "fail", "input": {}, "type": "tool_use"}},
         ],
     }
@@ -204,8 +231,18 @@ def test_resume_messages_never_repeat_an_id_and_answer_every_use() -> None:
 def test_resume_echoes_the_last_assistant_text_and_reasoning() -> None:
     events = [
         {"messageStart": {"role": "assistant"}},
-        {"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": "think"}}}},
-        {"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"reasoningContent": {"signature": "sig"}}}},
+        {
+            "contentBlockDelta": {
+                "contentBlockIndex": 0,
+                "delta": {"reasoningContent": {"text": "think"}},
+            }
+        },
+        {
+            "contentBlockDelta": {
+                "contentBlockIndex": 0,
+                "delta": {"reasoningContent": {"signature": "sig"}},
+            }
+        },
         text("Let me check.", 1),
         start(2, "t1", "a"),
         stop("tool_use"),
@@ -239,7 +276,11 @@ def test_inline_function_shape() -> None:
 def test_merge_tools_keeps_harness_tools_and_client_wins_on_name() -> None:
     harness = [
         {"type": "agentcore_browser", "name": "browser"},
-        {"type": "inline_function", "name": "get_weather", "config": {"inlineFunction": {"description": "old", "inputSchema": {}}}},
+        {
+            "type": "inline_function",
+            "name": "get_weather",
+            "config": {"inlineFunction": {"description": "old", "inputSchema": {}}},
+        },
     ]
     merged = cv.merge_tools(harness, [ToolDefinition(name="get_weather", description="new")])
     assert [t["name"] for t in merged] == ["browser", "get_weather"]

@@ -38,17 +38,22 @@ def _decode(chunks: list[bytes], operation: str = "InvokeHarness") -> list[dict[
 
 CANONICAL = [
     es.event_frame("messageStart", {"role": "assistant"}),
-    es.event_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "Let me check. "}}),
+    es.event_frame(
+        "contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "Let me check. "}}
+    ),
     es.event_frame("contentBlockStop", {"contentBlockIndex": 0}),
     es.event_frame(
         "contentBlockStart",
         {
             "contentBlockIndex": 1,
-            "start": {"toolUse": {"toolUseId": "tooluse_1", "name": "get_weather", "type": "tool_use"}},
+            "start": {
+                "toolUse": {"toolUseId": "tooluse_1", "name": "get_weather", "type": "tool_use"}
+            },
         },
     ),
     es.event_frame(
-        "contentBlockDelta", {"contentBlockIndex": 1, "delta": {"toolUse": {"input": '{"city": "Sea'}}}
+        "contentBlockDelta",
+        {"contentBlockIndex": 1, "delta": {"toolUse": {"input": '{"city": "Sea'}}},
     ),
     es.event_frame(
         "contentBlockDelta", {"contentBlockIndex": 1, "delta": {"toolUse": {"input": 'ttle"}'}}}
@@ -57,7 +62,10 @@ CANONICAL = [
     es.event_frame("messageStop", {"stopReason": "tool_use"}),
     es.event_frame(
         "metadata",
-        {"usage": {"inputTokens": 3, "outputTokens": 4, "totalTokens": 7}, "metrics": {"latencyMs": 9}},
+        {
+            "usage": {"inputTokens": 3, "outputTokens": 4, "totalTokens": 7},
+            "metrics": {"latencyMs": 9},
+        },
     ),
 ]
 
@@ -98,7 +106,9 @@ def test_raw_buffer_sees_every_header() -> None:
     assert message.payload == b'{"stopReason":"end_turn"}'
 
 
-@pytest.mark.parametrize("kind", ["validationException", "internalServerException", "runtimeClientError"])
+@pytest.mark.parametrize(
+    "kind", ["validationException", "internalServerException", "runtimeClientError"]
+)
 def test_exception_frames_raise_event_stream_error_with_the_member_name(kind: str) -> None:
     with pytest.raises(EventStreamError) as info:
         _decode([CANONICAL[0], es.exception_frame(kind, "duplicate Ids")])

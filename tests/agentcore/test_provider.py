@@ -196,7 +196,9 @@ async def test_a_named_endpoint_rides_as_qualifier(emu: AgentCoreEmulator) -> No
         with pytest.raises(ml.APIStatusError) as info:  # no such endpoint yet: 404
             await ml.run(provider, agent=ml.AgentSpec(), prompt="x")
         assert info.value.status == 404
-        await provider.control_call("create_harness_endpoint", harnessId=emu.harness_id, endpointName="live")
+        await provider.control_call(
+            "create_harness_endpoint", harnessId=emu.harness_id, endpointName="live"
+        )
         await anyio.sleep(0.1)
         result = await ml.run(provider, agent=ml.AgentSpec(), prompt="x")
     assert result.text == "ok"
@@ -255,12 +257,18 @@ async def test_max_turns_stops_a_tool_loop(emu: AgentCoreEmulator) -> None:
     emu.agent.script = [call("get_weather", {"city": str(i)}) for i in range(5)]
     with make_provider(emu) as provider:
         result = await ml.run(provider, agent=agent, prompt="x", max_turns=3)
-    assert (result.terminal, result.reason, result.turns) == (ml.Terminal.TERMINATED, "max_turns", 3)
+    assert (result.terminal, result.reason, result.turns) == (
+        ml.Terminal.TERMINATED,
+        "max_turns",
+        3,
+    )
 
 
 async def test_two_tools_in_one_turn_with_a_reused_block_index(emu: AgentCoreEmulator) -> None:
     emu.agent.script = [
-        Reply(tool_calls=[ToolCall(name="get_weather", input={"city": c}) for c in ("A", "B", "C")]),
+        Reply(
+            tool_calls=[ToolCall(name="get_weather", input={"city": c}) for c in ("A", "B", "C")]
+        ),
         say("done"),
     ]
     emu.faults.reuse_block_index = True
@@ -306,7 +314,10 @@ def test_session_ids_are_validated_at_entry(bad: Any) -> None:
     assert info.value.code == "invalid_session_id"
     if bad is not None:
         with pytest.raises(ml.InvalidOptionsError):
-            BedrockAgentCore(harness_arn="arn:aws:bedrock-agentcore:us-east-1:1:harness/h-1", runtime_session_id=bad)
+            BedrockAgentCore(
+                harness_arn="arn:aws:bedrock-agentcore:us-east-1:1:harness/h-1",
+                runtime_session_id=bad,
+            )
 
 
 async def test_resume_with_an_invalid_session_id_fails_before_any_request(
@@ -357,12 +368,19 @@ def test_secrets_never_show(caplog: pytest.LogCaptureFixture) -> None:
         aws_session_token="token-secret-value",
     )
     with provider:
-        text = repr(provider) + repr(provider.clients) + str(vars(provider)) + str(vars(provider.clients))
+        text = (
+            repr(provider)
+            + repr(provider.clients)
+            + str(vars(provider))
+            + str(vars(provider.clients))
+        )
     assert secret not in text and "token-secret-value" not in text
 
 
 def test_credentials_resolve_from_configure_then_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    ml.configure(aws_access_key_id="AKIDCONF", aws_secret_access_key="conf-secret", aws_region="eu-west-1")
+    ml.configure(
+        aws_access_key_id="AKIDCONF", aws_secret_access_key="conf-secret", aws_region="eu-west-1"
+    )
     with BedrockAgentCore() as provider:
         assert provider.clients._credential_kwargs()["aws_access_key_id"] == "AKIDCONF"
         assert provider.clients.region_name == "eu-west-1"
@@ -379,7 +397,9 @@ def test_credentials_resolve_from_configure_then_env(monkeypatch: pytest.MonkeyP
 
 
 async def test_no_credentials_anywhere_is_a_named_error(emu: AgentCoreEmulator) -> None:
-    with BedrockAgentCore(harness_arn=emu.harness_arn, endpoint_url=emu.endpoint_url, region_name="us-east-1") as provider:
+    with BedrockAgentCore(
+        harness_arn=emu.harness_arn, endpoint_url=emu.endpoint_url, region_name="us-east-1"
+    ) as provider:
         with pytest.raises(ml.AuthenticationError) as info:
             await ml.run(provider, agent=ml.AgentSpec(), prompt="x")
     assert "credentials" in info.value.message

@@ -109,6 +109,8 @@ class AgentCoreFaults:
     stall_at: int | None = None
     """Sleep ``stall_seconds`` before frame N."""
     stall_seconds: float = 0.0
+    chunk_delay: float = 0.0
+    """Sleep this long before every frame (a slow but live stream)."""
     status: int | None = None
     """Answer the invoke with this HTTP error before any frame (429: ThrottlingException)."""
     reuse_block_index: bool = False
@@ -871,6 +873,8 @@ class AgentCoreEmulator:
             await resp.prepare(request)
             for i, data in enumerate(frames):
                 if f is not None:
+                    if f.chunk_delay:
+                        await asyncio.sleep(f.chunk_delay)
                     if f.stall_at == i and f.stall_seconds:
                         await asyncio.sleep(f.stall_seconds)
                     if f.truncate_after == i:

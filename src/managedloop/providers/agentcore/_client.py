@@ -387,6 +387,7 @@ def abort_stream(stream: Any) -> None:
 
 
 def _worker(call: Callable[[], Any], pipe: _Pipe, state: _Call) -> None:
+    stream: Any = None
     try:
         response = call()
         stream = response["stream"]
@@ -395,13 +396,16 @@ def _worker(call: Callable[[], Any], pipe: _Pipe, state: _Call) -> None:
             state.stream = stream
             cancelled = state.cancelled
         if cancelled:
-            abort_stream(stream)
             return
         for event in stream:
             pipe.put(event)
+        stream = None  # read to the end: urllib3 has released the connection to its pool
         pipe.put(_END)
     except BaseException as exc:  # handed to the reader, which maps and raises it
         pipe.put(exc)
+    finally:
+        if stream is not None:  # ended early (exception frame, bad CRC, abort): drop the socket
+            abort_stream(stream)
 
 
 async def stream_call(

@@ -1,0 +1,282 @@
+"""The fault matrix: every injected failure ends in the documented result or named error.
+
+Invariants checked on every run: each tool use the model made was answered exactly once,
+no resume carries a duplicate tool id, and ``SessionResult.events`` holds each event of
+the successful attempts exactly once (live delivery may repeat across retries).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+import managedloop as ml
+from managedloop.testing import AgentCoreEmulator, AgentCoreFaults, Fail, call, say
+
+from .conftest import make_provider
+
+pytestmark = pytest.mark.anyio
+
+
+@ml.tool
+def lookup(city: str) -> str:
+    """Look a city up."""
+    return f"found {city}"
+
+
+AGENT = ml.AgentSpec(name="lookup", tools=[lookup])
+SCRIPT = [call("lookup", {"city": "Paris"}, text="Let me look that up."), say("Paris it is.")]
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.live: list[Any] = []
+
+    async def handle_tool_call(self, name: str, input: dict[str, Any], info: ml.SessionInfo) -> str:
+        return lookup(**input)
+
+    def handle_event(self, event: Any, info: ml.SessionInfo) -> None:
+        if "type" not in event:
+            self.live.append(event)
+
+
+def check_resumes(emu: AgentCoreEmulator, result: ml.SessionResult) -> None:
+    answered: list[str] = []
+    for req in emu.operations("InvokeHarness"):
+        messages = req.body["messages"]
+        if messages[0]["role"] != "assistant":
+            continue
+        ids = [b["toolUse"]["toolUseId"] for b in messages[0]["content"] if "toolUse" in b]
+        rids = [b["toolResult"]["toolUseId"] for b in messages[1]["content"]]
+        assert len(ids) == len(set(ids)), "duplicate tool id in a resume"
+        assert ids == rids
+        answered += ids
+    made = [u.id for u in result.custom_tool_uses]
+    assert set(made) <= set(answered), "a tool use was never answered"
+    assert len(made) == len(set(made))
+
+
+async def baseline() -> list[int]:
+    """Frames per invoke of the clean two-turn script."""
+    async with AgentCoreEmulator(SCRIPT) as emu:
+        with make_provider(emu) as provider:
+            result = await ml.run(provider, agent=AGENT, prompt="go")
+    stops = [i for i, e in enumerate(result.events) if "metadata" in e]
+    return [stops[0] + 1, stops[1] - stops[0]]
+
+
+FRAMES = anyio.run(baseline)  # [frames of the tool turn, frames of the answer turn]
+
+
+@pytest.mark.parametrize("invoke", [0, 1], ids=["tool-turn", "resume-turn"])
+@pytest.mark.parametrize("mid_frame", [False, True], ids=["frame-boundary", "mid-frame"])
+async def test_truncation_at_every_frame_index_recovers(invoke: int, mid_frame: bool) -> None:
+    for index in range(FRAMES[invoke]):
+        faults = AgentCoreFaults(truncate_after=index, cut_mid_frame=mid_frame, skip=invoke)
+        async with AgentCoreEmulator(SCRIPT, faults=faults) as emu:
+            rec = Recorder()
+            with make_provider(emu) as provider:
+                result = await ml.run(provider, agent=AGENT, prompt="go", handler=rec)
+            assert result.terminal is ml.Terminal.END_TURN, index
+            assert result.text == "Paris it is."
+            check_resumes(emu, result)
+            kinds = [next(iter(e)) for e in result.events]
+            # messageStop seen before the cut: the turn is complete without a retry
+            got_stop = index > FRAMES[invoke] - 2 or (mid_frame and index > FRAMES[invoke] - 1)
+            invokes = len(emu.operations("InvokeHarness"))
+            assert invokes == (2 if got_stop else 3), (index, invokes)
+            assert kinds.count("messageStop") == 2
+            assert kinds.count("messageStart") == 2  # the aborted attempt was discarded
+            assert len(rec.live) >= len(result.events)  # live is at-least-once
+
+
+async def test_truncation_on_every_attempt_is_early_termination() -> None:
+    faults = AgentCoreFaults(truncate_after=3, times=None)
+    async with AgentCoreEmulator(SCRIPT, faults=faults) as emu:
+        with make_provider(emu) as provider:
+            with pytest.raises(ml.TransportError) as info:
+                await ml.run(provider, agent=AGENT, prompt="go")
+    err = info.value
+    assert err.code == "early_termination" and err.context["attempts"] == 3
+    assert len(emu.operations("InvokeHarness")) == 3
+    assert err.partial_result is not None
+    assert [next(iter(e)) for e in err.partial_result.events][:1] == ["messageStart"]
+
+
+async def test_invoke_retries_zero_means_one_attempt() -> None:
+    faults = AgentCoreFaults(truncate_after=1, times=None)
+    async with AgentCoreEmulator(SCRIPT, faults=faults) as emu:
+        with make_provider(emu, invoke_retries=0) as provider:
+            with pytest.raises(ml.TransportError, match="truncated"):
+                await ml.run(provider, agent=AGENT, prompt="go")
+    assert len(emu.operations("InvokeHarness")) == 1
+
+
+@pytest.mark.parametrize("index", range(5))
+async def test_a_corrupted_frame_is_retried(index: int) -> None:
+    async with AgentCoreEmulator(SCRIPT, faults=AgentCoreFaults(corrupt_frame=index)) as emu:
+        with make_provider(emu) as provider:
+            result = await ml.run(provider, agent=AGENT, prompt="go")
+    assert result.text == "Paris it is."
+    check_resumes(emu, result)
+    assert len(emu.operations("InvokeHarness")) == 3
+
+
+async def test_corruption_on_every_attempt_is_bad_frame() -> None:
+    faults = AgentCoreFaults(corrupt_frame=2, times=None)
+    async with AgentCoreEmulator(SCRIPT, faults=faults) as emu:
+        with make_provider(emu) as provider:
+            with pytest.raises(ml.MalformedResponseError) as info:
+                await ml.run(provider, agent=AGENT, prompt="go")
+    assert info.value.code == "bad_frame"
+    assert len(emu.operations("InvokeHarness")) == 3
+
+
+@pytest.mark.parametrize(
+    "kind", ["runtimeClientError", "validationException", "internalServerException"]
+)
+async def test_an_exception_frame_is_a_named_error_never_retried(kind: str) -> None:
+    faults = AgentCoreFaults(exception_at=4, exception_type=kind, exception_message="duplicate Ids")
+    async with AgentCoreEmulator(SCRIPT, faults=faults) as emu:
+        with make_provider(emu) as provider:
+            with pytest.raises(ml.HostStreamError) as info:
+                await ml.run(provider, agent=AGENT, prompt="go")
+    err = info.value
+    assert err.code == "harness_stream_error"
+    assert (err.context["type"], err.context["message"]) == (kind, "duplicate Ids")
+    assert len(emu.operations("InvokeHarness")) == 1
+    assert err.partial_result is not None and len(err.partial_result.events) == 4
+
+
+async def test_a_scripted_failure_is_an_exception_frame() -> None:
+    async with AgentCoreEmulator([Fail(message="boom", kind="runtimeClientError")]) as emu:
+        with make_provider(emu) as provider:
+            with pytest.raises(ml.HostStreamError) as info:
+                await ml.run(provider, agent=AGENT, prompt="go")
+    assert info.value.context["type"] == "runtimeClientError"
+
+
+async def test_a_stall_longer_than_idle_timeout_is_retried() -> None:
+    faults = AgentCoreFaults(stall_at=3, stall_seconds=1.0)
+    async with AgentCoreEmulator(SCRIPT, faults=faults) as emu:
+        rec = Recorder()
+        with make_provider(emu, idle_timeout=0.3) as provider:
+            started = time.monotonic()
+            result = await ml.run(provider, agent=AGENT, prompt="go", handler=rec)
+            elapsed = time.monotonic() - started
+    assert result.text == "Paris it is."
+    check_resumes(emu, result)
+    assert elapsed < 1.0  # the stall was abandoned at idle_timeout, not waited out
+    assert len(rec.live) == len(result.events) + 3  # the aborted attempt's 3 events, live only
+
+
+async def test_a_stall_on_every_attempt_is_stream_idle_timeout() -> None:
+    faults = AgentCoreFaults(stall_at=1, stall_seconds=2.0, times=None)
+    async with AgentCoreEmulator(SCRIPT, faults=faults) as emu:
+        with make_provider(emu, idle_timeout=0.2, invoke_retries=1) as provider:
+            started = time.monotonic()
+            with pytest.raises(ml.TransportError) as info:
+                await ml.run(provider, agent=AGENT, prompt="go")
+            elapsed = time.monotonic() - started
+    assert info.value.code == "stream_idle_timeout"
+    assert info.value.context["attempts"] == 2
+    assert elapsed < 1.5
+
+
+async def test_a_slow_but_live_turn_outlasts_idle_timeout() -> None:
+    faults = AgentCoreFaults(chunk_delay=0.06, times=None)
+    async with AgentCoreEmulator(SCRIPT, faults=faults) as emu:
+        with make_provider(emu, idle_timeout=0.25) as provider:
+            started = time.monotonic()
+            result = await ml.run(provider, agent=AGENT, prompt="go")
+            elapsed = time.monotonic() - started
+    assert result.text == "Paris it is."
+    assert elapsed > 0.5  # far longer than idle_timeout in total
+    assert len(emu.operations("InvokeHarness")) == 2  # never retried
+
+
+async def test_a_dropped_connection_is_retried_with_restart() -> None:
+    async with AgentCoreEmulator(SCRIPT, faults=AgentCoreFaults(drop_after=5)) as emu:
+        rec = Recorder()
+        with make_provider(emu) as provider:
+            result = await ml.run(provider, agent=AGENT, prompt="go", handler=rec)
+    assert result.text == "Paris it is."
+    check_resumes(emu, result)
+    assert len(result.events) == sum(FRAMES)
+    assert len(rec.live) == sum(FRAMES) + 5
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+async def test_throttling_and_5xx_before_the_stream_are_retried(status: int) -> None:
+    async with AgentCoreEmulator(SCRIPT, faults=AgentCoreFaults(status=status, times=2)) as emu:
+        with make_provider(emu) as provider:
+            result = await ml.run(provider, agent=AGENT, prompt="go")
+    assert result.text == "Paris it is."
+    assert len(emu.operations("InvokeHarness")) == 4  # 2 refused + 2 turns: one HTTP try each
+
+
+async def test_throttling_that_persists_surfaces_the_status() -> None:
+    async with AgentCoreEmulator(SCRIPT, faults=AgentCoreFaults(status=429, times=None)) as emu:
+        with make_provider(emu) as provider:
+            with pytest.raises(ml.APIStatusError) as info:
+                await ml.run(provider, agent=AGENT, prompt="go")
+    assert info.value.status == 429
+    assert info.value.context["error_code"] == "ThrottlingException"
+    assert len(emu.operations("InvokeHarness")) == 3  # botocore added no attempts of its own
+
+
+@pytest.mark.parametrize("status", [400, 424, 409])
+async def test_client_errors_are_not_retried(status: int) -> None:
+    async with AgentCoreEmulator(SCRIPT, faults=AgentCoreFaults(status=status, times=None)) as emu:
+        with make_provider(emu) as provider:
+            with pytest.raises(ml.APIStatusError) as info:
+                await ml.run(provider, agent=AGENT, prompt="go")
+    assert info.value.status == status
+    assert len(emu.operations("InvokeHarness")) == 1
+
+
+async def test_a_run_timeout_closes_the_in_flight_stream() -> None:
+    faults = AgentCoreFaults(stall_at=2, stall_seconds=0.6, times=None)
+    async with AgentCoreEmulator(SCRIPT, faults=faults) as emu:
+        with make_provider(emu) as provider:
+            started = time.monotonic()
+            with pytest.raises(ml.SessionTimeoutError) as info:
+                await ml.run(provider, agent=AGENT, prompt="go", timeout=0.3)
+            assert time.monotonic() - started < 0.6
+            assert info.value.partial_result is not None
+            assert len(info.value.partial_result.events) == 2
+            deadline = time.monotonic() + 5
+            while emu.disconnects == 0 and time.monotonic() < deadline:
+                await anyio.sleep(0.05)
+    assert emu.disconnects == 1  # the server saw its client go away
+
+
+async def test_closing_a_live_session_mid_turn_closes_the_stream() -> None:
+    faults = AgentCoreFaults(stall_at=2, stall_seconds=0.5, times=None)
+    async with AgentCoreEmulator(SCRIPT, faults=faults) as emu:
+        with make_provider(emu) as provider:
+            async with ml.start(provider, agent=AGENT, prompt="go"):
+                await anyio.sleep(0.2)
+            deadline = time.monotonic() + 5
+            while emu.disconnects == 0 and time.monotonic() < deadline:
+                await anyio.sleep(0.05)
+    assert emu.disconnects == 1
+
+
+async def test_a_refused_connection_is_a_transport_error_after_retries() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    emu = AgentCoreEmulator()
+    kwargs = {**emu.client_kwargs, "endpoint_url": f"http://127.0.0.1:{port}"}
+    from managedloop.providers import BedrockAgentCore
+
+    with BedrockAgentCore(harness_arn=emu.harness_arn, retry_backoff=0, **kwargs) as provider:
+        with pytest.raises(ml.TransportError) as info:
+            await ml.run(provider, agent=ml.AgentSpec(), prompt="go")
+    assert info.value.code == "transport_error" and info.value.context["attempts"] == 3
