@@ -38,6 +38,7 @@ __all__ = ["ClaudeEmulator", "RecordedRequest"]
 MANAGED_AGENTS_BETA = "managed-agents-2026-04-01"
 _SECRET_HEADERS = frozenset({"authorization", "x-api-key"})
 _JSON = web.RequestKey("managedloop_json", Any)
+_APPLIED = web.RequestKey("managedloop_applied", bool)
 _START_TIMEOUT = 10.0  # seconds; a loopback server that cannot bind in 10 s is broken
 
 
@@ -52,6 +53,8 @@ class RecordedRequest:
     json: Any = None
     filename: str | None = None
     status: int = 0
+    applied: bool = False
+    """For event sends: whether the server applied the events (even if it then failed)."""
 
 
 @dataclass
@@ -226,13 +229,17 @@ class ClaudeEmulator:
         """A session's event history as emitted."""
         return list(self.session(session_id).events)
 
-    def sent_events(self, session_id: str | None = None) -> list[dict[str, Any]]:
-        """Every user event POSTed to the session, in order (all attempts, as sent)."""
+    def sent_events(
+        self, session_id: str | None = None, *, applied_only: bool = True
+    ) -> list[dict[str, Any]]:
+        """User events POSTed to the session, in order, as sent. By default only sends the
+        server applied (a 429 or an injected 5xx before handling delivered nothing)."""
         sid = self.session(session_id).id
         out: list[dict[str, Any]] = []
         for r in self.requests:
             if r.method == "POST" and r.path == f"/v1/sessions/{sid}/events" and r.json:
-                out.extend(r.json.get("events", []))
+                if r.applied or not applied_only:
+                    out.extend(r.json.get("events", []))
         return out
 
     def write_output(self, session_id: str, name: str, data: bytes | str) -> dict[str, Any]:
@@ -325,7 +332,9 @@ class ClaudeEmulator:
         index = len(self.requests)
         self.requests.append(RecordedRequest(**record))
         response = await self._dispatch(request, handler)
-        self.requests[index] = dataclasses.replace(self.requests[index], status=response.status)
+        self.requests[index] = dataclasses.replace(
+            self.requests[index], status=response.status, applied=bool(request.get(_APPLIED))
+        )
         return response
 
     async def _dispatch(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -551,6 +560,7 @@ class ClaudeEmulator:
                 if tid not in session.open_calls:
                     return _error(400, f"custom_tool_use_id {tid!r} is not awaiting a result")
         echoes = session.accept([dict(e) for e in events])
+        request[_APPLIED] = True
         if self.faults.accept_then_fail > 0:
             self.faults.accept_then_fail -= 1
             return _error(500, "internal error after accepting the events (emulated)", "api_error")

@@ -1,0 +1,274 @@
+"""Reconnect without loss or duplicates; idempotent sends; the fault matrix."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import anthropic
+import pytest
+
+import managedloop as ml
+from managedloop.testing import ClaudeEmulator, ClaudeFaults, call, calls, say
+
+from .conftest import get_time, get_weather, make_provider, wire_messages, wire_results
+
+pytestmark = pytest.mark.anyio
+
+SPEC = ml.AgentSpec(name="matrix", tools=[get_weather, get_time])
+SCRIPT = [
+    calls(("get_weather", {"city": "A"}), ("get_time", {"city": "B"}), ("get_weather", {"city": "C"})),
+    say("all done"),
+]
+
+
+async def _run_once(emu: ClaudeEmulator, faults: ClaudeFaults, **run: Any) -> tuple[Any, Any]:
+    emu.faults = faults
+    emu.agent.script = list(SCRIPT)
+    emu.agent.requests.clear()
+    emu.agent._ids = iter(range(1, 10**6))  # type: ignore[assignment]
+    async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as client:
+        handle = await ml.provision(make_provider(client), SPEC)
+        provider = make_provider(client, agent=handle, environment=handle)
+        result = await ml.run(provider, agent=SPEC, prompt="Go", timeout=20, **run)
+    session = emu.state.sessions[result.session_id]
+    return result, session
+
+
+def _check(emu: ClaudeEmulator, result: Any, session: Any) -> None:
+    assert result.terminal is ml.Terminal.END_TURN, result
+    assert result.text == "all done"
+    sid = session.id
+    answered = Counter(wire_results(emu, sid))
+    uses = [e["id"] for e in session.events if e["type"] == "agent.custom_tool_use"]
+    assert len(uses) == 3
+    assert answered == Counter(uses), "every tool use answered exactly once on the wire"
+    assert wire_messages(emu, sid) == ["Go"], "the kickoff prompt is sent once"
+    history_ids = [e["id"] for e in session.events]
+    result_ids = [e["id"] for e in result.events]
+    assert sorted(result_ids) == sorted(history_ids), "no event lost, none duplicated"
+    assert len(set(result_ids)) == len(result_ids)
+    assert [u.name for u in result.custom_tool_uses] == ["get_weather", "get_time", "get_weather"]
+
+
+async def test_clean_run_baseline() -> None:
+    with ClaudeEmulator() as emu:
+        result, session = await _run_once(emu, ClaudeFaults())
+        _check(emu, result, session)
+        assert len(session.events) > 12
+
+
+@pytest.mark.parametrize("clean_close", [False, True], ids=["reset", "clean-eof"])
+async def test_fault_matrix_drop_after_every_event(clean_close: bool) -> None:
+    with ClaudeEmulator() as emu:
+        _, baseline = await _run_once(emu, ClaudeFaults())
+        total = len(baseline.events)
+        dropped = 0
+        for n in range(total + 1):
+            faults = ClaudeFaults(drop_stream_after=(n,), clean_close=clean_close)
+            result, session = await _run_once(emu, faults)
+            _check(emu, result, session)
+            dropped += n in faults.used_drops
+            stream_opens = [
+                r
+                for r in emu.requests
+                if r.path == f"/v1/sessions/{session.id}/events/stream"
+            ]
+            assert len(stream_opens) == (2 if n in faults.used_drops else 1)
+        assert dropped == total  # every index up to the last event really dropped a stream
+
+
+async def test_double_drop_and_stale_idle_and_split() -> None:
+    with ClaudeEmulator() as emu:
+        faults = ClaudeFaults(drop_stream_after=(3, 9), stale_idle=True, split_requires_action=True)
+        result, session = await _run_once(emu, faults)
+        _check(emu, result, session)
+        idles = [e for e in session.events if e["type"] == "session.status_idle"]
+        assert len(idles) >= 4  # split + stale idles were really emitted
+
+
+async def test_stale_idle_is_not_answered_twice() -> None:
+    with ClaudeEmulator() as emu:
+        result, session = await _run_once(emu, ClaudeFaults(stale_idle=True))
+        _check(emu, result, session)
+        stale = [
+            e
+            for e in session.events
+            if e["type"] == "session.status_idle"
+            and e["stop_reason"]["type"] == "requires_action"
+            and len(e["stop_reason"]["event_ids"]) == 1
+        ]
+        assert stale, "the emulator emitted a stale idle"
+        assert result.turns == 2
+
+
+async def test_requires_action_referencing_earlier_batch() -> None:
+    """Sliding window: later idles name tool uses whose events came in an earlier batch."""
+    with ClaudeEmulator() as emu:
+        result, session = await _run_once(emu, ClaudeFaults(split_requires_action=True))
+        _check(emu, result, session)
+        assert result.turns == 4  # one requires_action per call, then the answer
+        posts = [
+            r for r in emu.requests if r.method == "POST" and r.path.endswith("/events")
+        ]
+        assert all(r.json["events"] for r in posts)  # never an empty events POST
+
+
+async def test_rate_limited_send_is_retried_after_retry_after() -> None:
+    with ClaudeEmulator() as emu:
+        faults = ClaudeFaults(rate_limit=2, retry_after="0", fault_path="/events", fault_method="POST")
+        result, session = await _run_once(emu, faults)
+        _check(emu, result, session)
+        statuses = [r.status for r in emu.requests if r.method == "POST" and r.path.endswith("/events")]
+        assert statuses.count(429) == 2
+
+
+async def test_ambiguous_send_failures_do_not_duplicate() -> None:
+    """The server applies the events and answers 500: nothing may be sent twice."""
+    with ClaudeEmulator() as emu:
+        result, session = await _run_once(emu, ClaudeFaults(accept_then_fail=2))
+        _check(emu, result, session)
+        statuses = [r.status for r in emu.requests if r.method == "POST" and r.path.endswith("/events")]
+        assert statuses == [500, 500]  # both sends landed; history showed it; no re-POST
+
+
+async def test_send_5xx_before_accept_is_resent_once() -> None:
+    with ClaudeEmulator() as emu:
+        faults = ClaudeFaults(server_errors=1, fault_path="/events", fault_method="POST")
+        result, session = await _run_once(emu, faults)
+        _check(emu, result, session)
+
+
+async def test_event_send_uses_no_sdk_retry() -> None:
+    with ClaudeEmulator() as emu:
+        faults = ClaudeFaults(server_errors=50, fault_path="/events", fault_method="POST")
+        with pytest.raises(ml.APIStatusError) as info:
+            await _run_once(emu, faults)
+        posts = [r for r in emu.requests if r.method == "POST" and r.path.endswith("/events")]
+        assert len(posts) == 5  # our own bounded attempts, each a single HTTP attempt
+        assert info.value.status == 500
+
+
+async def test_stream_5xx_burst_on_reconnect() -> None:
+    with ClaudeEmulator() as emu:
+        faults = ClaudeFaults(drop_stream_after=(4,), fault_path="/events/stream")
+        emu.faults = faults
+        emu.agent.script = list(SCRIPT)
+
+        def first(request: Any) -> Any:
+            faults.server_errors = 4  # armed after the first stream opened: hits the reconnect
+            return SCRIPT[0]
+
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as client:
+            handle = await ml.provision(make_provider(client), SPEC)
+            provider = make_provider(client, agent=handle, environment=handle)
+            emu.agent.script = [first, SCRIPT[1]]
+            result = await ml.run(provider, agent=SPEC, prompt="Go", timeout=20)
+        session = emu.state.sessions[result.session_id]
+        _check(emu, result, session)
+        opens = [r.status for r in emu.requests if r.path.endswith("/events/stream")]
+        assert opens[:5] == [200, 500, 500, 500, 500] and len(opens) == 6  # then it recovered
+
+
+async def test_reconnects_exhausted_raise_stream_dropped() -> None:
+    with ClaudeEmulator() as emu:
+        emu.agent.script = [say("x")]
+        async with anthropic.AsyncAnthropic(
+            base_url=emu.base_url, api_key=emu.api_key, max_retries=0
+        ) as client:
+            handle = await ml.provision(make_provider(client), SPEC)
+            provider = make_provider(client, agent=handle, environment=handle, max_reconnects=2)
+            emu.faults = ClaudeFaults(
+                drop_stream_after=(1,), server_errors=100, fault_path="/events/stream"
+            )
+            emu.faults.server_errors = 0
+            async with ml.start(provider, agent=SPEC) as session:
+                emu.faults.server_errors = 100
+                await session.send("hi")
+                with pytest.raises(ml.TransportError) as info:
+                    await session.result()
+        assert info.value.code == "stream_dropped"
+        assert info.value.partial_result is not None
+
+
+async def test_terminated_session_is_a_result() -> None:
+    with ClaudeEmulator() as emu:
+        emu.faults = ClaudeFaults(terminate_after=5)
+        emu.agent.script = list(SCRIPT)
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as client:
+            handle = await ml.provision(make_provider(client), SPEC)
+            provider = make_provider(client, agent=handle, environment=handle)
+            result = await ml.run(provider, agent=SPEC, prompt="Go", timeout=10)
+        assert result.terminal is ml.Terminal.TERMINATED
+        assert result.events[-1]["type"] == "session.status_terminated"
+
+
+async def test_slow_stream_still_completes() -> None:
+    with ClaudeEmulator() as emu:
+        result, session = await _run_once(emu, ClaudeFaults(event_delay=0.005, heartbeat=0.002))
+        _check(emu, result, session)
+
+
+async def test_resume_mid_requires_action_redrives_without_prompt() -> None:
+    with ClaudeEmulator() as emu:
+        emu.agent.script = [call("get_weather", {"city": "Oslo"}), say("done")]
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as client:
+            handle = await ml.provision(make_provider(client), SPEC)
+            provider = make_provider(client, agent=handle, environment=handle)
+            # Drive the session to requires_action without answering (a crashed client).
+            session_obj = await client.beta.sessions.create(
+                agent=handle.agent_id, environment_id=handle.environment_id
+            )
+            await client.beta.sessions.events.send(
+                session_obj.id,
+                events=[{"type": "user.message", "content": [{"type": "text", "text": "Go"}]}],
+            )
+            for _ in range(200):
+                state = emu.state.sessions[session_obj.id]
+                if state.events[-1]["type"] == "session.status_idle":
+                    break
+                import anyio
+
+                await anyio.sleep(0.01)
+            result = await ml.run(provider, agent=SPEC, prompt="ignored", resume=session_obj.id)
+        assert result.terminal is ml.Terminal.END_TURN and result.text == "done"
+        assert wire_messages(emu, session_obj.id) == ["Go"]  # the prompt was not injected
+        assert len(wire_results(emu, session_obj.id)) == 1
+        assert [u.name for u in result.custom_tool_uses] == ["get_weather"]
+
+
+async def test_resume_pages_full_history() -> None:
+    with ClaudeEmulator() as emu:
+        emu.agent.script = [say(f"m{i}") for i in range(60)]
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as client:
+            handle = await ml.provision(make_provider(client), SPEC)
+            provider = make_provider(client, agent=handle, environment=handle)
+            async with ml.start(provider, agent=SPEC, prompt="p0") as live:
+                await live.result()
+                for i in range(1, 25):
+                    await live.send(f"p{i}")
+                    await live.result()
+                sid = live.session_id
+            before = len(emu.requests)
+            again = await ml.run(provider, agent=SPEC, prompt="last", resume=sid)
+        lists = [
+            r for r in emu.requests[before:] if r.method == "GET" and r.path.endswith("/events")
+        ]
+        assert len(lists) >= 2 and lists[1].query["page"] == ["page_100"]
+        assert again.text == "m25" and again.turns == 1
+        assert again.events[0]["type"] == "user.message"
+
+
+async def test_resumed_flag_is_honest() -> None:
+    with ClaudeEmulator() as emu:
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as client:
+            handle = await ml.provision(make_provider(client), SPEC)
+            provider = make_provider(client, agent=handle, environment=handle)
+            async with ml.start(provider, agent=SPEC, prompt="a") as live:
+                first = await live.result()
+                assert live.resumed is False
+            async with ml.start(provider, agent=SPEC, resume=first) as again:
+                assert again.resumed is True
+                await again.send("b")
+                second = await again.result()
+        assert second.session_id == first.session_id
