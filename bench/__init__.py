@@ -1,0 +1,1 @@
+"""managedloop benchmarks (``python -m bench``); not part of the test suite."""

@@ -1,0 +1,153 @@
+"""One measurement of (c) in a fresh process: N concurrent sessions × 3 requests.
+
+``python -m bench._concurrent CLIENT BASE_URL KEY N`` prints one JSON line:
+``{"client", "sessions", "wall_s", "kib_per_session", "failed"}``. Memory is the growth of
+peak RSS over the baseline taken after imports and a warm-up session, divided by N.
+Clients: ``managedloop`` (Local, default pool), ``aiohttp`` / ``httpx`` (a bare loop with
+the library's default pool), each optionally ``:N`` for a pool of N connections (0:
+unbounded, aiohttp only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import sys
+import time
+from typing import Any
+
+TOOL_TURNS = 2  # two tool calls then an answer: 3 requests per session
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def get_weather(city: str) -> str:
+    return f"Sunny in {city}"
+
+
+async def bare_session(post: Any, model: str) -> None:
+    """A hand-written loop: the same requests Local makes, nothing else."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Weather?"}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Current weather for a city.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                },
+            },
+        }
+    ]
+    while True:
+        body = json.dumps({"model": model, "messages": messages, "tools": tools}).encode()
+        data = json.loads(await post(body))
+        message = data["choices"][0]["message"]
+        messages.append(message)
+        calls = message.get("tool_calls")
+        if not calls:
+            return
+        for c in calls:
+            args = json.loads(c["function"]["arguments"])
+            messages.append(
+                {"role": "tool", "tool_call_id": c["id"], "content": get_weather(**args)}
+            )
+
+
+async def run(client: str, base_url: str, key: str, n: int) -> dict[str, Any]:
+    url = base_url + "/chat/completions"
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    failed = 0
+
+    name, _, size = client.partition(":")
+    if name == "managedloop":
+        import managedloop as ml
+        from managedloop.providers import Local
+
+        tool = ml.tool(inline=True)(get_weather)
+        agent = ml.AgentSpec(tools=[tool])
+        pool = {"max_connections": int(size)} if size else {}
+        async with Local(model="m", base_url=base_url, api_key=key, **pool) as provider:
+
+            async def one() -> None:
+                await ml.run(provider, agent=agent, prompt="Weather?")
+
+            return await _measure(client, n, one)
+
+    if name == "aiohttp":
+        import aiohttp
+
+        limit = int(size) if size else 100  # aiohttp's default pool size
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit)) as s:
+
+            async def post(body: bytes) -> bytes:
+                async with s.post(url, data=body, headers=headers) as r:
+                    r.raise_for_status()
+                    return await r.read()
+
+            return await _measure(client, n, lambda: bare_session(post, "m"))
+
+    import httpx
+
+    limits = (
+        httpx.Limits(max_connections=int(size), max_keepalive_connections=int(size))
+        if size
+        else httpx.Limits()  # httpx's default: 100 connections
+    )
+    async with httpx.AsyncClient(limits=limits, timeout=120) as hc:
+
+        async def hpost(body: bytes) -> bytes:
+            r = await hc.post(url, content=body, headers=headers)
+            r.raise_for_status()
+            return r.content
+
+        return await _measure(client, n, lambda: bare_session(hpost, "m"))
+    return {"failed": failed}
+
+
+async def _measure(client: str, n: int, one: Any) -> dict[str, Any]:
+    await one()  # warm-up: imports, first connection
+    base = _rss_kib()
+    peak = base
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _rss_kib())
+            await asyncio.sleep(0.01)
+
+    sampler = asyncio.create_task(sample())
+    start = time.perf_counter()
+    results = await asyncio.gather(*(one() for _ in range(n)), return_exceptions=True)
+    wall = time.perf_counter() - start
+    peak = max(peak, _rss_kib())
+    done.set()
+    await sampler
+    failed = sum(1 for r in results if isinstance(r, BaseException))
+    return {
+        "client": client,
+        "sessions": n,
+        "wall_s": round(wall, 3),
+        "kib_per_session": round((peak - base) / n, 1),
+        "failed": failed,
+    }
+
+
+def _main() -> None:
+    client, base_url, key, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    print(json.dumps(asyncio.run(run(client, base_url, key, n))), flush=True)
+
+
+if __name__ == "__main__":
+    _main()

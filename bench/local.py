@@ -1,0 +1,289 @@
+"""Local host benchmarks: (a) per-turn overhead over HTTP, (b) in-process loop cost versus
+pydantic-ai and the OpenAI Agents SDK, (c) 1,000 concurrent sessions and the HTTP client
+choice. Every ratio is against a baseline measured in this same run.
+
+(a) A 20-tool-call conversation (21 requests) against a chat emulator in another process:
+    ``ml.run`` on ``Local`` versus a hand-written loop making the same requests with the same
+    client (an aiohttp session, same pool settings). Runs interleave; medians are reported.
+(b) The same 20 calls in process with a scripted model and no HTTP: ``Local`` with
+    ``ScriptedChatModel``, versus pydantic-ai (``FunctionModel``, ``tool_plain``) and the
+    OpenAI Agents SDK (``Runner.run`` with a fake ``Model``, ``function_tool``), and a bare
+    asyncio loop for scale. Tools are sync in every loop (Local runs them inline).
+(c) 1,000 concurrent sessions × 3 requests against one emulator, each client in a fresh
+    process (``bench._concurrent``): wall time and peak RSS growth per session, without and
+    with 200 ms of simulated model latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import aiohttp
+
+import managedloop as ml
+from managedloop.providers import Local
+from managedloop.testing import ScriptedChatModel, call, say
+
+from bench._server import script, serve
+
+TOOL_CALLS = 20
+RUNS_A = 30  # interleaved runs per loop in (a): enough for a stable median in ~3 s
+RUNS_B = 40  # runs per loop in (b)
+SESSIONS_C = 1000
+
+
+def get_weather(city: str) -> str:
+    """Current weather for a city."""
+    return f"Sunny in {city}"
+
+
+TOOL = ml.tool(inline=True)(get_weather)
+AGENT = ml.AgentSpec(tools=[TOOL])
+TOOLS_WIRE = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather for a city.",
+            "parameters": TOOL.definition.input_schema,
+        },
+    }
+]
+
+
+# -- (a) per-turn overhead over HTTP ---------------------------------------------------
+
+
+async def bare_http_run(session: aiohttp.ClientSession, url: str, key: str) -> int:
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Weather?"}]
+    requests = 0
+    while True:
+        body = json.dumps({"model": "m", "messages": messages, "tools": TOOLS_WIRE}).encode()
+        async with session.post(url, data=body, headers=headers) as resp:
+            resp.raise_for_status()
+            data = json.loads(await resp.read())
+        requests += 1
+        message = data["choices"][0]["message"]
+        messages.append(message)
+        if not message.get("tool_calls"):
+            return requests
+        for c in message["tool_calls"]:
+            text = get_weather(**json.loads(c["function"]["arguments"]))
+            messages.append({"role": "tool", "tool_call_id": c["id"], "content": text})
+
+
+async def bench_a() -> dict[str, float]:
+    with serve(TOOL_CALLS) as (base_url, key):
+        url = base_url + "/chat/completions"
+        async with (
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
+            Local(model="m", base_url=base_url, api_key=key) as provider,
+        ):
+            for _ in range(3):  # warm both paths (connections, imports, caches)
+                await bare_http_run(session, url, key)
+                await ml.run(provider, agent=AGENT, prompt="Weather?")
+            bare: list[float] = []
+            ours: list[float] = []
+            for _ in range(RUNS_A):
+                start = time.perf_counter()
+                n = await bare_http_run(session, url, key)
+                bare.append((time.perf_counter() - start) / n)
+                start = time.perf_counter()
+                result = await ml.run(provider, agent=AGENT, prompt="Weather?")
+                ours.append((time.perf_counter() - start) / result.turns)
+                assert result.turns == n == TOOL_CALLS + 1, (result.turns, n)
+    b, o = statistics.median(bare), statistics.median(ours)
+    return {"bare_us": b * 1e6, "managedloop_us": o * 1e6, "ratio": o / b}
+
+
+# -- (b) in process, scripted model ----------------------------------------------------
+
+
+async def bare_inprocess_run() -> None:
+    """The floor: a bare loop over precomputed responses (json.loads + a direct call)."""
+    replies = [
+        json.dumps({"id": f"c{i}", "name": "get_weather", "arguments": {"city": f"city{i}"}})
+        for i in range(TOOL_CALLS)
+    ]
+    history: list[dict[str, Any]] = []
+    for raw in replies:
+        c = json.loads(raw)
+        history.append({"role": "assistant", "tool_calls": [c]})
+        history.append({"role": "tool", "content": get_weather(**c["arguments"])})
+        await asyncio.sleep(0)
+
+
+async def ours_inprocess_run() -> None:
+    model = ScriptedChatModel(script(TOOL_CALLS))
+    result = await ml.run(Local(model="m", chat=model), agent=AGENT, prompt="Weather?")
+    assert len(result.custom_tool_uses) == TOOL_CALLS
+
+
+def pydantic_ai_runner() -> Any:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    state = {"n": 0}
+
+    def model(messages: list[Any], info: AgentInfo) -> ModelResponse:
+        i = state["n"]
+        state["n"] += 1
+        if i < TOOL_CALLS:
+            return ModelResponse(
+                parts=[ToolCallPart(tool_name="get_weather", args={"city": f"city{i}"})]
+            )
+        return ModelResponse(parts=[TextPart("All done.")])
+
+    agent = Agent(FunctionModel(model))
+    agent.tool_plain(get_weather)
+
+    async def run() -> None:
+        state["n"] = 0
+        result = await agent.run("Weather?")
+        assert result.output == "All done."
+
+    return run
+
+
+def agents_sdk_runner() -> Any:
+    from agents import Agent, Runner, function_tool, set_tracing_disabled
+    from agents.items import ModelResponse
+    from agents.models.interface import Model
+    from agents.usage import Usage
+    from openai.types.responses import (
+        ResponseFunctionToolCall,
+        ResponseOutputMessage,
+        ResponseOutputText,
+    )
+
+    set_tracing_disabled(True)
+    state = {"n": 0}
+
+    class FakeModel(Model):
+        async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+            i = state["n"]
+            state["n"] += 1
+            if i < TOOL_CALLS:
+                output: list[Any] = [
+                    ResponseFunctionToolCall(
+                        id=f"fc{i}",
+                        call_id=f"c{i}",
+                        type="function_call",
+                        name="get_weather",
+                        arguments=json.dumps({"city": f"city{i}"}),
+                    )
+                ]
+            else:
+                output = [
+                    ResponseOutputMessage(
+                        id="m",
+                        type="message",
+                        role="assistant",
+                        status="completed",
+                        content=[
+                            ResponseOutputText(type="output_text", text="All done.", annotations=[])
+                        ],
+                    )
+                ]
+            return ModelResponse(output=output, usage=Usage(), response_id=None)
+
+        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError
+
+    agent = Agent(name="bench", model=FakeModel(), tools=[function_tool(get_weather)])
+
+    async def run() -> None:
+        state["n"] = 0
+        result = await Runner.run(agent, "Weather?", max_turns=TOOL_CALLS + 5)
+        assert result.final_output == "All done."
+
+    return run
+
+
+async def bench_b() -> dict[str, float]:
+    loops = {
+        "bare": bare_inprocess_run,
+        "managedloop": ours_inprocess_run,
+        "pydantic_ai": pydantic_ai_runner(),
+        "openai_agents": agents_sdk_runner(),
+    }
+    for fn in loops.values():  # warm-up
+        for _ in range(3):
+            await fn()
+    times: dict[str, list[float]] = {name: [] for name in loops}
+    for _ in range(RUNS_B):  # interleaved, so drift hits every loop alike
+        for name, fn in loops.items():
+            start = time.perf_counter()
+            await fn()
+            times[name].append((time.perf_counter() - start) / TOOL_CALLS)
+    us = {name: statistics.median(t) * 1e6 for name, t in times.items()}
+    return {
+        **{f"{k}_us": v for k, v in us.items()},
+        "vs_pydantic_ai": us["pydantic_ai"] / us["managedloop"],
+        "vs_openai_agents": us["openai_agents"] / us["managedloop"],
+    }
+
+
+# -- (c) 1,000 concurrent sessions -----------------------------------------------------
+
+
+def bench_c(clients: list[str], latency: float) -> list[dict[str, Any]]:
+    rows = []
+    with serve(2, latency) as (base_url, key):
+        for client in clients:
+            out = subprocess.run(
+                [sys.executable, "-m", "bench._concurrent", client, base_url, key, str(SESSIONS_C)],
+                capture_output=True,
+                text=True,
+                timeout=180,
+                check=False,
+            )
+            if out.returncode != 0:
+                print(f"   {client}: failed: {out.stderr.strip()[-300:]}")
+                continue
+            rows.append(json.loads(out.stdout))
+    return rows
+
+
+def main() -> None:
+    import httpx
+    import pydantic_ai
+
+    print(
+        f"python {platform.python_version()} on {platform.machine()}, "
+        f"aiohttp {aiohttp.__version__}, httpx {httpx.__version__}, "
+        f"pydantic-ai {pydantic_ai.__version__}"
+    )
+    a = asyncio.run(bench_a())
+    print(
+        f"(a) per request over HTTP, {TOOL_CALLS + 1} requests/run: bare aiohttp loop "
+        f"{a['bare_us']:.0f} µs, managedloop Local {a['managedloop_us']:.0f} µs, "
+        f"ratio {a['ratio']:.3f} (target <= 1.10)"
+    )
+    b = asyncio.run(bench_b())
+    print(
+        f"(b) per tool call in process: bare {b['bare_us']:.1f} µs, managedloop "
+        f"{b['managedloop_us']:.1f} µs, pydantic-ai {b['pydantic_ai_us']:.0f} µs, OpenAI Agents "
+        f"SDK {b['openai_agents_us']:.0f} µs -> managedloop is {b['vs_pydantic_ai']:.1f}x faster "
+        f"than pydantic-ai and {b['vs_openai_agents']:.1f}x faster than the Agents SDK"
+    )
+    for latency in (0.0, 0.2):
+        clients = ["managedloop", "aiohttp:0", "aiohttp:100"]
+        if latency == 0.0:
+            clients += ["managedloop:100", "httpx"]
+        rows = bench_c(clients, latency)
+        print(f"(c) {SESSIONS_C} concurrent sessions x 3 requests, model latency {latency:g} s:")
+        for row in rows:
+            print(
+                f"   {row['client']:<16} wall {row['wall_s']:6.2f} s   "
+                f"{row['kib_per_session']:6.1f} KiB/session   failed {row['failed']}"
+            )
