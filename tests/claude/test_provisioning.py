@@ -1,0 +1,129 @@
+"""Provisioning: create-or-reuse agent + environment, rollback, teardown, handles."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import managedloop as ml
+from managedloop.providers.claude import ClaudeHandle, normalize_model_id
+from managedloop.testing import ClaudeEmulator
+
+from .conftest import WEATHER, make_provider
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_provision_creates_agent_and_environment(emu: ClaudeEmulator, client: Any) -> None:
+    spec = ml.AgentSpec(
+        name="billing", system_prompt="Be brief.", tools=list(WEATHER.tools), model="anthropic:claude-x"
+    )
+    handle = await ml.provision(make_provider(client), spec)
+    assert isinstance(handle, ClaudeHandle)
+    agent_req = next(r for r in emu.requests if r.path == "/v1/agents")
+    env_req = next(r for r in emu.requests if r.path == "/v1/environments")
+    assert agent_req.json["name"] == f"billing_{spec.digest[:8]}" == handle.name
+    assert agent_req.json["model"] == "claude-x"  # provider qualifier stripped
+    assert agent_req.json["system"] == "Be brief."
+    assert agent_req.json["tools"] == [
+        {
+            "type": "custom",
+            "name": "get_weather",
+            "description": "Current weather for a city.",
+            "input_schema": WEATHER.tools[0].definition.input_schema,
+        }
+    ]
+    assert env_req.json == {
+        "name": f"billing_{spec.digest[:8]}_env",
+        "config": {"type": "cloud", "networking": {"type": "unrestricted"}},
+    }
+    assert handle.agent_id in emu.state.agents and handle.environment_id in emu.state.environments
+    assert ClaudeHandle.from_dict(json.loads(json.dumps(handle.to_dict()))) == handle
+
+
+async def test_provision_is_cached_per_provider_and_spec(emu: ClaudeEmulator, client: Any) -> None:
+    provider = make_provider(client)
+    a = await ml.provision(provider, WEATHER)
+    b = await ml.provision(provider, WEATHER)
+    assert a == b and len(emu.state.agents) == 1
+    env = ml.EnvironmentSpec(name="img", config={"type": "cloud", "packages": {"pip": ["x"]}})
+    c = await ml.provision(provider, WEATHER, environment=env)
+    assert c != a and len(emu.state.environments) == 2
+    env_req = [r for r in emu.requests if r.path == "/v1/environments"][-1]
+    assert env_req.json == {"name": "img", "config": env.config}
+
+
+def test_provision_sync_twin() -> None:
+    import anthropic
+
+    with ClaudeEmulator() as emu:
+        client = anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key)
+        handle = ml.provision_sync(make_provider(client), WEATHER)
+        report = ml.teardown_sync(make_provider(client), handle)
+        assert report == {"agent": "ok", "environment": "ok"}
+        import anyio
+
+        anyio.run(client.close)
+
+
+async def test_nameless_spec_is_rejected(emu: ClaudeEmulator, client: Any) -> None:
+    with pytest.raises(ml.InvalidOptionsError) as info:
+        await ml.provision(make_provider(client), ml.AgentSpec(tools=list(WEATHER.tools)))
+    assert info.value.code == "invalid_agent_spec"
+    assert emu.requests == []
+
+
+async def test_environment_failure_rolls_the_agent_back(emu: ClaudeEmulator, client: Any) -> None:
+    emu.faults.server_errors = 10
+    emu.faults.fault_path = "/v1/environments"
+    with pytest.raises(ml.ProvisioningError) as info:
+        await ml.provision(make_provider(client), WEATHER)
+    assert info.value.code == "create_environment_failed"
+    assert info.value.context["rollback"] == "ok"
+    (agent,) = emu.state.agents.values()
+    assert agent["archived_at"] is not None
+    # a failed provision is not cached: the next call provisions again
+    emu.faults.server_errors = 0
+    handle = await ml.provision(make_provider(client), WEATHER)
+    assert handle.agent_id != agent["id"]
+
+
+async def test_teardown_archives_both_and_evicts(emu: ClaudeEmulator, client: Any) -> None:
+    provider = make_provider(client)
+    handle = await ml.provision(provider, WEATHER)
+    report = await ml.teardown(provider, handle)
+    assert report == {"agent": "ok", "environment": "ok"}
+    assert emu.state.agents[handle.agent_id]["archived_at"]
+    assert emu.state.environments[handle.environment_id]["archived_at"]
+    again = await ml.provision(provider, WEATHER)
+    assert again.agent_id != handle.agent_id
+
+
+async def test_teardown_reports_each_side(emu: ClaudeEmulator, client: Any) -> None:
+    provider = make_provider(client)
+    handle = await ml.provision(provider, WEATHER)
+    del emu.state.agents[handle.agent_id]  # the agent side will 404
+    with pytest.raises(ml.ProvisioningError) as info:
+        await ml.teardown(provider, handle.to_dict())
+    assert info.value.code == "teardown_failed"
+    assert info.value.context["agent"] == "http_error:404"
+    assert info.value.context["environment"] == "ok"  # still attempted
+    # not evicted: the cached handle keeps being served
+    assert await ml.provision(provider, WEATHER) == handle
+
+
+async def test_existing_environment_id_is_reused_not_archived(emu: ClaudeEmulator, client: Any) -> None:
+    env = await client.beta.environments.create(name="shared")
+    provider = make_provider(client)
+    handle = await ml.provision(provider, WEATHER, environment=env.id)
+    assert handle.environment_id == env.id and handle.owns_environment is False
+    report = await ml.teardown(provider, handle)
+    assert report == {"agent": "ok", "environment": "skipped"}
+    assert emu.state.environments[env.id]["archived_at"] is None
+
+
+def test_normalize_model_id() -> None:
+    assert normalize_model_id("anthropic:claude-sonnet-4-6") == "claude-sonnet-4-6"
+    assert normalize_model_id("claude-haiku-4-5") == "claude-haiku-4-5"
