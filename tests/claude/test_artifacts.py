@@ -65,7 +65,11 @@ async def test_artifacts_facade(emu: ClaudeEmulator, client: Any) -> None:
     put = await store.put("inputs/notes.txt", "for the agent")
     assert put.size == 13
     attach = [r for r in emu.requests if r.path.endswith("/resources")][-1]
-    assert attach.json == {"file_id": put.ref, "type": "file", "mount_path": "/data/inputs/notes.txt"}
+    assert attach.json == {
+        "file_id": put.ref,
+        "type": "file",
+        "mount_path": "/data/inputs/notes.txt",
+    }
 
 
 @pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/../../b", "nul\x00byte", ""])

@@ -11,7 +11,16 @@ import pytest
 from anthropic.types.beta.sessions import BetaManagedAgentsStreamSessionEvents
 
 import managedloop as ml
-from managedloop.testing import ClaudeEmulator, ClaudeFaults, Fail, Grade, Reply, ToolCall, call, say
+from managedloop.testing import (
+    ClaudeEmulator,
+    ClaudeFaults,
+    Fail,
+    Grade,
+    Reply,
+    ToolCall,
+    call,
+    say,
+)
 
 from .conftest import WEATHER, provisioned
 
@@ -116,7 +125,9 @@ async def test_sdk_stream_helper_parses_emulator_frames(emu: ClaudeEmulator, cli
 
 
 async def test_auth_and_beta_header_are_checked(emu: ClaudeEmulator) -> None:
-    async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key="wrong", max_retries=0) as bad:
+    async with anthropic.AsyncAnthropic(
+        base_url=emu.base_url, api_key="wrong", max_retries=0
+    ) as bad:
         with pytest.raises(anthropic.AuthenticationError):
             await bad.beta.agents.list()
     async with httpx2.AsyncClient(base_url=emu.base_url) as raw:
@@ -127,7 +138,9 @@ async def test_auth_and_beta_header_are_checked(emu: ClaudeEmulator) -> None:
             headers={"x-api-key": emu.api_key, "anthropic-beta": "managed-agents-2026-04-01"},
         )
         assert ok.status_code == 200
-    assert all("authorization" not in r.headers and "x-api-key" not in r.headers for r in emu.requests)
+    assert all(
+        "authorization" not in r.headers and "x-api-key" not in r.headers for r in emu.requests
+    )
 
 
 async def test_event_list_pagination(emu: ClaudeEmulator, client: Any) -> None:

@@ -154,9 +154,7 @@ async def test_outcome_graded_session(emu: ClaudeEmulator, client: Any) -> None:
 async def test_outcome_failed_is_terminated(emu: ClaudeEmulator, client: Any) -> None:
     emu.agent.script = [say("x"), Grade(result="failed", explanation="rubric n/a")]
     provider = await provisioned(client)
-    result = await ml.run(
-        provider, agent=WEATHER, outcome={"description": "d", "rubric": "r"}
-    )
+    result = await ml.run(provider, agent=WEATHER, outcome={"description": "d", "rubric": "r"})
     assert result.terminal is ml.Terminal.TERMINATED
     assert "max_iterations" not in emu.sent_events()[0]
 
@@ -180,13 +178,17 @@ async def test_start_with_follow_ups_and_events(emu: ClaudeEmulator, client: Any
     assert [m for m in emu.sent_events() if m["type"] == "user.message"].__len__() == 3
 
 
-async def test_send_event_raw_and_tool_confirmation_builder(emu: ClaudeEmulator, client: Any) -> None:
+async def test_send_event_raw_and_tool_confirmation_builder(
+    emu: ClaudeEmulator, client: Any
+) -> None:
     from managedloop.providers.claude._wire import tool_confirmation
 
     provider = await provisioned(client)
     async with ml.start(provider, agent=WEATHER, prompt="hi") as session:
         await session.result()
-        await session.send_event({"type": "user.message", "content": [{"type": "text", "text": "raw"}]})
+        await session.send_event(
+            {"type": "user.message", "content": [{"type": "text", "text": "raw"}]}
+        )
         raw = await session.result()
         assert raw.text == "You said: raw"
     assert tool_confirmation("sevt_1", allow=False, deny_message="no") == {

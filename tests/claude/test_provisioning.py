@@ -18,7 +18,10 @@ pytestmark = pytest.mark.anyio
 
 async def test_provision_creates_agent_and_environment(emu: ClaudeEmulator, client: Any) -> None:
     spec = ml.AgentSpec(
-        name="billing", system_prompt="Be brief.", tools=list(WEATHER.tools), model="anthropic:claude-x"
+        name="billing",
+        system_prompt="Be brief.",
+        tools=list(WEATHER.tools),
+        model="anthropic:claude-x",
     )
     handle = await ml.provision(make_provider(client), spec)
     assert isinstance(handle, ClaudeHandle)
@@ -114,7 +117,9 @@ async def test_teardown_reports_each_side(emu: ClaudeEmulator, client: Any) -> N
     assert await ml.provision(provider, WEATHER) == handle
 
 
-async def test_existing_environment_id_is_reused_not_archived(emu: ClaudeEmulator, client: Any) -> None:
+async def test_existing_environment_id_is_reused_not_archived(
+    emu: ClaudeEmulator, client: Any
+) -> None:
     env = await client.beta.environments.create(name="shared")
     provider = make_provider(client)
     handle = await ml.provision(provider, WEATHER, environment=env.id)

@@ -17,7 +17,9 @@ pytestmark = pytest.mark.anyio
 
 SPEC = ml.AgentSpec(name="matrix", tools=[get_weather, get_time])
 SCRIPT = [
-    calls(("get_weather", {"city": "A"}), ("get_time", {"city": "B"}), ("get_weather", {"city": "C"})),
+    calls(
+        ("get_weather", {"city": "A"}), ("get_time", {"city": "B"}), ("get_weather", {"city": "C"})
+    ),
     say("all done"),
 ]
 
@@ -70,9 +72,7 @@ async def test_fault_matrix_drop_after_every_event(clean_close: bool) -> None:
             _check(emu, result, session)
             dropped += n in faults.used_drops
             stream_opens = [
-                r
-                for r in emu.requests
-                if r.path == f"/v1/sessions/{session.id}/events/stream"
+                r for r in emu.requests if r.path == f"/v1/sessions/{session.id}/events/stream"
             ]
             assert len(stream_opens) == (2 if n in faults.used_drops else 1)
         assert dropped == total  # every index up to the last event really dropped a stream
@@ -108,18 +108,20 @@ async def test_requires_action_referencing_earlier_batch() -> None:
         result, session = await _run_once(emu, ClaudeFaults(split_requires_action=True))
         _check(emu, result, session)
         assert result.turns == 4  # one requires_action per call, then the answer
-        posts = [
-            r for r in emu.requests if r.method == "POST" and r.path.endswith("/events")
-        ]
+        posts = [r for r in emu.requests if r.method == "POST" and r.path.endswith("/events")]
         assert all(r.json["events"] for r in posts)  # never an empty events POST
 
 
 async def test_rate_limited_send_is_retried_after_retry_after() -> None:
     with ClaudeEmulator() as emu:
-        faults = ClaudeFaults(rate_limit=2, retry_after="0", fault_path="/events", fault_method="POST")
+        faults = ClaudeFaults(
+            rate_limit=2, retry_after="0", fault_path="/events", fault_method="POST"
+        )
         result, session = await _run_once(emu, faults)
         _check(emu, result, session)
-        statuses = [r.status for r in emu.requests if r.method == "POST" and r.path.endswith("/events")]
+        statuses = [
+            r.status for r in emu.requests if r.method == "POST" and r.path.endswith("/events")
+        ]
         assert statuses.count(429) == 2
 
 
@@ -128,7 +130,9 @@ async def test_ambiguous_send_failures_do_not_duplicate() -> None:
     with ClaudeEmulator() as emu:
         result, session = await _run_once(emu, ClaudeFaults(accept_then_fail=2))
         _check(emu, result, session)
-        statuses = [r.status for r in emu.requests if r.method == "POST" and r.path.endswith("/events")]
+        statuses = [
+            r.status for r in emu.requests if r.method == "POST" and r.path.endswith("/events")
+        ]
         assert statuses == [500, 500]  # both sends landed; history showed it; no re-POST
 
 

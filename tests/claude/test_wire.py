@@ -69,7 +69,10 @@ def test_sse_error_frame_raises() -> None:
 
 # -- builders ------------------------------------------------------------------------------
 def test_builders() -> None:
-    assert user_message("hi") == {"type": "user.message", "content": [{"type": "text", "text": "hi"}]}
+    assert user_message("hi") == {
+        "type": "user.message",
+        "content": [{"type": "text", "text": "hi"}],
+    }
     assert custom_tool_result("e1", "ok") == {
         "type": "user.custom_tool_result",
         "custom_tool_use_id": "e1",
@@ -78,7 +81,10 @@ def test_builders() -> None:
     }
     assert custom_tool_result("e1", "bad", True)["is_error"] is True
     with_max = define_outcome(ml.Outcome(description="d", rubric="r", max_iterations=4))
-    assert with_max["max_iterations"] == 4 and with_max["rubric"] == {"type": "text", "content": "r"}
+    assert with_max["max_iterations"] == 4 and with_max["rubric"] == {
+        "type": "text",
+        "content": "r",
+    }
     assert "max_iterations" not in define_outcome(ml.Outcome(description="d", rubric="r"))
 
 
@@ -113,7 +119,13 @@ def test_normalize_usage_sum_and_none() -> None:
 
 
 def test_normalize_requires_action_order_and_filtering() -> None:
-    events = [use("e1", "a"), use("e2", "b"), use("e3", "c"), msg("thinking"), idle("requires_action", ["e2", "e1"])]
+    events = [
+        use("e1", "a"),
+        use("e2", "b"),
+        use("e3", "c"),
+        msg("thinking"),
+        idle("requires_action", ["e2", "e1"]),
+    ]
     tr = normalize(events)
     assert tr.terminal is T.REQUIRES_ACTION
     assert [u.id for u in tr.custom_tool_uses] == ["e2", "e1"]  # event_ids order; e3 not named
@@ -143,7 +155,10 @@ def test_normalize_most_recent_boundary_and_odd_idles() -> None:
 
 
 def test_normalize_text_and_server_tools() -> None:
-    thinking = {"type": "agent.message", "content": [{"type": "thinking"}, {"type": "text", "text": "b"}]}
+    thinking = {
+        "type": "agent.message",
+        "content": [{"type": "thinking"}, {"type": "text", "text": "b"}],
+    }
     tr = normalize([msg("hi ", "there"), thinking, idle("end_turn")])
     assert tr.text == "hi there\nb"
     assert normalize([idle("end_turn")]).text == ""

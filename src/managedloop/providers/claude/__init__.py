@@ -1,7 +1,8 @@
 """Claude Managed Agents: the managed loop host on the official ``anthropic`` SDK.
 
 >>> from managedloop.providers import ClaudeManagedAgents
->>> provider = ClaudeManagedAgents(client=anthropic.AsyncAnthropic(), agent=handle, environment=handle)
+>>> client = anthropic.AsyncAnthropic()
+>>> provider = ClaudeManagedAgents(client=client, agent=handle, environment=handle)
 
 Importing this package imports ``anthropic`` lazily (only when a client is built or a call
 is made), so ``managedloop.providers.ClaudeManagedAgents`` is cheap to reach.

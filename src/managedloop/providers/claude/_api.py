@@ -353,8 +353,8 @@ async def release_idle_connections(client: Any) -> None:
     if isinstance(mounts, Mapping):
         transports.extend(mounts.values())
     idle: list[Any] = []
-    for transport in transports:
-        transport = getattr(transport, "_inner", transport)
+    for outer in transports:
+        transport = getattr(outer, "_inner", outer)
         pool = getattr(transport, "_pool", None)
         connections = getattr(pool, "_connections", None)
         if not isinstance(connections, list):

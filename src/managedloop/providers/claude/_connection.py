@@ -13,7 +13,7 @@ Invariants this connection keeps (the loop relies on them, see ``providers/base.
   have a result is stale (the server re-lists ids whose results have not "landed" yet) and
   does not end the turn; unknown ids make us page the history before deciding.
 * **Reconnect inside the turn.** A dropped stream (an error, a read timeout, or a clean end
-  of body mid-turn) is reopened with capped exponential backoff (``base × 2^min(n, 7)``,
+  of body mid-turn) is reopened with capped exponential backoff (``base x 2^min(n, 7)``,
   ``n`` reset when a turn ends); the event history is paged and every event not yet
   yielded is yielded, in history order, before the new stream is read. Nothing is re-sent:
   the kickoff prompt is never repeated and tool results are only sent for tool uses that
@@ -59,7 +59,7 @@ from managedloop.providers.base import (
 )
 from managedloop.providers.claude import _wire
 from managedloop.providers.claude._api import Api, release_idle_connections
-from managedloop.providers.claude._sse import SSEDecoder, StreamErrorFrame
+from managedloop.providers.claude._sse import SSEDecoder, StreamErrorFrameError
 from managedloop.results import RawEvent, TurnResult
 
 if TYPE_CHECKING:
@@ -74,8 +74,8 @@ HISTORY_PAGE = 100
 
 
 def backoff_delay(attempt: int, base: float) -> float:
-    """Seconds before reconnect ``attempt`` (0-based): ``base × 2^min(attempt, 7)``."""
-    return base * (2 ** min(attempt, BACKOFF_EXP_CAP))
+    """Seconds before reconnect ``attempt`` (0-based): ``base x 2^min(attempt, 7)``."""
+    return float(base * (2 ** min(attempt, BACKOFF_EXP_CAP)))
 
 
 class StreamOptions:
@@ -97,7 +97,7 @@ class StreamOptions:
         self.sleep = sleep or anyio.sleep
 
 
-class _Drop(Exception):
+class _DropError(Exception):
     """The live stream ended or failed; ``reason`` is for telemetry and errors."""
 
     def __init__(self, reason: str, error: ManagedLoopError | None = None) -> None:
@@ -123,15 +123,15 @@ class _Stream:
             try:
                 chunk = await anext(self._chunks)
             except StopAsyncIteration:
-                raise _Drop("eof") from None
+                raise _DropError("eof") from None
             except httpx2.ReadTimeout:
-                raise _Drop("stream_idle_timeout") from None
+                raise _DropError("stream_idle_timeout") from None
             except (httpx2.HTTPError, anthropic.APIError, OSError) as exc:
-                raise _Drop(type(exc).__name__) from exc
+                raise _DropError(type(exc).__name__) from exc
             try:
                 self._ready.extend(self._decoder.feed(chunk))
-            except StreamErrorFrame as exc:
-                raise _Drop(
+            except StreamErrorFrameError as exc:
+                raise _DropError(
                     "error_frame",
                     HostStreamError(
                         "the event stream reported an error", code="stream_error", body=exc.body
@@ -172,7 +172,7 @@ class ClaudeConnection(ConnectionBase):
         self._turn_ids: set[str] = set()
         self._gate_open = True
         self._closed = False
-        self._last_drop: _Drop | None = None
+        self._last_drop: _DropError | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -225,9 +225,8 @@ class ClaudeConnection(ConnectionBase):
         while True:
             event = await self._next_event()
             eid = event.get("id")
-            if isinstance(eid, str):
-                if eid in self._seen:
-                    continue
+            if isinstance(eid, str) and eid in self._seen:
+                continue
             self._remember(event)
             if isinstance(eid, str) and eid in self._turn_ids:
                 self._gate_open = True
@@ -322,10 +321,8 @@ class ClaudeConnection(ConnectionBase):
             headers = getattr(response, "headers", None)
         if headers is not None:
             value = headers.get("retry-after")
-            try:
+            with contextlib.suppress(ValueError):
                 delay = float(value) if value is not None else delay
-            except ValueError:
-                pass
         return max(0.0, min(delay, RETRY_AFTER_CAP))
 
     def _landed(
@@ -411,7 +408,7 @@ class ClaudeConnection(ConnectionBase):
                 continue
             try:
                 return await self._stream.next()
-            except _Drop as drop:
+            except _DropError as drop:
                 stream, self._stream = self._stream, None
                 await stream.aclose()
                 telemetry.emit(
@@ -454,7 +451,7 @@ class ClaudeConnection(ConnectionBase):
                 if self._stream is not None:
                     await self._stream.aclose()
                     self._stream = None
-                self._last_drop = _Drop(exc.code)
+                self._last_drop = _DropError(exc.code)
                 continue
             for event in history:
                 eid = event.get("id")

@@ -433,7 +433,7 @@ class ClaudeManagedAgents:
                 agent_version=getattr(agent, "version", None),
                 owns_environment=False,
             )
-        env_body = {
+        env_body: dict[str, Any] = {
             "name": (env_spec.name if env_spec and env_spec.name else f"{agent_name}_env"),
             "config": (
                 env_spec.config if env_spec and env_spec.config else DEFAULT_ENVIRONMENT_CONFIG
@@ -523,7 +523,8 @@ class ClaudeManagedAgents:
             raise ProvisioningError(
                 f"teardown failed: agent {report['agent']}, environment {report['environment']}",
                 code="teardown_failed",
-                **report,
+                agent=report["agent"],
+                environment=report["environment"],
             )
         return report
 
@@ -543,7 +544,7 @@ class ClaudeManagedAgents:
             name, data = filename or "upload.bin", file
         else:
             path = Path(file)
-            name, data = filename or path.name, path.read_bytes()
+            name, data = filename or path.name, await anyio.Path(path).read_bytes()
         mime = content_type or mimetypes.guess_type(name)[0] or "application/octet-stream"
         api = self._api()
         meta = await api.call(

@@ -10,7 +10,7 @@ Here:
   CR/LF pair split across two chunks;
 * ``data:`` lines are joined with ``\\n``; one optional space after the colon is removed;
 * comment lines (``:``) and ``event: ping`` frames are heartbeats and yield nothing;
-* an ``event: error`` frame raises :class:`StreamErrorFrame` (the API's in-stream error);
+* an ``event: error`` frame raises :class:`StreamErrorFrameError` (the API's in-stream error);
 * the JSON ``type`` is the event's type; when a frame's JSON has none, the SSE ``event:``
   name is copied into it, so nothing reaches the loop untyped;
 * a frame whose data is not a JSON object is never passed on as an event, and never
@@ -23,12 +23,12 @@ import json
 import logging
 from typing import Any
 
-__all__ = ["SSEDecoder", "StreamErrorFrame"]
+__all__ = ["SSEDecoder", "StreamErrorFrameError"]
 
 logger = logging.getLogger("managedloop.providers.claude")
 
 
-class StreamErrorFrame(Exception):
+class StreamErrorFrameError(Exception):
     """The server sent an ``event: error`` frame inside the stream."""
 
     def __init__(self, data: str) -> None:
@@ -83,7 +83,7 @@ class SSEDecoder:
             return None
         text = "\n".join(data)
         if name == "error":
-            raise StreamErrorFrame(text)
+            raise StreamErrorFrameError(text)
         try:
             event = json.loads(text)
         except ValueError:
