@@ -30,7 +30,8 @@ async def test_files_upload_attach_list_download_delete(
     src = tmp_path / "report.txt"
     src.write_text("hello")
     meta = await provider.upload_file(src)
-    assert meta["filename"] == "report.txt" and meta["size_bytes"] == 5
+    assert meta["filename"] == "report.txt"
+    assert meta["size_bytes"] == 5
     upload = next(r for r in emu.requests if r.path == "/v1/files" and r.method == "POST")
     assert upload.headers["anthropic-beta"] == "files-api-2025-04-14"
     res = await provider.attach_file(sid, meta["id"], mount_path="/data/report.txt")

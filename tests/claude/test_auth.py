@@ -31,7 +31,8 @@ def test_config_resolution_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-env")
     monkeypatch.delenv("ANTHROPIC_BEARER_TOKEN_FILE", raising=False)
     s = settings()
-    assert s.api_key is not None and s.api_key.reveal() == "sk-env"
+    assert s.api_key is not None
+    assert s.api_key.reveal() == "sk-env"
     assert s.base_url == "https://api.anthropic.com"
     assert s.beta == "managed-agents-2026-04-01"
     assert s.files_beta == "files-api-2025-04-14"
@@ -39,9 +40,12 @@ def test_config_resolution_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     assert s.receive_timeout == 60.0
     ml.configure(api_key="sk-conf", base_url="http://x", receive_timeout=5)
     s = settings()
-    assert s.api_key is not None and s.api_key.reveal() == "sk-conf" and s.base_url == "http://x"
+    assert s.api_key is not None
+    assert s.api_key.reveal() == "sk-conf"
+    assert s.base_url == "http://x"
     s = settings(api_key="sk-opt")
-    assert s.api_key is not None and s.api_key.reveal() == "sk-opt"
+    assert s.api_key is not None
+    assert s.api_key.reveal() == "sk-opt"
     assert "sk-" not in repr(s)
 
 
@@ -52,9 +56,11 @@ def test_explicit_none_selects_the_other_source(monkeypatch: pytest.MonkeyPatch)
         settings()
     assert info.value.code == "invalid_configuration"
     bearer = settings(api_key=None)
-    assert bearer.api_key is None and bearer.bearer_token_file == "/tmp/token.json"
+    assert bearer.api_key is None
+    assert bearer.bearer_token_file == "/tmp/token.json"
     key = settings(bearer_token_file=None)
-    assert key.bearer_token_file is None and key.api_key is not None
+    assert key.bearer_token_file is None
+    assert key.api_key is not None
 
 
 def test_missing_auth_names_every_layer(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -62,7 +68,8 @@ def test_missing_auth_names_every_layer(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.delenv("ANTHROPIC_BEARER_TOKEN_FILE", raising=False)
     with pytest.raises(ml.ConfigError) as info:
         ClaudeManagedAgents()
-    assert "ANTHROPIC_API_KEY" in info.value.message and "bearer_token_file" in info.value.message
+    assert "ANTHROPIC_API_KEY" in info.value.message
+    assert "bearer_token_file" in info.value.message
 
 
 def test_bearer_file_validation(tmp_path: Path) -> None:
@@ -78,7 +85,8 @@ def test_bearer_file_validation(tmp_path: Path) -> None:
         read_bearer_token(str(path))
     assert info.value.code == "authentication_error"
     assert info.value.context["reason"] == "bearer_token_expiring"
-    assert "tok-secret" not in str(info.value) and "tok-secret" not in repr(info.value.context)
+    assert "tok-secret" not in str(info.value)
+    assert "tok-secret" not in repr(info.value.context)
     _write_token(path, "tok-secret", expires_in=31.5)
     assert read_bearer_token(str(path)) == "tok-secret"
 

@@ -24,7 +24,8 @@ def test_demo_table_shows_both_hosts() -> None:
     out = io.StringIO()
     assert cli.main(["demo", "--hosts", "local,claude"], out=out) == 0
     text = out.getvalue()
-    assert "Local" in text and "Claude Managed Agents" in text
+    assert "Local" in text
+    assert "Claude Managed Agents" in text
     assert '{"type":"end_turn"}' in text
 
 

@@ -121,7 +121,8 @@ async def test_sdk_stream_helper_parses_emulator_frames(emu: ClaudeEmulator, cli
             seen.append(event.type)
             if event.type == "session.status_idle":
                 break
-    assert seen[0] == "user.message" and seen[-1] == "session.status_idle"
+    assert seen[0] == "user.message"
+    assert seen[-1] == "session.status_idle"
 
 
 async def test_auth_and_beta_header_are_checked(emu: ClaudeEmulator) -> None:
@@ -132,7 +133,8 @@ async def test_auth_and_beta_header_are_checked(emu: ClaudeEmulator) -> None:
             await bad.beta.agents.list()
     async with httpx2.AsyncClient(base_url=emu.base_url) as raw:
         r = await raw.get("/v1/agents", headers={"x-api-key": emu.api_key})
-        assert r.status_code == 400 and "beta" in r.json()["error"]["message"]
+        assert r.status_code == 400
+        assert "beta" in r.json()["error"]["message"]
         ok = await raw.get(
             "/v1/agents",
             headers={"x-api-key": emu.api_key, "anthropic-beta": "managed-agents-2026-04-01"},
@@ -148,7 +150,8 @@ async def test_event_list_pagination(emu: ClaudeEmulator, client: Any) -> None:
     await ml.run(provider, agent=WEATHER, prompt="go")
     sid = emu.session().id
     page = await client.beta.sessions.events.list(sid, limit=3)
-    assert len(page.data) == 3 and page.next_page == "page_3"
+    assert len(page.data) == 3
+    assert page.next_page == "page_3"
     everything = [e.id async for e in client.beta.sessions.events.list(sid, limit=4)]
     assert everything == [e["id"] for e in emu.events()]
 

@@ -39,9 +39,11 @@ def test_design_snippet_run_sync_and_resume() -> None:
         assert result.text == "Done. Sunny in example"
         assert [u.name for u in result.custom_tool_uses] == ["get_weather"]
         assert result.custom_tool_uses[0].input == {"city": "example"}
-        assert result.usage.input_tokens == 20 and result.usage.output_tokens == 10
+        assert result.usage.input_tokens == 20
+        assert result.usage.output_tokens == 10
         assert result.turns == 2
-        assert result.session_id and result.session_id.startswith("sesn_")
+        assert result.session_id
+        assert result.session_id.startswith("sesn_")
         assert result.transcript is None
         again = ml.run_sync(provider, agent=WEATHER, prompt="And Rome?", resume=result)
         assert again.session_id == result.session_id
@@ -67,7 +69,8 @@ async def test_run_with_parallel_tool_calls(emu: ClaudeEmulator, client: Any) ->
     assert [r.text for r in results] == ["Sunny in Paris", "Noon in Rome"]
     # both results went out in ONE POST
     posts = [r for r in emu.requests if r.method == "POST" and r.path.endswith("/events")]
-    assert len(posts) == 2 and len(posts[1].json["events"]) == 2
+    assert len(posts) == 2
+    assert len(posts[1].json["events"]) == 2
     assert sorted(wire_results(emu)) == sorted(u.id for u in result.custom_tool_uses)
 
 
@@ -239,7 +242,8 @@ async def test_agent_spec_provisions_on_the_fly(emu: ClaudeEmulator, client: Any
     r1 = await ml.run(provider, agent=WEATHER, prompt="a")
     r2 = await ml.run(provider, agent=WEATHER, prompt="b")
     assert r1.terminal is r2.terminal is ml.Terminal.END_TURN
-    assert len(emu.state.agents) == 1 and len(emu.state.environments) == 1
+    assert len(emu.state.agents) == 1
+    assert len(emu.state.environments) == 1
 
 
 async def test_agent_as_raw_ids_and_dict(emu: ClaudeEmulator, client: Any) -> None:
@@ -283,7 +287,8 @@ async def test_telemetry_requests_and_stream(emu: ClaudeEmulator, client: Any) -
     stops = [m for n, m in got if n == "managedloop.request.stop"]
     assert all(m["status"] == 200 for m in stops)
     connected = [m for n, m in got if n == "managedloop.stream.connected"]
-    assert connected[0]["session_id"] == result.session_id and connected[0]["tenant"] == "acme"
+    assert connected[0]["session_id"] == result.session_id
+    assert connected[0]["tenant"] == "acme"
     assert "managedloop.stream.done" in names
     assert any(
         m.get("type") == "session.status_idle" and m.get("tenant") == "acme"
@@ -300,7 +305,8 @@ async def test_http_error_maps_to_api_status_error(emu: ClaudeEmulator, client: 
     emu.faults.fault_method = "POST"
     with pytest.raises(ml.APIStatusError) as info:
         await ml.run(provider, agent=WEATHER, prompt="x")
-    assert info.value.code == "http_error" and info.value.status == 500
+    assert info.value.code == "http_error"
+    assert info.value.status == 500
     assert info.value.partial_result is not None
 
 
@@ -314,4 +320,5 @@ async def test_unknown_event_types_are_kept_raw(emu: ClaudeEmulator, client: Any
     emu.agent.script = [step]
     result = await ml.run(provider, agent=WEATHER, prompt="x")
     future = [e for e in result.events if e["type"] == "session.some_future_event"]
-    assert future == [future[0]] and future[0]["payload"] == 1
+    assert future == [future[0]]
+    assert future[0]["payload"] == 1

@@ -42,7 +42,8 @@ async def test_provision_creates_agent_and_environment(emu: ClaudeEmulator, clie
         "name": f"billing_{spec.digest[:8]}_env",
         "config": {"type": "cloud", "networking": {"type": "unrestricted"}},
     }
-    assert handle.agent_id in emu.state.agents and handle.environment_id in emu.state.environments
+    assert handle.agent_id in emu.state.agents
+    assert handle.environment_id in emu.state.environments
     assert ClaudeHandle.from_dict(json.loads(json.dumps(handle.to_dict()))) == handle
 
 
@@ -50,10 +51,12 @@ async def test_provision_is_cached_per_provider_and_spec(emu: ClaudeEmulator, cl
     provider = make_provider(client)
     a = await ml.provision(provider, WEATHER)
     b = await ml.provision(provider, WEATHER)
-    assert a == b and len(emu.state.agents) == 1
+    assert a == b
+    assert len(emu.state.agents) == 1
     env = ml.EnvironmentSpec(name="img", config={"type": "cloud", "packages": {"pip": ["x"]}})
     c = await ml.provision(provider, WEATHER, environment=env)
-    assert c != a and len(emu.state.environments) == 2
+    assert c != a
+    assert len(emu.state.environments) == 2
     env_req = [r for r in emu.requests if r.path == "/v1/environments"][-1]
     assert env_req.json == {"name": "img", "config": env.config}
 
@@ -123,7 +126,8 @@ async def test_existing_environment_id_is_reused_not_archived(
     env = await client.beta.environments.create(name="shared")
     provider = make_provider(client)
     handle = await ml.provision(provider, WEATHER, environment=env.id)
-    assert handle.environment_id == env.id and handle.owns_environment is False
+    assert handle.environment_id == env.id
+    assert handle.owns_environment is False
     report = await ml.teardown(provider, handle)
     assert report == {"agent": "ok", "environment": "skipped"}
     assert emu.state.environments[env.id]["archived_at"] is None

@@ -171,7 +171,8 @@ async def test_stream_5xx_burst_on_reconnect() -> None:
         session = emu.state.sessions[result.session_id]
         _check(emu, result, session)
         opens = [r.status for r in emu.requests if r.path.endswith("/events/stream")]
-        assert opens[:5] == [200, 500, 500, 500, 500] and len(opens) == 6  # then it recovered
+        assert opens[:5] == [200, 500, 500, 500, 500]
+        assert len(opens) == 6
 
 
 async def test_reconnects_exhausted_raise_stream_dropped() -> None:
@@ -235,7 +236,8 @@ async def test_resume_mid_requires_action_redrives_without_prompt() -> None:
 
                 await anyio.sleep(0.01)
             result = await ml.run(provider, agent=SPEC, prompt="ignored", resume=session_obj.id)
-        assert result.terminal is ml.Terminal.END_TURN and result.text == "done"
+        assert result.terminal is ml.Terminal.END_TURN
+        assert result.text == "done"
         assert wire_messages(emu, session_obj.id) == ["Go"]  # the prompt was not injected
         assert len(wire_results(emu, session_obj.id)) == 1
         assert [u.name for u in result.custom_tool_uses] == ["get_weather"]
@@ -258,8 +260,10 @@ async def test_resume_pages_full_history() -> None:
         lists = [
             r for r in emu.requests[before:] if r.method == "GET" and r.path.endswith("/events")
         ]
-        assert len(lists) >= 2 and lists[1].query["page"] == ["page_100"]
-        assert again.text == "m25" and again.turns == 1
+        assert len(lists) >= 2
+        assert lists[1].query["page"] == ["page_100"]
+        assert again.text == "m25"
+        assert again.turns == 1
         assert again.events[0]["type"] == "user.message"
 
 

@@ -81,7 +81,8 @@ def test_builders() -> None:
     }
     assert custom_tool_result("e1", "bad", True)["is_error"] is True
     with_max = define_outcome(ml.Outcome(description="d", rubric="r", max_iterations=4))
-    assert with_max["max_iterations"] == 4 and with_max["rubric"] == {
+    assert with_max["max_iterations"] == 4
+    assert with_max["rubric"] == {
         "type": "text",
         "content": "r",
     }
@@ -103,7 +104,8 @@ def test_boundaries() -> None:
     assert ends_turn({"type": "session.status_terminated"})
     assert ends_turn({"type": "session.error", "error": {"retry_status": {"type": "terminal"}}})
     assert not ends_turn({"type": "session.error", "error": {"retry_status": {"type": "retrying"}}})
-    assert not ends_turn(msg("x")) and not ends_turn(use("u"))
+    assert not ends_turn(msg("x"))
+    assert not ends_turn(use("u"))
     assert not ends_turn({"type": "span.outcome_evaluation_end", "result": "needs_revision"})
 
 
@@ -113,7 +115,8 @@ def test_normalize_usage_sum_and_none() -> None:
         {"type": "span.model_request_end", "model_usage": {"input_tokens": 3, "output_tokens": 7}},
     ]
     tr = normalize([*spans, idle("end_turn")])
-    assert tr.usage is not None and (tr.usage.input_tokens, tr.usage.output_tokens) == (13, 12)
+    assert tr.usage is not None
+    assert (tr.usage.input_tokens, tr.usage.output_tokens) == (13, 12)
     assert len(tr.usage.raw) == 2
     assert normalize([idle("end_turn")]).usage is None
 
@@ -149,7 +152,8 @@ def test_normalize_most_recent_boundary_and_odd_idles() -> None:
         if stop is None:
             ev["stop_reason"] = None
         tr = normalize([ev])
-        assert tr.terminal is T.TERMINATED and tr.custom_tool_uses == []
+        assert tr.terminal is T.TERMINATED
+        assert tr.custom_tool_uses == []
     assert normalize([{"type": "session.status_terminated"}]).terminal is T.TERMINATED
     assert normalize([msg("x")]).terminal is T.TERMINATED  # no status event at all
 
@@ -164,7 +168,8 @@ def test_normalize_text_and_server_tools() -> None:
     assert normalize([idle("end_turn")]).text == ""
     server = {"type": "agent.tool_use", "id": "s1", "name": "bash"}
     tr = normalize([server, use("c1"), idle("requires_action", ["c1"])])
-    assert [u.name for u in tr.server_tool_uses] == ["bash"] and tr.server_tool_uses[0].input == {}
+    assert [u.name for u in tr.server_tool_uses] == ["bash"]
+    assert tr.server_tool_uses[0].input == {}
     assert [u.id for u in tr.custom_tool_uses] == ["c1"]  # thesis guard
 
 

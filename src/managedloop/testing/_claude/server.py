@@ -237,9 +237,9 @@ class ClaudeEmulator:
         sid = self.session(session_id).id
         out: list[dict[str, Any]] = []
         for r in self.requests:
-            if r.method == "POST" and r.path == f"/v1/sessions/{sid}/events" and r.json:
-                if r.applied or not applied_only:
-                    out.extend(r.json.get("events", []))
+            is_send = r.method == "POST" and r.path == f"/v1/sessions/{sid}/events"
+            if is_send and r.json and (r.applied or not applied_only):
+                out.extend(r.json.get("events", []))
         return out
 
     def write_output(self, session_id: str, name: str, data: bytes | str) -> dict[str, Any]:
