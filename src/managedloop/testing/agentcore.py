@@ -48,6 +48,7 @@ no encoder); every kind of frame is tested to decode with botocore.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -84,6 +85,7 @@ _EXCEPTION_STATUS = {
     "internalServerException": 500,
     "runtimeClientError": 424,
 }
+_RECORD_INDEX = web.RequestKey("managedloop_record_index", int)
 SHUTDOWN_GRACE = 0.5  # seconds; stalled handlers are cancelled on exit, not waited for
 
 
@@ -399,6 +401,7 @@ class AgentCoreEmulator:
         tools: Sequence[Mapping[str, Any]] = (),
         endpoint_status: str | None = "READY",
         delete_after: float | None = None,
+        delete_outcome: str | None = None,
         deleting: bool = False,
     ) -> Any:
         """Seed a harness. ``status=None`` follows the fault timings; ``deleting=True`` puts it
@@ -415,7 +418,7 @@ class AgentCoreEmulator:
             ready_after=0.0,
             outcome="READY",
             delete_after=delete_after,
-            delete_outcome=None,
+            delete_outcome=delete_outcome,
             fixed=status if status is not None or deleting else "READY",
             deleting_since=now if deleting else None,
         )
@@ -454,7 +457,13 @@ class AgentCoreEmulator:
         if task is not None:
             self._tasks.add(task)
         try:
-            return await self._handle(request)
+            response = await self._handle(request)
+            index = request.get(_RECORD_INDEX)
+            if isinstance(index, int):
+                with self._lock:
+                    entry = self.requests[index]
+                    self.requests[index] = dataclasses.replace(entry, status=response.status)
+            return response
         finally:
             if task is not None:
                 self._tasks.discard(task)
@@ -505,6 +514,7 @@ class AgentCoreEmulator:
         if isinstance(body, bytes):
             body = body.decode(errors="replace")
         with self._lock:
+            request[_RECORD_INDEX] = len(self.requests)
             self.requests.append(
                 RecordedRequest(
                     operation=op,

@@ -1,0 +1,782 @@
+"""Harness provisioning under one monotonic deadline (reference §3.8-3.11, v0.12 README).
+
+``provision`` validates everything first (``endpoint_name``, ``execution_role_arn``,
+``timeout``, the specs), then: CreateHarness → wait for the harness to be READY → wait for
+the endpoint invokes will use to be READY, all under **one** :class:`WaitBudget` built at
+entry. The budget bounds every wait *and* every request: each control-plane attempt gets a
+read timeout of ``min(configured, remaining) / attempts``, recomputed per call, so no wait
+outlives its deadline by more than one request's share. (Connect time and TLS setup are
+bounded separately by the client's connect timeout.)
+
+Invariants relied on:
+
+* harness and endpoint statuses share one vocabulary (:func:`classify`): ``READY`` is done,
+  ``CREATING``/``UPDATING`` may still get there, ``DELETING`` never will, ``*_FAILED`` is
+  final, and anything else is named and fatal (never polled);
+* an endpoint is only polled once its harness is READY, and a 404 from
+  ``GetHarnessEndpoint`` means "not created yet";
+* a harness *this call created* is deleted if anything after the create fails (with its
+  own small budget, never masking the original error); an adopted one never is;
+* a ``409`` on create means the name is taken: a live namesake is adopted, a DELETING one
+  is waited out (``harness_still_deleting``) and re-created, anything else is a
+  ``harness_name_conflict``.
+
+Every poll and every wait's end is logged (``managedloop.agentcore.provision``) and emitted
+as telemetry (``agent_core.provision.poll|stop|exception``), so a failed provision can be
+diagnosed from the log alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from managedloop import telemetry
+from managedloop.config import MISSING
+from managedloop.errors import (
+    APIStatusError,
+    InvalidOptionsError,
+    ManagedLoopError,
+    ProvisioningError,
+)
+from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec, digest_of
+from managedloop.providers.agentcore import _converse
+from managedloop.providers.agentcore._client import CONTROL_READ_TIMEOUT, retryable
+from managedloop.providers.agentcore._provider import (
+    AgentCoreHandle,
+    BedrockAgentCore,
+    harness_id_of,
+    validate_endpoint_name,
+)
+
+__all__ = [
+    "WaitBudget",
+    "WaitContext",
+    "classify",
+    "harness_name",
+    "provision",
+    "teardown",
+]
+
+logger = logging.getLogger("managedloop.agentcore.provision")
+
+DEFAULT_TIMEOUT = 365.0  # seconds: the reference default (5 s x 73 observations); a harness is
+# typically READY in ~11 s but its DEFAULT endpoint took 2 m 31 s live
+DEFAULT_POLL = 5.0  # seconds between polls when no timeout is given (legacy count semantics)
+DEFAULT_MAX_POLLS = 72
+MIN_POLL = 0.05  # seconds; a derived cadence never hammers the control plane faster
+MAX_POLL = 5.0  # seconds; ... nor sleeps so long that a short budget only looks once
+MIN_ATTEMPT = 0.05  # seconds; a spent budget still gets one short attempt, never a zero timeout
+ROLLBACK_ATTEMPT = 10.0  # seconds per DeleteHarness attempt during rollback (3 attempts = 30 s):
+# independent of the spent budget, since rollback runs exactly when that budget is gone
+READ_ATTEMPTS = 3  # GET/LIST/DELETE are idempotent: up to 3 attempts within the budget
+WRITE_ATTEMPTS = 1  # CreateHarness is not: one attempt (a retry could create twice)
+HARNESS_NAME_MAX = 40
+_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,39}$")
+_ROLE_RE = re.compile(r"^arn:aws(-[^:]+)?:iam::\d{12}:role/.+$")
+_MODEL_UNIONS = (
+    "bedrockModelConfig",
+    "openAiModelConfig",
+    "geminiModelConfig",
+    "liteLlmModelConfig",
+)
+
+Clock = Callable[[], float]
+
+
+def classify(status: Any) -> str:
+    """``ready`` | ``creating`` | ``terminating`` | ``failed`` | ``unknown`` (total)."""
+    if status == "READY":
+        return "ready"
+    if status in ("CREATING", "UPDATING"):
+        return "creating"
+    if status == "DELETING":
+        return "terminating"
+    if status in ("CREATE_FAILED", "UPDATE_FAILED", "DELETE_FAILED"):
+        return "failed"
+    return "unknown"
+
+
+@dataclass(slots=True)
+class WaitBudget:
+    """One deadline shared by every wait and request of a provision call (seconds)."""
+
+    deadline: float
+    poll: float
+    polls_left: float  # math.inf: no count limit
+    clock: Clock = time.monotonic
+
+    @classmethod
+    def new(
+        cls,
+        timeout: Any = MISSING,
+        poll_interval: Any = None,
+        max_polls: Any = None,
+        *,
+        clock: Clock = time.monotonic,
+    ) -> WaitBudget:
+        """An explicit ``timeout`` is the whole budget (any poll count is dropped so it
+        cannot cap the caller) and derives the cadence ``clamp(timeout / 12, 0.05, 5)``.
+        Without one, ``poll_interval`` (5 s) / ``max_polls`` (72) keep count semantics and
+        the deadline is ``max(poll * (max_polls + 1), 365 s)``."""
+        for name, value in (("poll_interval", poll_interval), ("max_polls", max_polls)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or value < 0
+            ):
+                raise InvalidOptionsError(f"{name} must be a number >= 0", option=name)
+        if max_polls is not None and not isinstance(max_polls, int):
+            raise InvalidOptionsError("max_polls must be an integer >= 0", option="max_polls")
+        now = clock()
+        if timeout is not MISSING:
+            if (
+                isinstance(timeout, bool)
+                or not isinstance(timeout, int | float)
+                or timeout < 0
+                or not math.isfinite(timeout)
+            ):
+                raise InvalidOptionsError(
+                    f"timeout must be finite seconds >= 0, got {timeout!r}", option="timeout"
+                )
+            poll = (
+                float(poll_interval)
+                if poll_interval is not None
+                else min(max(timeout / 12, MIN_POLL), MAX_POLL)
+            )
+            return cls(deadline=now + timeout, poll=poll, polls_left=math.inf, clock=clock)
+        poll = float(poll_interval) if poll_interval is not None else DEFAULT_POLL
+        count = max_polls if max_polls is not None else DEFAULT_MAX_POLLS
+        total = max(poll * (count + 1), DEFAULT_TIMEOUT)
+        return cls(deadline=now + total, poll=poll, polls_left=count, clock=clock)
+
+    def remaining(self) -> float:
+        return self.deadline - self.clock()
+
+    def next(self) -> bool:
+        """Room for another poll: the count allows it and a whole sleep fits the deadline
+        (so the wait stops while it can still return its named error)."""
+        return self.polls_left > 0 and self.remaining() > self.poll
+
+    def spend(self) -> None:
+        self.polls_left -= 1
+
+    def attempt_timeout(self, configured: float = math.inf, attempts: int = 1) -> float:
+        return max(min(configured, self.remaining()) / attempts, MIN_ATTEMPT)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WaitContext:
+    """Where a wait stood when it ended (attached to every wait error)."""
+
+    harness_id: str
+    phase: str
+    """``ready``, ``endpoint`` or ``deleted``."""
+    last_status: str | None = None
+    elapsed: float = 0.0
+    polls: int = 0
+    endpoint_name: str | None = None
+
+    def as_context(self) -> dict[str, Any]:
+        return {
+            "harness_id": self.harness_id,
+            "phase": self.phase,
+            "last_status": self.last_status,
+            "elapsed": self.elapsed,
+            "polls": self.polls,
+            "endpoint_name": self.endpoint_name,
+            "wait": self,
+        }
+
+
+def _wait_error(code: str, message: str, ctx: WaitContext) -> ProvisioningError:
+    return ProvisioningError(message, code=code, **ctx.as_context())
+
+
+# ---------------------------------------------------------------------------- names/specs
+
+
+def harness_name(spec: AgentSpec, name_prefix: str | None = None, environment: Any = None) -> str:
+    """``<prefix>_<spec name>_<digest8>`` fitted to ``[a-zA-Z][a-zA-Z0-9_]{0,39}``.
+
+    The digest covers the agent's content and, when given, the environment's content (not
+    its name), so a changed prompt, tool or environment gets a new harness.
+    """
+    base = "_".join(p for p in (name_prefix, spec.name) if p) or "a"
+    base = re.sub(r"[^A-Za-z0-9_]", "_", base)
+    if not base[0].isalpha():
+        base = "a" + base
+    if environment is None:
+        digest = spec.digest
+    else:
+        env_identity = (
+            environment.identity()
+            if isinstance(environment, EnvironmentSpec)
+            else {"config": environment}
+        )
+        digest = digest_of({"agent": spec.digest, "environment": digest_of(env_identity)})
+    base = base[: HARNESS_NAME_MAX - 9]
+    return f"{base}_{digest[:8]}"
+
+
+def _coerce_spec(spec: Any) -> AgentSpec:
+    if isinstance(spec, AgentSpec):
+        return spec
+    if isinstance(spec, Mapping):
+        try:
+            return AgentSpec(**spec)
+        except (TypeError, ValueError) as exc:
+            raise InvalidOptionsError(
+                f"invalid agent spec: {exc}", code="invalid_agent_spec", option="spec"
+            ) from exc
+    raise InvalidOptionsError(
+        "spec must be an AgentSpec or a mapping", code="invalid_agent_spec", option="spec"
+    )
+
+
+def _coerce_environment(environment: Any) -> dict[str, Any] | None:
+    if environment is None:
+        return None
+    if isinstance(environment, EnvironmentSpec):
+        return dict(environment.config) or None
+    if isinstance(environment, Mapping):
+        return dict(environment) or None
+    raise InvalidOptionsError(
+        "environment must be an EnvironmentSpec or a mapping "
+        '(e.g. {"agentCoreRuntimeEnvironment": {...}})',
+        code="invalid_environment_spec",
+        option="environment",
+    )
+
+
+def _model(spec: AgentSpec) -> dict[str, Any] | None:
+    unions = {k: v for k, v in spec.model_config.items() if k in _MODEL_UNIONS}
+    if unions:
+        return unions
+    if spec.model:
+        return {"bedrockModelConfig": {"modelId": spec.model}}
+    return None
+
+
+def create_body(
+    spec: AgentSpec,
+    *,
+    name: str,
+    execution_role_arn: str,
+    environment: dict[str, Any] | None,
+    tags: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The CreateHarness parameters (``environment`` goes to the wire verbatim)."""
+    body: dict[str, Any] = {"harnessName": name, "executionRoleArn": execution_role_arn}
+    if spec.system_prompt:
+        body["systemPrompt"] = [{"text": spec.system_prompt}]
+    model = _model(spec)
+    if model is not None:
+        body["model"] = model
+    tools = spec.tool_definitions()
+    if tools:
+        body["tools"] = [_converse.inline_function(t) for t in tools]
+    if environment is not None:
+        body["environment"] = environment
+    if tags:
+        body["tags"] = dict(tags)
+    return body
+
+
+# ---------------------------------------------------------------------------- requests
+
+
+async def _call(
+    provider: BedrockAgentCore,
+    operation: str,
+    budget: WaitBudget | None,
+    *,
+    attempts: int = READ_ATTEMPTS,
+    per_attempt: float | None = None,
+    **params: Any,
+) -> dict[str, Any]:
+    """A control-plane call, retried (``attempts``) on transient errors, each attempt's read
+    timeout bounded by the budget (or fixed at ``per_attempt``)."""
+    for attempt in range(attempts):
+        if per_attempt is not None:
+            timeout = per_attempt
+        else:
+            assert budget is not None
+            timeout = budget.attempt_timeout(CONTROL_READ_TIMEOUT, attempts - attempt)
+        try:
+            return await provider.control_call(operation, read_timeout=timeout, **params)
+        except ManagedLoopError as exc:
+            last_try = attempt + 1 >= attempts
+            if last_try or not retryable(exc) or (budget is not None and budget.remaining() <= 0):
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+# ---------------------------------------------------------------------------- waits
+
+_TAGS = {
+    "ready": (
+        "harness_ready_timeout",
+        "harness_failed",
+        "harness_terminating",
+        "harness_unknown_status",
+    ),
+    "endpoint": (
+        "endpoint_ready_timeout",
+        "endpoint_failed",
+        "endpoint_terminating",
+        "endpoint_unknown_status",
+    ),
+}
+
+
+async def _wait(
+    budget: WaitBudget,
+    *,
+    phase: str,
+    harness_id: str,
+    fetch: Callable[[], Awaitable[str | None]],
+    endpoint_name: str | None = None,
+    caller: Mapping[str, Any] | None = None,
+) -> None:
+    """Poll ``fetch`` until READY; raise the phase's named error otherwise."""
+    timeout_tag, failed_tag, terminating_tag, unknown_tag = _TAGS[phase]
+    started = budget.clock()
+    polls = 0
+    last: str | None = None
+
+    def ctx() -> WaitContext:
+        return WaitContext(
+            harness_id=harness_id,
+            phase=phase,
+            last_status=last,
+            elapsed=budget.clock() - started,
+            polls=polls,
+            endpoint_name=endpoint_name,
+        )
+
+    try:
+        while True:
+            try:
+                status = await fetch()
+            except ManagedLoopError as exc:
+                if budget.remaining() <= 0:
+                    logger.warning(
+                        "agent_core provision poll failed on an expired budget harness_id=%s "
+                        "phase=%s error=%s",
+                        harness_id,
+                        phase,
+                        exc.code,
+                    )
+                    raise _wait_error(
+                        timeout_tag, f"{phase} wait ran out of time ({exc.code})", ctx()
+                    ) from exc
+                raise
+            polls += 1
+            last = status
+            elapsed = budget.clock() - started
+            logger.debug(
+                "agent_core provision poll harness_id=%s phase=%s status=%s poll_n=%d "
+                "elapsed_ms=%d",
+                harness_id,
+                phase,
+                status or "absent",
+                polls,
+                elapsed * 1000,
+            )
+            telemetry.emit(
+                "agent_core.provision.poll",
+                {"elapsed_ms": elapsed * 1000, "poll_n": polls},
+                {"harness_id": harness_id, "status": status, "phase": phase},
+                caller=caller,
+            )
+            kind = classify(status) if status is not None else "creating"
+            what = f"endpoint {endpoint_name}" if phase == "endpoint" else f"harness {harness_id}"
+            if kind == "ready":
+                _stop(harness_id, phase, "ok", None, ctx(), caller)
+                return
+            if kind == "failed":
+                raise _wait_error(failed_tag, f"{what} is {status}", ctx())
+            if kind == "terminating":
+                raise _wait_error(terminating_tag, f"{what} is DELETING", ctx())
+            if kind == "unknown":
+                raise _wait_error(unknown_tag, f"{what} has unknown status {status!r}", ctx())
+            if not budget.next():
+                raise _wait_error(
+                    timeout_tag,
+                    f"{what} not READY within the budget (last status {status or 'absent'})",
+                    ctx(),
+                )
+            budget.spend()
+            await anyio.sleep(budget.poll)
+    except ProvisioningError as exc:
+        if exc.context.get("phase") == phase:
+            _stop(harness_id, phase, "error", exc.code, ctx(), caller)
+        raise
+    except ManagedLoopError as exc:
+        _stop(harness_id, phase, "error", "provider_error", ctx(), caller, detail=exc.code)
+        raise
+    except Exception as exc:
+        duration = budget.clock() - started
+        logger.warning(
+            "agent_core provision %s wait failed hard harness_id=%s kind=%s error=%r "
+            "duration_ms=%d",
+            phase,
+            harness_id,
+            type(exc).__name__,
+            exc,
+            duration * 1000,
+        )
+        telemetry.emit(
+            "agent_core.provision.exception",
+            {"duration_ms": duration * 1000},
+            {
+                "harness_id": harness_id,
+                "phase": phase,
+                "kind": "error",
+                "result": f"exception:{type(exc).__name__}",
+            },
+            caller=caller,
+        )
+        raise
+
+
+def _stop(
+    harness_id: str,
+    phase: str,
+    result: str,
+    error: str | None,
+    ctx: WaitContext,
+    caller: Mapping[str, Any] | None,
+    detail: str | None = None,
+) -> None:
+    level = logging.INFO if result == "ok" else logging.WARNING
+    endpoint = f"endpoint={ctx.endpoint_name} " if ctx.endpoint_name else ""
+    logger.log(
+        level,
+        "agent_core provision stop harness_id=%s phase=%s result=%s last_status=%s %s"
+        "polls=%d duration_ms=%d",
+        harness_id,
+        phase,
+        result if error is None else f"{error}{f' ({detail})' if detail else ''}",
+        ctx.last_status or "none",
+        endpoint,
+        ctx.polls,
+        ctx.elapsed * 1000,
+    )
+    meta: dict[str, Any] = {"harness_id": harness_id, "phase": phase, "result": result}
+    if error is not None:
+        meta["error"] = error
+    telemetry.emit(
+        "agent_core.provision.stop",
+        {"duration_ms": ctx.elapsed * 1000, "polls": ctx.polls},
+        meta,
+        caller=caller,
+    )
+
+
+# ---------------------------------------------------------------------------- provision
+
+
+@dataclass(slots=True)
+class _Run:
+    provider: BedrockAgentCore
+    budget: WaitBudget
+    name: str
+    body: dict[str, Any]
+    endpoint_name: str
+    caller: dict[str, Any] = field(default_factory=dict)
+
+
+async def provision(
+    provider: BedrockAgentCore,
+    spec: Any,
+    *,
+    environment: Any = None,
+    execution_role_arn: Any = None,
+    endpoint_name: Any = "DEFAULT",
+    timeout: Any = MISSING,
+    poll_interval: Any = None,
+    max_polls: Any = None,
+    name_prefix: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    telemetry_metadata: Mapping[str, Any] | None = None,
+    **unknown: Any,
+) -> AgentCoreHandle:
+    """Create (or adopt) the harness for ``spec`` and wait until it and its endpoint are
+    READY, within ``timeout`` seconds (default 365) for the whole call."""
+    if unknown:
+        name = sorted(unknown)[0]
+        raise InvalidOptionsError(f"unknown provision option {name!r}", option=name)
+    agent = _coerce_spec(spec)
+    validate_endpoint_name(endpoint_name)
+    if not isinstance(execution_role_arn, str) or not execution_role_arn.strip():
+        raise InvalidOptionsError(
+            "execution_role_arn is required (the IAM role the harness runs as)",
+            option="execution_role_arn",
+        )
+    role = execution_role_arn.strip()
+    if _ROLE_RE.match(role) is None:
+        raise InvalidOptionsError(
+            f"execution_role_arn must look like arn:aws:iam::<12 digits>:role/<name>, got {role!r}",
+            option="execution_role_arn",
+        )
+    env = _coerce_environment(environment)
+    budget = WaitBudget.new(timeout, poll_interval, max_polls)
+    name = harness_name(agent, name_prefix, env)
+    run = _Run(
+        provider=provider,
+        budget=budget,
+        name=name,
+        body=create_body(agent, name=name, execution_role_arn=role, environment=env, tags=tags),
+        endpoint_name=endpoint_name,
+        caller=dict(telemetry_metadata or {}),
+    )
+    created, handle = await _create_or_adopt(run)
+    try:
+        await _wait(
+            budget,
+            phase="ready",
+            harness_id=handle.harness_id,
+            fetch=lambda: _harness_status(run, handle.harness_id),
+            caller=run.caller,
+        )
+        await _wait(
+            budget,
+            phase="endpoint",
+            harness_id=handle.harness_id,
+            fetch=lambda: _endpoint_status(run, handle.harness_id),
+            endpoint_name=endpoint_name,
+            caller=run.caller,
+        )
+    except Exception:
+        if created:
+            await _rollback(provider, handle.harness_id)
+        raise
+    return handle
+
+
+async def _create(run: _Run) -> AgentCoreHandle:
+    result = await _call(
+        run.provider, "create_harness", run.budget, attempts=WRITE_ATTEMPTS, **run.body
+    )
+    harness = result.get("harness")
+    if (
+        not isinstance(harness, Mapping)
+        or not isinstance(harness.get("arn"), str)
+        or not isinstance(harness.get("harnessId"), str)
+    ):
+        raise ProvisioningError(
+            "CreateHarness returned no harness arn/harnessId",
+            code="unexpected_create_response",
+            body={k: v for k, v in result.items() if k != "ResponseMetadata"},
+        )
+    logger.info("agent_core provision created harness %s (%s)", harness["harnessId"], run.name)
+    return AgentCoreHandle(
+        harness_arn=harness["arn"], harness_id=harness["harnessId"], harness_name=run.name
+    )
+
+
+async def _create_or_adopt(run: _Run) -> tuple[bool, AgentCoreHandle]:
+    """``(created_by_this_call, handle)``."""
+    try:
+        return True, await _create(run)
+    except APIStatusError as exc:
+        if exc.status != 409:
+            raise
+    entry = await _find(run)
+    status = entry.get("status") if entry is not None else None
+    if entry is not None and status in ("READY", "CREATING", "UPDATING"):
+        arn, hid = entry.get("arn"), entry.get("harnessId")
+        if not isinstance(arn, str) or not isinstance(hid, str):
+            raise ProvisioningError(
+                f"ListHarnesses entry for {run.name} has no arn/harnessId",
+                code="unexpected_list_response",
+                entry=dict(entry),
+            )
+        logger.info("agent_core provision adopted harness %s (%s, %s)", hid, run.name, status)
+        return False, AgentCoreHandle(harness_arn=arn, harness_id=hid, harness_name=run.name)
+    if entry is not None and status == "DELETING":
+        await _delete_wait(run)
+        if not run.budget.next():
+            logger.warning("agent_core provision no budget left to re-create harness %s", run.name)
+            raise _wait_error(
+                "harness_ready_timeout",
+                f"no budget left to re-create {run.name} after its namesake was deleted",
+                WaitContext(harness_id=run.name, phase="deleted", last_status=None),
+            )
+        return True, await _create(run)  # a second 409 is returned as is
+    logger.warning(
+        "agent_core provision cannot recover harness %s (status %s)", run.name, status or "none"
+    )
+    raise ProvisioningError(
+        f"harness name {run.name} is taken by a harness that cannot be adopted "
+        f"(status {status or 'unknown'})",
+        code="harness_name_conflict",
+        name=run.name,
+        last_status=status,
+    )
+
+
+async def _find(run: _Run) -> Mapping[str, Any] | None:
+    """The listed harness named ``run.name`` (all pages), or ``None``."""
+    token: str | None = None
+    while True:
+        params: dict[str, Any] = {"maxResults": 100}
+        if token:
+            params["nextToken"] = token
+        page = await _call(run.provider, "list_harnesses", run.budget, **params)
+        items = page.get("harnesses")
+        if not isinstance(items, list):
+            raise ProvisioningError(
+                "ListHarnesses returned no harnesses list", code="unexpected_list_response"
+            )
+        for item in items:
+            if isinstance(item, Mapping) and item.get("harnessName") == run.name:
+                return item
+        token = page.get("nextToken")
+        if not token:
+            return None
+
+
+async def _delete_wait(run: _Run) -> None:
+    """Wait for a DELETING namesake to disappear (phase ``deleted``)."""
+    budget = run.budget
+    started = budget.clock()
+    polls = 0
+    last: str | None = "DELETING"
+
+    def ctx() -> WaitContext:
+        return WaitContext(
+            harness_id=run.name,
+            phase="deleted",
+            last_status=last,
+            elapsed=budget.clock() - started,
+            polls=polls,
+        )
+
+    while True:
+        try:
+            entry = await _find(run)
+        except ManagedLoopError as exc:
+            logger.warning(
+                "agent_core provision could not list harnesses while waiting for %s to be "
+                "deleted (%s); proceeding unconfirmed",
+                run.name,
+                exc.code,
+            )
+            _stop(run.name, "deleted", "unconfirmed", None, ctx(), run.caller)
+            return
+        polls += 1
+        last = entry.get("status") if entry is not None else None
+        logger.debug(
+            "agent_core provision poll harness_id=%s phase=deleted status=%s poll_n=%d "
+            "elapsed_ms=%d",
+            run.name,
+            last or "absent",
+            polls,
+            ctx().elapsed * 1000,
+        )
+        telemetry.emit(
+            "agent_core.provision.poll",
+            {"elapsed_ms": ctx().elapsed * 1000, "poll_n": polls},
+            {"harness_id": run.name, "status": last, "phase": "deleted"},
+            caller=run.caller,
+        )
+        if entry is None:
+            _stop(run.name, "deleted", "ok", None, ctx(), run.caller)
+            return
+        if last != "DELETING" or not budget.next():
+            error = _wait_error(
+                "harness_still_deleting",
+                f"harness {run.name} is still there (status {last})",
+                ctx(),
+            )
+            _stop(run.name, "deleted", "error", error.code, ctx(), run.caller)
+            raise error
+        budget.spend()
+        await anyio.sleep(budget.poll)
+
+
+async def _harness_status(run: _Run, harness_id: str) -> str | None:
+    body = await _call(run.provider, "get_harness", run.budget, harnessId=harness_id)
+    status = (body.get("harness") or {}).get("status")
+    if not isinstance(status, str):
+        raise ProvisioningError(
+            "GetHarness returned no status", code="unexpected_get_harness_response"
+        )
+    return status
+
+
+async def _endpoint_status(run: _Run, harness_id: str) -> str | None:
+    try:
+        body = await _call(
+            run.provider,
+            "get_harness_endpoint",
+            run.budget,
+            harnessId=harness_id,
+            endpointName=run.endpoint_name,
+        )
+    except APIStatusError as exc:
+        if exc.status == 404:
+            return None  # not created yet
+        raise
+    status = (body.get("endpoint") or {}).get("status")
+    if not isinstance(status, str):
+        raise ProvisioningError(
+            "GetHarnessEndpoint returned no status", code="unexpected_get_endpoint_response"
+        )
+    return status
+
+
+async def _rollback(provider: BedrockAgentCore, harness_id: str) -> None:
+    """Best-effort delete of a harness this call created; never masks the original error."""
+    try:
+        await _call(
+            provider,
+            "delete_harness",
+            None,
+            attempts=READ_ATTEMPTS,
+            per_attempt=ROLLBACK_ATTEMPT,
+            harnessId=harness_id,
+        )
+    except Exception as exc:
+        logger.warning(
+            "agent_core provision could not roll back harness %s (%r); it may be orphaned",
+            harness_id,
+            exc,
+        )
+    else:
+        logger.info("agent_core provision rolled back harness %s", harness_id)
+
+
+async def teardown(
+    provider: BedrockAgentCore, handle: Any, *, timeout: float = 30.0
+) -> dict[str, Any]:
+    """Delete the harness (asynchronous on AWS: DELETING for a while). A harness already
+    gone counts as torn down. Returns ``{"harness_id", "status"}``."""
+    if isinstance(handle, AgentCoreHandle):
+        hid = handle.harness_id
+    elif isinstance(handle, Mapping) and isinstance(handle.get("harness_id"), str):
+        hid = str(handle["harness_id"])
+    elif isinstance(handle, Mapping) and isinstance(handle.get("harness_arn"), str):
+        hid = harness_id_of(str(handle["harness_arn"]))
+    elif isinstance(handle, str):
+        hid = harness_id_of(handle) if handle.startswith("arn:") else handle
+    else:
+        raise InvalidOptionsError(
+            "teardown needs an AgentCoreHandle, a harness id or ARN", option="handle"
+        )
+    budget = WaitBudget.new(timeout)
+    try:
+        result = await _call(provider, "delete_harness", budget, harnessId=hid)
+    except APIStatusError as exc:
+        if exc.status == 404:
+            return {"harness_id": hid, "status": "absent"}
+        raise
+    return {"harness_id": hid, "status": (result.get("harness") or {}).get("status")}

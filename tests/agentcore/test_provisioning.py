@@ -1,0 +1,721 @@
+"""Provisioning against the emulator: one deadline, every named failure, rollback, 409s."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+import botocore.session
+import pytest
+
+import managedloop as ml
+from managedloop import telemetry
+from managedloop.config import MISSING
+from managedloop.providers import BedrockAgentCore
+from managedloop.providers.agentcore import AgentCoreHandle
+from managedloop.providers.agentcore._provision import (
+    WaitBudget,
+    classify,
+    create_body,
+    harness_name,
+)
+from managedloop.testing import AgentCoreEmulator, AgentCoreFaults
+
+from .conftest import make_provider
+
+pytestmark = pytest.mark.anyio
+
+
+@ml.tool
+def lookup(city: str) -> str:
+    """Look a city up."""
+    return city
+
+
+SPEC = ml.AgentSpec(name="conformance-agent", system_prompt="Be helpful.", tools=[lookup])
+ENV = {
+    "agentCoreRuntimeEnvironment": {
+        "filesystemConfigurations": [{"sessionStorage": {"mountPath": "/mnt/data"}}]
+    }
+}
+
+
+def fast(**kw: Any) -> AgentCoreFaults:
+    base: dict[str, Any] = {"harness_ready_after": 0.05, "endpoint_ready_after": 0.05}
+    return AgentCoreFaults(**{**base, **kw})
+
+
+async def provision(
+    emu: AgentCoreEmulator, provider: BedrockAgentCore, spec: ml.AgentSpec = SPEC, **kw: Any
+) -> Any:
+    kw.setdefault("execution_role_arn", emu.execution_role_arn)
+    kw.setdefault("timeout", 3.0)
+    return await provider.provision(spec, **kw)
+
+
+def created_ids(emu: AgentCoreEmulator) -> list[str]:
+    return [r.body["harnessName"] for r in emu.operations("CreateHarness")]
+
+
+def deletes(emu: AgentCoreEmulator) -> list[str]:
+    return [r.path.rsplit("/", 1)[-1] for r in emu.operations("DeleteHarness")]
+
+
+# --------------------------------------------------------------------------- success
+
+
+async def test_creates_waits_for_ready_then_the_endpoint(emu: AgentCoreEmulator) -> None:
+    with make_provider(emu, harness_arn=None) as provider:
+        handle = await provision(emu, provider, environment=ENV)
+    assert isinstance(handle, AgentCoreHandle)
+    assert handle.harness_name == harness_name(SPEC, None, ENV)
+    assert handle.harness_name.startswith("conformance_agent_")
+    (create,) = emu.operations("CreateHarness")
+    assert create.body["harnessName"] == handle.harness_name
+    assert create.body["executionRoleArn"] == emu.execution_role_arn
+    assert create.body["systemPrompt"] == [{"text": "Be helpful."}]
+    assert create.body["tools"][0]["type"] == "inline_function"
+    assert create.body["environment"] == ENV  # verbatim
+    ops = [r.operation for r in emu.requests]
+    first_endpoint = ops.index("GetHarnessEndpoint")
+    assert "GetHarness" in ops[:first_endpoint]
+    assert emu.harness_status(handle.harness_id) == "READY"
+    gets = emu.operations("GetHarnessEndpoint")
+    assert gets[0].path.endswith("/endpoints/DEFAULT")
+    assert deletes(emu) == []
+
+
+async def test_the_provisioned_harness_runs_the_same_agent(emu: AgentCoreEmulator) -> None:
+    with make_provider(emu, harness_arn=None) as provider:
+        handle = await ml.provision(
+            provider, SPEC, execution_role_arn=emu.execution_role_arn, timeout=3
+        )
+        again = await ml.provision(
+            provider, SPEC, execution_role_arn=emu.execution_role_arn, timeout=3
+        )
+        assert again is handle  # cached: no second create
+        result = await ml.run(provider, agent=handle, prompt="go", handler=SPEC.toolset())
+        report = await ml.teardown(provider, handle)
+    assert result.text.startswith("Done.")
+    assert len(emu.operations("CreateHarness")) == 1
+    assert report == {"harness_id": handle.harness_id, "status": "DELETING"}
+
+
+async def test_model_union_and_plain_model_id() -> None:
+    body = create_body(
+        ml.AgentSpec(
+            name="a", model_config={"bedrockModelConfig": {"modelId": "us.x"}, "metadata": {"t": 1}}
+        ),
+        name="a_1",
+        execution_role_arn="arn:aws:iam::123456789012:role/r",
+        environment=None,
+    )
+    assert body["model"] == {"bedrockModelConfig": {"modelId": "us.x"}}
+    assert "environment" not in body and "tools" not in body
+    body = create_body(
+        ml.AgentSpec(model="us.y"), name="a_1", execution_role_arn="r", environment=None
+    )
+    assert body["model"] == {"bedrockModelConfig": {"modelId": "us.y"}}
+
+
+def test_create_body_validates_against_botocores_model() -> None:
+    from botocore.validate import ParamValidator
+
+    model = botocore.session.get_session().get_service_model("bedrock-agentcore-control")
+    shape = model.operation_model("CreateHarness").input_shape
+    body = create_body(
+        SPEC,
+        name=harness_name(SPEC, None, ENV),
+        execution_role_arn="arn:aws:iam::123456789012:role/r",
+        environment=ENV,
+        tags={"team": "x"},
+    )
+    report = ParamValidator().validate(body, shape)
+    assert not report.has_errors(), report.generate_report()
+
+
+# --------------------------------------------------------------------------- entry validation
+
+
+@pytest.mark.parametrize("bad", ["1DEFAULT", "has-dash", "x" * 49, "", 7, None])
+async def test_invalid_endpoint_name_fails_before_anything_is_created(
+    emu: AgentCoreEmulator, bad: Any
+) -> None:
+    with make_provider(emu) as provider, pytest.raises(ml.InvalidOptionsError) as info:
+        await provision(emu, provider, endpoint_name=bad)
+    assert info.value.context["option"] == "endpoint_name"
+    assert emu.requests == []
+
+
+@pytest.mark.parametrize("bad", [None, "", "   ", "not-an-arn", "arn:aws:iam::12:role/x"])
+async def test_invalid_execution_role_fails_before_anything_is_created(
+    emu: AgentCoreEmulator, bad: Any
+) -> None:
+    with make_provider(emu) as provider, pytest.raises(ml.InvalidOptionsError) as info:
+        await provision(emu, provider, execution_role_arn=bad)
+    assert info.value.context["option"] == "execution_role_arn"
+    assert emu.requests == []
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("timeout", -1),
+        ("timeout", math.inf),
+        ("timeout", "300"),
+        ("poll_interval", -1),
+        ("max_polls", 1.5),
+        ("bogus", 1),
+    ],
+)
+async def test_invalid_budget_options(emu: AgentCoreEmulator, option: str, value: Any) -> None:
+    with make_provider(emu) as provider, pytest.raises(ml.InvalidOptionsError) as info:
+        await provision(emu, provider, **{option: value})
+    assert info.value.context["option"] == option
+    assert emu.requests == []
+
+
+async def test_invalid_specs(emu: AgentCoreEmulator) -> None:
+    with make_provider(emu) as provider:
+        with pytest.raises(ml.InvalidOptionsError) as info:
+            await provision(emu, provider, spec={"nonsense": 1})  # type: ignore[arg-type]
+        assert info.value.code == "invalid_agent_spec"
+        with pytest.raises(ml.InvalidOptionsError) as info:
+            await provision(emu, provider, environment=["x"])
+        assert info.value.code == "invalid_environment_spec"
+        handle = await provision(emu, provider, spec={"system_prompt": "bare map"})  # type: ignore[arg-type]
+    assert handle.harness_name.startswith("a_")
+
+
+# --------------------------------------------------------------------------- named failures
+
+
+@pytest.mark.parametrize(
+    ("outcome", "code"),
+    [
+        ("CREATE_FAILED", "harness_failed"),
+        ("DELETING", "harness_terminating"),
+        ("INACTIVE", "harness_unknown_status"),
+    ],
+)
+async def test_harness_failures_are_named_and_rolled_back(outcome: str, code: str) -> None:
+    async with AgentCoreEmulator(faults=fast(harness_outcome=outcome)) as emu:
+        with make_provider(emu) as provider, pytest.raises(ml.ProvisioningError) as info:
+            await provision(emu, provider)
+        err = info.value
+        assert err.code == code
+        assert (err.context["phase"], err.context["last_status"]) == ("ready", outcome)
+        assert err.context["polls"] >= 1 and err.context["elapsed"] >= 0
+        assert emu.operations("GetHarnessEndpoint") == []
+        assert len(deletes(emu)) == 1  # created here, so rolled back
+
+
+@pytest.mark.parametrize(
+    ("outcome", "code"),
+    [
+        ("CREATE_FAILED", "endpoint_failed"),
+        ("DELETING", "endpoint_terminating"),
+        ("INACTIVE", "endpoint_unknown_status"),
+    ],
+)
+async def test_endpoint_failures_are_named_and_rolled_back(
+    outcome: str, code: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with AgentCoreEmulator(faults=fast(endpoint_outcome=outcome)) as emu:
+        with caplog.at_level(logging.INFO, "managedloop.agentcore.provision"):
+            with make_provider(emu) as provider, pytest.raises(ml.ProvisioningError) as info:
+                await provision(emu, provider)
+        err = info.value
+        assert err.code == code
+        assert err.context["phase"] == "endpoint" and err.context["endpoint_name"] == "DEFAULT"
+        assert err.context["last_status"] == outcome
+        assert len(deletes(emu)) == 1
+    log = caplog.text
+    assert f"result={code}" in log and "endpoint=DEFAULT" in log and "rolled back harness" in log
+
+
+async def test_harness_ready_timeout_carries_its_wait_context() -> None:
+    async with AgentCoreEmulator(faults=fast(harness_ready_after=30)) as emu:
+        with make_provider(emu) as provider:
+            started = time.monotonic()
+            with pytest.raises(ml.ProvisioningError) as info:
+                await provision(emu, provider, timeout=0.6)
+            elapsed = time.monotonic() - started
+        err = info.value
+        assert err.code == "harness_ready_timeout"
+        assert err.context["last_status"] == "CREATING" and err.context["polls"] > 3
+        assert err.context["elapsed"] < 0.6
+        assert elapsed < 0.6 + 0.5  # + the rollback's own small budget
+        assert emu.operations("GetHarnessEndpoint") == []  # never READY: no endpoint calls
+        assert len(deletes(emu)) == 1
+
+
+async def test_endpoint_ready_timeout_inherits_what_the_harness_wait_left() -> None:
+    async with AgentCoreEmulator(
+        faults=fast(harness_ready_after=0.15, endpoint_ready_after=30)
+    ) as emu:
+        with make_provider(emu) as provider:
+            started = time.monotonic()
+            with pytest.raises(ml.ProvisioningError) as info:
+                await provision(emu, provider, timeout=0.6)
+            elapsed = time.monotonic() - started
+        err = info.value
+        assert err.code == "endpoint_ready_timeout" and err.context["phase"] == "endpoint"
+        assert err.context["last_status"] == "CREATING"
+        assert err.context["elapsed"] < 0.6 - 0.1  # the harness wait used part of the budget
+        assert elapsed < 0.6 + 0.5
+        assert len(deletes(emu)) == 1
+
+
+async def test_an_endpoint_404_is_waited_on_then_ready() -> None:
+    async with AgentCoreEmulator(faults=fast(endpoint_absent_for=0.6)) as emu:
+        with make_provider(emu) as provider:
+            await provision(emu, provider, timeout=3)
+        statuses = [r.status for r in emu.operations("GetHarnessEndpoint")]
+        assert statuses[0] == 404 and statuses[-1] == 200
+
+
+async def test_endpoint_name_overrides_the_polled_endpoint(emu: AgentCoreEmulator) -> None:
+    with make_provider(emu) as provider, pytest.raises(ml.ProvisioningError) as info:
+        await provision(emu, provider, endpoint_name="live", timeout=0.4)
+    assert info.value.code == "endpoint_ready_timeout"
+    assert info.value.context["endpoint_name"] == "live"
+    assert all(r.path.endswith("/endpoints/live") for r in emu.operations("GetHarnessEndpoint"))
+
+
+# --------------------------------------------------------------------------- 409 recovery
+
+
+async def test_409_adopts_a_live_namesake_and_never_rolls_it_back() -> None:
+    async with AgentCoreEmulator(faults=fast()) as emu:
+        with make_provider(emu) as provider:
+            first = await provision(emu, provider)
+            emu.faults = fast(endpoint_outcome="READY")
+            adopted = await provision(emu, provider)
+            assert adopted == first
+            # an adopted harness whose named endpoint never comes: timeout, no rollback
+            with pytest.raises(ml.ProvisioningError) as info:
+                await provision(emu, provider, endpoint_name="never", timeout=0.3)
+        assert info.value.code == "endpoint_ready_timeout"
+        assert deletes(emu) == []
+        assert len(emu.operations("CreateHarness")) == 3
+
+
+async def test_409_adopts_a_creating_namesake_and_waits_for_it() -> None:
+    async with AgentCoreEmulator(faults=fast(harness_ready_after=0.3)) as emu:
+        with make_provider(emu) as provider:
+            name = harness_name(SPEC)
+            seeded = emu.add_harness(name, status="CREATING")
+            with pytest.raises(ml.ProvisioningError) as info:
+                await provision(emu, provider, timeout=0.3)
+            assert info.value.code == "harness_ready_timeout"
+            assert info.value.context["harness_id"] == seeded.id
+            assert deletes(emu) == []  # adopted: never rolled back
+
+
+async def test_409_waits_out_a_deleting_namesake_then_recreates() -> None:
+    async with AgentCoreEmulator(faults=fast()) as emu:
+        name = harness_name(SPEC)
+        emu.add_harness(name, deleting=True, delete_after=0.2)
+        with make_provider(emu) as provider:
+            handle = await provision(emu, provider, timeout=3)
+        assert handle.harness_name == name
+        assert len(emu.operations("CreateHarness")) == 2
+        assert len(emu.operations("ListHarnesses")) >= 2
+
+
+async def test_a_namesake_that_never_finishes_deleting(caplog: pytest.LogCaptureFixture) -> None:
+    async with AgentCoreEmulator(faults=fast()) as emu:
+        name = harness_name(SPEC)
+        emu.add_harness(name, deleting=True, delete_after=None)
+        with make_provider(emu) as provider, pytest.raises(ml.ProvisioningError) as info:
+            await provision(emu, provider, timeout=0.4)
+        err = info.value
+        assert err.code == "harness_still_deleting"
+        assert (err.context["harness_id"], err.context["phase"]) == (name, "deleted")
+        assert err.context["last_status"] == "DELETING"
+        assert len(emu.operations("CreateHarness")) == 1
+
+
+async def test_the_delete_wait_reports_the_status_it_saw() -> None:
+    async with AgentCoreEmulator(faults=fast()) as emu:
+        name = harness_name(SPEC)
+        emu.add_harness(name, deleting=True, delete_after=0.1, delete_outcome="DELETE_FAILED")
+        with make_provider(emu) as provider, pytest.raises(ml.ProvisioningError) as info:
+            await provision(emu, provider, timeout=2)
+        assert info.value.code == "harness_still_deleting"
+        assert info.value.context["last_status"] == "DELETE_FAILED"
+
+
+async def test_no_budget_left_after_the_delete_wait_is_a_ready_timeout_without_create() -> None:
+    async with AgentCoreEmulator(faults=fast()) as emu:
+        name = harness_name(SPEC)
+        emu.add_harness(name, deleting=True, delete_after=0.35)
+        with make_provider(emu) as provider, pytest.raises(ml.ProvisioningError) as info:
+            await provision(emu, provider, timeout=0.4)
+        err = info.value
+        assert err.code in ("harness_ready_timeout", "harness_still_deleting")
+        assert err.context["harness_id"] == name and err.context["phase"] == "deleted"
+        assert len(emu.operations("CreateHarness")) == 1
+        assert deletes(emu) == []
+
+
+@pytest.mark.parametrize("status", ["CREATE_FAILED", "UPDATE_FAILED", "INACTIVE"])
+async def test_an_unrecoverable_namesake_is_a_name_conflict(
+    status: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with AgentCoreEmulator(faults=fast()) as emu:
+        name = harness_name(SPEC)
+        emu.add_harness(name, status=status)
+        with caplog.at_level(logging.WARNING, "managedloop.agentcore.provision"):
+            with make_provider(emu) as provider, pytest.raises(ml.ProvisioningError) as info:
+                await provision(emu, provider)
+        assert info.value.code == "harness_name_conflict"
+        assert info.value.context["name"] == name
+        assert f"cannot recover harness {name}" in caplog.text
+
+
+async def test_list_pagination_finds_a_namesake_on_a_later_page() -> None:
+    async with AgentCoreEmulator(faults=fast()) as emu:
+        for i in range(105):
+            emu.add_harness(f"filler_{i}")
+        name = harness_name(SPEC)
+        seeded = emu.add_harness(name)
+        with make_provider(emu) as provider:
+            handle = await provision(emu, provider)
+        assert handle.harness_id == seeded.id
+        assert len(emu.operations("ListHarnesses")) == 2
+
+
+# --------------------------------------------------------------------------- budget
+
+
+class Spy:
+    """Wraps a provider's control_call to record each call's read timeout (or fail it)."""
+
+    def __init__(
+        self,
+        provider: BedrockAgentCore,
+        fail: dict[str, Exception] | None = None,
+        replace: dict[str, Any] | None = None,
+    ) -> None:
+        self.calls: list[tuple[str, float | None]] = []
+        self.fail = fail or {}
+        self.replace = replace or {}
+        self._inner = provider.control_call
+        provider.control_call = self  # type: ignore[method-assign,assignment]
+
+    async def __call__(
+        self, operation: str, *, read_timeout: float | None = None, **params: Any
+    ) -> Any:
+        self.calls.append((operation, read_timeout))
+        if operation in self.fail:
+            raise self.fail[operation]
+        if operation in self.replace:
+            return self.replace[operation]
+        return await self._inner(operation, read_timeout=read_timeout, **params)
+
+    def timeouts(self, operation: str) -> list[float]:
+        return [t for op, t in self.calls if op == operation and t is not None]
+
+
+async def test_every_request_is_bounded_by_the_remaining_budget() -> None:
+    async with AgentCoreEmulator(faults=fast(harness_ready_after=0.5)) as emu:
+        with make_provider(emu) as provider:
+            spy = Spy(provider)
+            await provision(emu, provider, timeout=3.0)
+        (create,) = spy.timeouts("create_harness")
+        assert 2.5 < create <= 3.0  # a POST gets the whole remaining budget (1 attempt)
+        gets = spy.timeouts("get_harness")
+        assert len(gets) >= 3
+        assert all(t <= 1.0 for t in gets)  # GETs: remaining / 3 attempts
+        assert gets[-1] < gets[0]  # recomputed every poll
+        assert all(t <= 1.0 for t in spy.timeouts("get_harness_endpoint"))
+
+
+async def test_no_wait_outlives_its_deadline_by_more_than_one_requests_share() -> None:
+    latency = 0.1
+    timeout = 0.8
+    async with AgentCoreEmulator(
+        faults=fast(harness_ready_after=30, control_latency=latency)
+    ) as emu:
+        with make_provider(emu) as provider:
+            started = time.monotonic()
+            with pytest.raises(ml.ProvisioningError) as info:
+                await provision(emu, provider, timeout=timeout)
+            decided = started + info.value.context["elapsed"]
+        assert info.value.code == "harness_ready_timeout"
+        assert decided - started <= timeout + latency
+
+
+async def test_requests_slower_than_the_budget_are_cut_and_renamed() -> None:
+    async with AgentCoreEmulator(faults=fast(harness_ready_after=30)) as emu:
+        with make_provider(emu) as provider:
+            emu.faults = fast(harness_ready_after=30, control_latency=0.0)
+            handle_started = time.monotonic()
+            spy = Spy(provider)
+            emu_faults_after_create = fast(harness_ready_after=30, control_latency=2.0)
+
+            original = spy._inner
+
+            async def slow_after_create(operation: str, **kw: Any) -> Any:
+                if operation == "create_harness":
+                    out = await original(operation, **kw)
+                    emu.faults = emu_faults_after_create
+                    return out
+                return await original(operation, **kw)
+
+            spy._inner = slow_after_create  # type: ignore[method-assign]
+            with pytest.raises(ml.ProvisioningError) as info:
+                await provision(emu, provider, timeout=0.6)
+            elapsed = time.monotonic() - handle_started
+        assert info.value.code == "harness_ready_timeout"
+        assert elapsed < 0.6 + 0.6 / 3 + 2.5  # the rollback DELETE may wait out its latency
+
+
+async def test_a_poll_error_with_budget_left_surfaces_verbatim_and_rolls_back(
+    emu: AgentCoreEmulator,
+) -> None:
+    with make_provider(emu) as provider:
+        Spy(provider, fail={"get_harness": ml.TransportError("boom", code="transport_error")})
+        with pytest.raises(ml.TransportError):
+            await provision(emu, provider, timeout=30)
+    assert len(deletes(emu)) == 1
+
+
+async def test_a_poll_error_on_a_spent_budget_is_renamed(emu: AgentCoreEmulator) -> None:
+    with make_provider(emu) as provider:
+        Spy(provider, fail={"get_harness": ml.TransportError("boom", code="transport_error")})
+        with pytest.raises(ml.ProvisioningError) as info:
+            await provision(emu, provider, timeout=0)
+    assert info.value.code == "harness_ready_timeout"
+    assert info.value.context["harness_id"].startswith("conformance_agent_")
+    assert len(deletes(emu)) == 1
+
+
+async def test_a_hard_failure_in_a_wait_is_reported_and_rolled_back(
+    emu: AgentCoreEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    got: list[tuple[str, dict[str, Any]]] = []
+    att = telemetry.attach(lambda n, m, meta: got.append((n, dict(meta))))
+    try:
+        with caplog.at_level(logging.INFO, "managedloop.agentcore.provision"):
+            with make_provider(emu) as provider:
+                Spy(provider, fail={"get_harness": RuntimeError("kaput")})
+                with pytest.raises(RuntimeError, match="kaput"):
+                    await provision(emu, provider)
+    finally:
+        telemetry.detach(att)
+    exc = [m for n, m in got if n.endswith("provision.exception")]
+    assert exc and exc[0]["result"] == "exception:RuntimeError" and exc[0]["phase"] == "ready"
+    assert "failed hard" in caplog.text and "kind=RuntimeError" in caplog.text
+    assert len(deletes(emu)) == 1
+
+
+async def test_a_failing_rollback_never_masks_the_original_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with AgentCoreEmulator(faults=fast(harness_outcome="CREATE_FAILED")) as emu:
+        with caplog.at_level(logging.WARNING, "managedloop.agentcore.provision"):
+            with make_provider(emu) as provider:
+                Spy(provider, fail={"delete_harness": RuntimeError("no delete")})
+                with pytest.raises(ml.ProvisioningError) as info:
+                    await provision(emu, provider)
+    assert info.value.code == "harness_failed"
+    assert "could not roll back harness" in caplog.text and "may be orphaned" in caplog.text
+
+
+async def test_rollback_has_its_own_fixed_budget(emu: AgentCoreEmulator) -> None:
+    emu.faults = fast(harness_outcome="CREATE_FAILED")
+    with make_provider(emu) as provider:
+        spy = Spy(provider)
+        with pytest.raises(ml.ProvisioningError):
+            await provision(emu, provider, timeout=0.3)
+    assert spy.timeouts("delete_harness") == [10.0]
+
+
+@pytest.mark.parametrize(
+    "body", [{}, {"harness": {"arn": "x"}}, {"harness": {"arn": "x", "harnessId": None}}]
+)
+async def test_create_response_drift_is_named_and_not_cached(
+    emu: AgentCoreEmulator, body: dict[str, Any]
+) -> None:
+    with make_provider(emu) as provider:
+        spy = Spy(provider, replace={"create_harness": body})
+        with pytest.raises(ml.ProvisioningError) as info:
+            await ml.provision(provider, SPEC, execution_role_arn=emu.execution_role_arn, timeout=1)
+        assert info.value.code == "unexpected_create_response"
+        spy.replace.clear()
+        handle = await ml.provision(
+            provider, SPEC, execution_role_arn=emu.execution_role_arn, timeout=2
+        )
+    assert handle.harness_name.startswith("conformance_agent_")  # the failure was not cached
+
+
+# --------------------------------------------------------------------------- telemetry and logs
+
+
+async def test_every_poll_and_wait_end_is_logged_and_emitted(
+    emu: AgentCoreEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    emu.faults = fast(harness_ready_after=0.15)
+    got: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+    att = telemetry.attach(lambda n, m, meta: got.append((n, dict(m), dict(meta))))
+    try:
+        with caplog.at_level(logging.DEBUG, "managedloop.agentcore.provision"):
+            with make_provider(emu) as provider:
+                handle = await provision(emu, provider, telemetry_metadata={"team": "a"})
+    finally:
+        telemetry.detach(att)
+    polls = [(m, meta) for n, m, meta in got if n.endswith("provision.poll")]
+    ready = [meta["status"] for _, meta in polls if meta["phase"] == "ready"]
+    assert ready[0] == "CREATING" and ready[-1] == "READY"
+    assert [m["poll_n"] for m, meta in polls if meta["phase"] == "ready"] == list(
+        range(1, len(ready) + 1)
+    )
+    assert all(meta["harness_id"] == handle.harness_id and meta["team"] == "a" for _, meta in polls)
+    stops = [(m, meta) for n, m, meta in got if n.endswith("provision.stop")]
+    assert [(meta["phase"], meta["result"]) for _, meta in stops] == [
+        ("ready", "ok"),
+        ("endpoint", "ok"),
+    ]
+    assert stops[1][0]["polls"] == 1
+    log = caplog.text
+    assert f"harness_id={handle.harness_id} phase=ready status=READY" in log
+    assert "poll_n=1" in log and "elapsed_ms=" in log
+    assert "phase=endpoint result=ok last_status=READY endpoint=DEFAULT" in log
+
+
+async def test_a_failed_wait_emits_stop_with_its_tag(caplog: pytest.LogCaptureFixture) -> None:
+    got: list[dict[str, Any]] = []
+    att = telemetry.attach(
+        lambda n, m, meta: got.append(dict(meta)), ["managedloop.agent_core.provision.stop"]
+    )
+    try:
+        async with AgentCoreEmulator(faults=fast(harness_outcome="DELETING")) as emu:
+            with caplog.at_level(logging.INFO, "managedloop.agentcore.provision"):
+                with make_provider(emu) as provider, pytest.raises(ml.ProvisioningError):
+                    await provision(emu, provider)
+    finally:
+        telemetry.detach(att)
+    assert got[-1]["result"] == "error" and got[-1]["error"] == "harness_terminating"
+    assert "last_status=DELETING" in caplog.text and "harness_terminating" in caplog.text
+
+
+# --------------------------------------------------------------------------- teardown
+
+
+async def test_teardown_forms(emu: AgentCoreEmulator) -> None:
+    with make_provider(emu) as provider:
+        handle = await provision(emu, provider)
+        assert (await provider.teardown(handle.to_dict()))["status"] == "DELETING"
+        await _wait_gone(emu, handle.harness_id)
+        assert await provider.teardown(handle.harness_arn) == {
+            "harness_id": handle.harness_id,
+            "status": "absent",
+        }
+        with pytest.raises(ml.InvalidOptionsError):
+            await provider.teardown(42)
+
+
+async def _wait_gone(emu: AgentCoreEmulator, hid: str) -> None:
+    import anyio
+
+    for _ in range(100):
+        if emu.harness_status(hid) is None:
+            return
+        await anyio.sleep(0.02)
+
+
+# --------------------------------------------------------------------------- units
+
+
+def test_harness_names() -> None:
+    pattern = r"^[a-zA-Z][a-zA-Z0-9_]{0,39}$"
+    import re
+
+    for spec, prefix in [
+        (SPEC, None),
+        (SPEC, "team-x"),
+        (ml.AgentSpec(), None),
+        (ml.AgentSpec(name="9lives-" + "x" * 60), "p"),
+    ]:
+        assert re.match(pattern, harness_name(spec, prefix))
+    assert harness_name(ml.AgentSpec()) == f"a_{ml.AgentSpec().digest[:8]}"
+    assert harness_name(SPEC) == f"conformance_agent_{SPEC.digest[:8]}"
+    renamed = ml.AgentSpec(name="other", system_prompt=SPEC.system_prompt, tools=[lookup])
+    assert harness_name(renamed) != harness_name(SPEC)
+    assert harness_name(SPEC, None, None) == harness_name(SPEC)
+    assert harness_name(SPEC, None, ENV) != harness_name(SPEC)
+    assert harness_name(SPEC, None, ENV) != harness_name(
+        SPEC, None, {"agentCoreRuntimeEnvironment": {}}
+    )
+    named = ml.EnvironmentSpec(name="one", config=ENV)
+    assert harness_name(SPEC, None, named) == harness_name(
+        SPEC, None, ml.EnvironmentSpec(name="two", config=ENV)
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        ("READY", "ready"),
+        ("CREATING", "creating"),
+        ("UPDATING", "creating"),
+        ("DELETING", "terminating"),
+        ("CREATE_FAILED", "failed"),
+        ("UPDATE_FAILED", "failed"),
+        ("DELETE_FAILED", "failed"),
+        ("INACTIVE", "unknown"),
+        (None, "unknown"),
+    ],
+)
+def test_classify(status: Any, kind: str) -> None:
+    assert classify(status) == kind
+
+
+def test_every_status_in_botocores_model_is_known() -> None:
+    model = botocore.session.get_session().get_service_model("bedrock-agentcore-control")
+    for shape in ("HarnessStatus", "HarnessEndpointStatus"):
+        enum = model.shape_for(shape).enum
+        assert enum
+        assert all(classify(s) != "unknown" for s in enum), shape
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_wait_budget() -> None:
+    clock = Clock()
+    b = WaitBudget.new(30.0, clock=clock)
+    assert b.remaining() == 30.0 and b.polls_left == math.inf and b.poll == 2.5
+    d = WaitBudget.new(clock=clock)
+    assert (d.poll, d.polls_left) == (5.0, 72) and d.remaining() >= 365.0
+    legacy = WaitBudget.new(MISSING, 0, 3, clock=clock)
+    assert legacy.polls_left == 3 and legacy.remaining() == 365.0
+    long = WaitBudget.new(MISSING, 10, 100, clock=clock)
+    assert long.remaining() > 999
+    assert WaitBudget.new(0.3, clock=clock).poll == 0.05  # clamped, still polls ~6 times
+    assert WaitBudget.new(600, clock=clock).poll == 5.0
+    assert b.next()
+    clock.now += 28.0
+    assert not b.next()  # 2 s left < one 2.5 s sleep: stop while able to name the error
+    legacy.spend(), legacy.spend(), legacy.spend()
+    assert not legacy.next()
+    inf = WaitBudget.new(60.0, clock=clock)
+    for _ in range(50):
+        inf.spend()
+    assert inf.next()
+    budget = WaitBudget.new(30.0, clock=clock)
+    assert 9.9 <= budget.attempt_timeout(600, 3) <= 10.0
+    assert budget.attempt_timeout(3.0, 3) == 1.0
+    assert budget.attempt_timeout() == 30.0
+    clock.now += 100
+    assert budget.attempt_timeout(600, 3) == 0.05  # never zero or negative
