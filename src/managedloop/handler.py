@@ -20,10 +20,10 @@ Handler *event* callbacks are observational and are not shielded: an exception i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -72,6 +72,9 @@ async def call_tool(toolset: Toolset, name: str, input: dict[str, Any], info: Se
         return await coro
 
 
+_NO_TIMEOUT = contextlib.nullcontext()
+
+
 def _to_text(value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -102,7 +105,8 @@ async def _one(
     is_error = False
     with telemetry.span("tool", meta, caller=caller) as extra:
         try:
-            with anyio.fail_after(timeout if timeout is not None else math.inf):
+            # No cancel scope without a timeout: entering one costs ~5 µs per call.
+            with anyio.fail_after(timeout) if timeout is not None else _NO_TIMEOUT:
                 value = handler.handle_tool_call(use.name, use.input, info)
                 if inspect.isawaitable(value):
                     value = await value

@@ -125,11 +125,13 @@ class _Driver:
     async def _turn(self, input: TurnInput) -> list[RawEvent]:
         self.buffer = []
         stream = self.conn.turn(input)
+        finished = False
         try:
             while True:
                 try:
                     item = await anext(stream)
                 except StopAsyncIteration:
+                    finished = True  # the generator is already closed
                     break
                 except ManagedLoopError:
                     raise
@@ -146,7 +148,7 @@ class _Driver:
             # Close the host's turn even when we leave early (an error, a cancellation), so
             # its in-flight request is torn down; shielded so the close itself completes.
             aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
+            if aclose is not None and not finished:
                 with anyio.CancelScope(shield=True):
                     await aclose()
         events, self.buffer = self.buffer, []
