@@ -178,6 +178,7 @@ class LocalConnection(ConnectionBase):
         self._seen: set[tuple[str, str]] = set()
         self._errors: dict[str, int] = {}
         self._final_sent = False
+        self._decoded: tuple[Any, list[ToolUse]] = (None, [])
         if resumed:
             self.pending_tool_uses = _unanswered(history)
 
@@ -201,13 +202,17 @@ class LocalConnection(ConnectionBase):
                 self.history.append({"role": "user", "content": text})
                 yield {"type": DIRECTIVE, "role": "final_turn", "text": text}
             self.polls += 1
-            box: list[ChatResponse] = []
-            async for delta in self._call(box):
-                yield delta
-            response = box[0]
+            if self._stream:
+                box: list[ChatResponse] = []
+                async for delta in self._call_streaming(box):
+                    yield delta
+                response = box[0]
+            else:  # a plain await: no generator frames between the loop and the socket
+                response = await self._call()
             message = _assistant_message(response.message)
             self.history.append(message)
             fresh: list[dict[str, Any]] = []
+            uses: list[ToolUse] = []
             duplicates = 0
             for call in message.get("tool_calls") or ():
                 fn = call.get("function") or {}
@@ -234,12 +239,15 @@ class LocalConnection(ConnectionBase):
                 else:
                     self._seen.add(key)
                     fresh.append(call)
+                    uses.append(ToolUse(id=call.get("id"), name=name, input=arguments))
             shown = dict(message)
             if duplicates:
                 if fresh:
                     shown["tool_calls"] = fresh
                 else:
                     shown.pop("tool_calls", None)
+            # normalize() would decode the same arguments again; hand it this turn's uses
+            self._decoded = (shown, uses)
             yield {
                 "type": MODEL_RESPONSE,
                 "message": shown,
@@ -260,15 +268,18 @@ class LocalConnection(ConnectionBase):
         if last is None:
             return TurnResult(events=list(events))
         message = last.get("message") or {}
-        calls = message.get("tool_calls") or []
-        uses = [
-            ToolUse(
-                id=c.get("id"),
-                name=str((c.get("function") or {}).get("name", "")),
-                input=decode_arguments((c.get("function") or {}).get("arguments")),
-            )
-            for c in calls
-        ]
+        shown, decoded = self._decoded
+        if message is shown:  # the event this connection just yielded: already decoded
+            uses = list(decoded)
+        else:
+            uses = [
+                ToolUse(
+                    id=c.get("id"),
+                    name=str((c.get("function") or {}).get("name", "")),
+                    input=decode_arguments((c.get("function") or {}).get("arguments")),
+                )
+                for c in message.get("tool_calls") or ()
+            ]
         finish_reason = last.get("finish_reason")
         if uses or last.get("duplicates") or finish_reason == "tool_calls":
             terminal = Terminal.REQUIRES_ACTION
@@ -345,32 +356,44 @@ class LocalConnection(ConnectionBase):
             tools_json=self._tools_json,
         )
 
-    async def _call(self, box: list[ChatResponse]) -> AsyncIterator[TextDelta]:
-        """One model call with retries; the response lands in ``box``."""
+    async def _call(self) -> ChatResponse:
+        """One model call, retried on transient failures."""
         attempt = 0
         while True:
             try:
-                if self._stream:
-                    async for delta in self._streamed(box):
-                        yield delta
-                else:
-                    box.append(coerce_response(await self._chat(self._request(None))))
+                return coerce_response(await self._chat(self._request(None)))
+            except ProviderError as exc:
+                await self._backoff(exc, attempt)
+                attempt += 1
+
+    async def _call_streaming(self, box: list[ChatResponse]) -> AsyncIterator[TextDelta]:
+        """One streamed model call, retried on transient failures; the response lands in
+        ``box``. Deltas of a failed attempt were already delivered (at-least-once)."""
+        attempt = 0
+        while True:
+            try:
+                async for delta in self._streamed(box):
+                    yield delta
                 return
             except ProviderError as exc:
-                if attempt >= self._retry.max_retries or not is_transient(exc):
-                    raise
-                delay = self._retry.delay(exc, attempt)
+                await self._backoff(exc, attempt)
                 attempt += 1
-                logger.warning(
-                    "local chat call failed (%s, code=%s, status=%s); retry %d/%d in %.3gs",
-                    type(exc).__name__,
-                    exc.code,
-                    exc.context.get("status"),
-                    attempt,
-                    self._retry.max_retries,
-                    delay,
-                )
-                await self._retry.sleep(delay)
+
+    async def _backoff(self, exc: ProviderError, attempt: int) -> None:
+        """Re-raise ``exc`` unless it is transient and retries remain; else wait."""
+        if attempt >= self._retry.max_retries or not is_transient(exc):
+            raise exc
+        delay = self._retry.delay(exc, attempt)
+        logger.warning(
+            "local chat call failed (%s, code=%s, status=%s); retry %d/%d in %.3gs",
+            type(exc).__name__,
+            exc.code,
+            exc.context.get("status"),
+            attempt + 1,
+            self._retry.max_retries,
+            delay,
+        )
+        await self._retry.sleep(delay)
 
     async def _streamed(self, box: list[ChatResponse]) -> AsyncIterator[TextDelta]:
         # The chat function pushes chunks through a callback; a queue turns them into this

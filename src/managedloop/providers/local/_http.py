@@ -53,6 +53,14 @@ _MAX_SSE_LINE = 1 << 24  # one SSE line may carry a whole tool call's arguments;
 _EXPECTED = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 
 
+def _traced() -> bool:
+    return (
+        telemetry.enabled("request.start")
+        or telemetry.enabled("request.stop")
+        or telemetry.enabled("request.exception")
+    )
+
+
 class ClientPool:
     """One lazily created aiohttp session, shared by every connection of a provider."""
 
@@ -180,28 +188,32 @@ class OpenAIChat:
         return b"".join(parts)
 
     async def __call__(self, request: ChatRequest) -> ChatResponse:
+        if not _traced():
+            return await self._post(request, {})
+        stream = request.on_delta is not None
+        meta = {"host": "local", "method": "POST", "path": "/chat/completions", "stream": stream}
+        with telemetry.span("request", meta) as extra:
+            return await self._post(request, extra)
+
+    async def _post(self, request: ChatRequest, extra: dict[str, Any]) -> ChatResponse:
         stream = request.on_delta is not None
         body = self._body(request, stream)
         session = self._pool.session()
-        meta = {"host": "local", "method": "POST", "path": "/chat/completions", "stream": stream}
-        with telemetry.span("request", meta) as extra:
-            try:
-                async with session.post(
-                    self._url, data=body, headers=self._request_headers()
-                ) as resp:
-                    extra["status"] = resp.status
-                    if resp.status >= 300:
-                        text = await resp.text(errors="replace")
-                        retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-                        raise status_error(resp.status, text, retry_after)
-                    if stream:
-                        return await _read_stream(resp, request)
-                    raw = await resp.read()
-            except _EXPECTED as exc:
-                raise TransportError(
-                    f"the chat request to {self.base_url} failed: {type(exc).__name__}: {exc}",
-                    cause=type(exc).__name__,
-                ) from None
+        try:
+            async with session.post(self._url, data=body, headers=self._request_headers()) as resp:
+                extra["status"] = resp.status
+                if resp.status >= 300:
+                    text = await resp.text(errors="replace")
+                    retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+                    raise status_error(resp.status, text, retry_after)
+                if stream:
+                    return await _read_stream(resp, request)
+                raw = await resp.read()
+        except _EXPECTED as exc:
+            raise TransportError(
+                f"the chat request to {self.base_url} failed: {type(exc).__name__}: {exc}",
+                cause=type(exc).__name__,
+            ) from None
         try:
             decoded = json.loads(raw)
         except ValueError:
