@@ -1,4 +1,4 @@
-"""One measurement of (c) in a fresh process: N concurrent sessions × 3 requests.
+"""One measurement of (c) in a fresh process: N concurrent sessions x 3 requests.
 
 ``python -m bench._concurrent CLIENT BASE_URL KEY N`` prints one JSON line:
 ``{"client", "sessions", "wall_s", "kib_per_session", "failed"}``. Memory is the growth of

@@ -12,18 +12,29 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
-from managedloop.testing import ChatEmulator, ChatFaults, ScriptedAgent, call, say
+from managedloop.testing import (
+    ChatEmulator,
+    ChatFaults,
+    Fail,
+    Grade,
+    ModelRequest,
+    Reply,
+    ScriptedAgent,
+    Step,
+    call,
+    say,
+)
 
 
 class _LeanAgent(ScriptedAgent):
     """Does not keep every request (1,000 sessions would pile them up in the server)."""
 
-    def next_step(self, request):  # type: ignore[no-untyped-def]
+    def next_step(self, request: ModelRequest) -> Reply | Fail | Grade:
         self.requests.clear()
         return super().next_step(request)
 
 
-def script(tool_turns: int) -> list:  # type: ignore[type-arg]
+def script(tool_turns: int) -> list[Step]:
     return [call("get_weather", {"city": f"city{i}"}) for i in range(tool_turns)] + [
         say("All done.")
     ]

@@ -9,7 +9,7 @@ choice. Every ratio is against a baseline measured in this same run.
     ``ScriptedChatModel``, versus pydantic-ai (``FunctionModel``, ``tool_plain``) and the
     OpenAI Agents SDK (``Runner.run`` with a fake ``Model``, ``function_tool``), and a bare
     asyncio loop for scale. Tools are sync in every loop (Local runs them inline).
-(c) 1,000 concurrent sessions × 3 requests against one emulator, each client in a fresh
+(c) 1,000 concurrent sessions x 3 requests against one emulator, each client in a fresh
     process (``bench._concurrent``): wall time and peak RSS growth per session, without and
     with 200 ms of simulated model latency.
 """
@@ -28,10 +28,9 @@ from typing import Any
 import aiohttp
 
 import managedloop as ml
-from managedloop.providers import Local
-from managedloop.testing import ScriptedChatModel, call, say
-
 from bench._server import script, serve
+from managedloop.providers import Local
+from managedloop.testing import ScriptedChatModel
 
 TOOL_CALLS = 20
 RUNS_A = 30  # interleaved runs per loop in (a): enough for a stable median in ~3 s
