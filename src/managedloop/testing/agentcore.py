@@ -48,6 +48,7 @@ no encoder); every kind of frame is tested to decode with botocore.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import itertools
@@ -974,6 +975,7 @@ class AgentCoreEmulator:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,  # its own process group: a timeout kills the whole tree
         )
 
         async def pump(reader: asyncio.StreamReader | None, key: str) -> None:
@@ -987,12 +989,12 @@ class AgentCoreEmulator:
                 await asyncio.gather(pump(proc.stdout, "stdout"), pump(proc.stderr, "stderr"))
                 code = await proc.wait()
         except TimeoutError:
-            proc.kill()
+            _kill_group(proc.pid)
             await proc.wait()
             return -1, "TIMED_OUT"
         finally:
             if proc.returncode is None:
-                proc.kill()
+                _kill_group(proc.pid)
                 await proc.wait()
         return code, "COMPLETED"
 
@@ -1095,6 +1097,14 @@ def _pieces(text: str) -> list[str]:
     cuts = [text.find(" ", third) + 1 or third, text.find(" ", 2 * third) + 1 or 2 * third]
     a, b = sorted(set(cuts))[0], sorted(set(cuts))[-1]
     return [p for p in (text[:a], text[a:b], text[b:]) if p]
+
+
+def _kill_group(pid: int) -> None:
+    import os
+    import signal
+
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def _makedirs(path: str) -> None:
