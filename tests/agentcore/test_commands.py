@@ -54,7 +54,8 @@ async def test_timeout_and_qualifier_go_on_the_wire(
 ) -> None:
     await provider.run_command("true", session_id=sid, timeout=60, qualifier="DEFAULT")
     (req,) = emu.operations("InvokeAgentRuntimeCommand")
-    assert req.body["timeout"] == 60 and req.query == {"qualifier": "DEFAULT"}
+    assert req.body["timeout"] == 60
+    assert req.query == {"qualifier": "DEFAULT"}
 
 
 async def test_a_server_timeout_is_a_result(provider: BedrockAgentCore, sid: str) -> None:

@@ -49,7 +49,8 @@ def test_golden_end_turn() -> None:
         "end_turn",
         "Hello, world!",
     )
-    assert tr.events == events and tr.custom_tool_uses == []
+    assert tr.events == events
+    assert tr.custom_tool_uses == []
 
 
 def test_golden_tool_use_split_across_deltas() -> None:
@@ -60,7 +61,8 @@ def test_golden_tool_use_split_across_deltas() -> None:
         stop("tool_use"),
     ]
     tr = cv.normalize(events)
-    assert tr.terminal is Terminal.REQUIRES_ACTION and tr.text == ""
+    assert tr.terminal is Terminal.REQUIRES_ACTION
+    assert tr.text == ""
     assert tr.custom_tool_uses == [
         ToolUse(id="tooluse_abc123", name="get_weather", input={"location": "NYC"})
     ]
@@ -175,7 +177,8 @@ def test_a_tool_block_without_a_type_is_an_inline_function() -> None:
 
 def test_tool_use_stop_with_no_parsable_block_is_requires_action_with_no_uses() -> None:
     tr = cv.normalize([text("hmm"), stop("tool_use")])
-    assert tr.terminal is Terminal.REQUIRES_ACTION and tr.custom_tool_uses == []
+    assert tr.terminal is Terminal.REQUIRES_ACTION
+    assert tr.custom_tool_uses == []
 
 
 def test_text_delta() -> None:

@@ -170,6 +170,7 @@ def test_every_frame_the_emulator_sends_decodes(emu: Any, sid: str) -> None:
     finally:
         client.close()
     kinds = [next(iter(e)) for e in events]
-    assert kinds[0] == "messageStart" and kinds[-2:] == ["messageStop", "metadata"]
+    assert kinds[0] == "messageStart"
+    assert kinds[-2:] == ["messageStop", "metadata"]
     starts = [e["contentBlockStart"] for e in events if "contentBlockStart" in e]
     assert [s["contentBlockIndex"] for s in starts] == [0, 0, 0]

@@ -96,11 +96,11 @@ async def test_truncation_at_every_frame_index_recovers(invoke: int, mid_frame: 
 async def test_truncation_on_every_attempt_is_early_termination() -> None:
     faults = AgentCoreFaults(truncate_after=3, times=None)
     async with AgentCoreEmulator(SCRIPT, faults=faults) as emu:
-        with make_provider(emu) as provider:
-            with pytest.raises(ml.TransportError) as info:
-                await ml.run(provider, agent=AGENT, prompt="go")
+        with make_provider(emu) as provider, pytest.raises(ml.TransportError) as info:
+            await ml.run(provider, agent=AGENT, prompt="go")
     err = info.value
-    assert err.code == "early_termination" and err.context["attempts"] == 3
+    assert err.code == "early_termination"
+    assert err.context["attempts"] == 3
     assert len(emu.operations("InvokeHarness")) == 3
     assert err.partial_result is not None
     assert [next(iter(e)) for e in err.partial_result.events][:1] == ["messageStart"]
@@ -109,9 +109,11 @@ async def test_truncation_on_every_attempt_is_early_termination() -> None:
 async def test_invoke_retries_zero_means_one_attempt() -> None:
     faults = AgentCoreFaults(truncate_after=1, times=None)
     async with AgentCoreEmulator(SCRIPT, faults=faults) as emu:
-        with make_provider(emu, invoke_retries=0) as provider:
-            with pytest.raises(ml.TransportError, match="truncated"):
-                await ml.run(provider, agent=AGENT, prompt="go")
+        with (
+            make_provider(emu, invoke_retries=0) as provider,
+            pytest.raises(ml.TransportError, match="truncated"),
+        ):
+            await ml.run(provider, agent=AGENT, prompt="go")
     assert len(emu.operations("InvokeHarness")) == 1
 
 
@@ -128,9 +130,8 @@ async def test_a_corrupted_frame_is_retried(index: int) -> None:
 async def test_corruption_on_every_attempt_is_bad_frame() -> None:
     faults = AgentCoreFaults(corrupt_frame=2, times=None)
     async with AgentCoreEmulator(SCRIPT, faults=faults) as emu:
-        with make_provider(emu) as provider:
-            with pytest.raises(ml.MalformedResponseError) as info:
-                await ml.run(provider, agent=AGENT, prompt="go")
+        with make_provider(emu) as provider, pytest.raises(ml.MalformedResponseError) as info:
+            await ml.run(provider, agent=AGENT, prompt="go")
     assert info.value.code == "bad_frame"
     assert len(emu.operations("InvokeHarness")) == 3
 
@@ -141,21 +142,20 @@ async def test_corruption_on_every_attempt_is_bad_frame() -> None:
 async def test_an_exception_frame_is_a_named_error_never_retried(kind: str) -> None:
     faults = AgentCoreFaults(exception_at=4, exception_type=kind, exception_message="duplicate Ids")
     async with AgentCoreEmulator(SCRIPT, faults=faults) as emu:
-        with make_provider(emu) as provider:
-            with pytest.raises(ml.HostStreamError) as info:
-                await ml.run(provider, agent=AGENT, prompt="go")
+        with make_provider(emu) as provider, pytest.raises(ml.HostStreamError) as info:
+            await ml.run(provider, agent=AGENT, prompt="go")
     err = info.value
     assert err.code == "harness_stream_error"
     assert (err.context["type"], err.context["message"]) == (kind, "duplicate Ids")
     assert len(emu.operations("InvokeHarness")) == 1
-    assert err.partial_result is not None and len(err.partial_result.events) == 4
+    assert err.partial_result is not None
+    assert len(err.partial_result.events) == 4
 
 
 async def test_a_scripted_failure_is_an_exception_frame() -> None:
     async with AgentCoreEmulator([Fail(message="boom", kind="runtimeClientError")]) as emu:
-        with make_provider(emu) as provider:
-            with pytest.raises(ml.HostStreamError) as info:
-                await ml.run(provider, agent=AGENT, prompt="go")
+        with make_provider(emu) as provider, pytest.raises(ml.HostStreamError) as info:
+            await ml.run(provider, agent=AGENT, prompt="go")
     assert info.value.context["type"] == "runtimeClientError"
 
 
@@ -220,9 +220,8 @@ async def test_throttling_and_5xx_before_the_stream_are_retried(status: int) -> 
 
 async def test_throttling_that_persists_surfaces_the_status() -> None:
     async with AgentCoreEmulator(SCRIPT, faults=AgentCoreFaults(status=429, times=None)) as emu:
-        with make_provider(emu) as provider:
-            with pytest.raises(ml.APIStatusError) as info:
-                await ml.run(provider, agent=AGENT, prompt="go")
+        with make_provider(emu) as provider, pytest.raises(ml.APIStatusError) as info:
+            await ml.run(provider, agent=AGENT, prompt="go")
     assert info.value.status == 429
     assert info.value.context["error_code"] == "ThrottlingException"
     assert len(emu.operations("InvokeHarness")) == 3  # botocore added no attempts of its own
@@ -231,9 +230,8 @@ async def test_throttling_that_persists_surfaces_the_status() -> None:
 @pytest.mark.parametrize("status", [400, 424, 409])
 async def test_client_errors_are_not_retried(status: int) -> None:
     async with AgentCoreEmulator(SCRIPT, faults=AgentCoreFaults(status=status, times=None)) as emu:
-        with make_provider(emu) as provider:
-            with pytest.raises(ml.APIStatusError) as info:
-                await ml.run(provider, agent=AGENT, prompt="go")
+        with make_provider(emu) as provider, pytest.raises(ml.APIStatusError) as info:
+            await ml.run(provider, agent=AGENT, prompt="go")
     assert info.value.status == status
     assert len(emu.operations("InvokeHarness")) == 1
 
@@ -276,7 +274,10 @@ async def test_a_refused_connection_is_a_transport_error_after_retries() -> None
     kwargs = {**emu.client_kwargs, "endpoint_url": f"http://127.0.0.1:{port}"}
     from managedloop.providers import BedrockAgentCore
 
-    with BedrockAgentCore(harness_arn=emu.harness_arn, retry_backoff=0, **kwargs) as provider:
-        with pytest.raises(ml.TransportError) as info:
-            await ml.run(provider, agent=ml.AgentSpec(), prompt="go")
-    assert info.value.code == "transport_error" and info.value.context["attempts"] == 3
+    with (
+        BedrockAgentCore(harness_arn=emu.harness_arn, retry_backoff=0, **kwargs) as provider,
+        pytest.raises(ml.TransportError) as info,
+    ):
+        await ml.run(provider, agent=ml.AgentSpec(), prompt="go")
+    assert info.value.code == "transport_error"
+    assert info.value.context["attempts"] == 3

@@ -48,8 +48,10 @@ def test_design_snippet_run_sync() -> None:
         ml.ToolUse(id=result.custom_tool_uses[0].id, name="get_weather", input={"city": "example"})
     ]
     assert result.text == "Done. Sunny in example"
-    assert result.usage.input_tokens == 20 and result.usage.output_tokens == 10
-    assert result.turns == 2 and result.transcript is None
+    assert result.usage.input_tokens == 20
+    assert result.usage.output_tokens == 10
+    assert result.turns == 2
+    assert result.transcript is None
     assert result.session_id == provider.runtime_session_id
 
 
@@ -63,7 +65,8 @@ async def test_run_async_with_tools_and_live_events(emu: AgentCoreEmulator) -> N
 
     class Handler:
         def handle_tool_call(self, name: str, input: dict[str, Any], info: ml.SessionInfo) -> str:
-            assert info.provider == "agentcore" and info.session_id
+            assert info.provider == "agentcore"
+            assert info.session_id
             return get_weather(**input)
 
         def handle_event(self, event: Any, info: ml.SessionInfo) -> None:
@@ -105,8 +108,10 @@ async def test_start_with_follow_ups(emu: AgentCoreEmulator) -> None:
             second = await session.result()
             await session.send("again")
             third = await session.result()
-    assert first.text.startswith("Done.") and first.turns == 2
-    assert second.text == "You said: hello" and second.turns == 1
+    assert first.text.startswith("Done.")
+    assert first.turns == 2
+    assert second.text == "You said: hello"
+    assert second.turns == 1
     assert third.text == "You said: again"
     assert len({r.session_id for r in (first, second, third)}) == 1
 
@@ -117,7 +122,8 @@ async def test_resume_by_session_id(emu: AgentCoreEmulator) -> None:
         assert first.session_id is not None
         again = await ml.run(provider, agent=agent, prompt="And Rome?", resume=first.session_id)
         by_result = await ml.run(provider, agent=agent, prompt="Thanks", resume=first)
-    assert again.text == "You said: And Rome?" and again.session_id == first.session_id
+    assert again.text == "You said: And Rome?"
+    assert again.session_id == first.session_id
     assert by_result.session_id == first.session_id
     sids = {r.session_id for r in emu.operations("InvokeHarness")}
     assert sids == {first.session_id}
@@ -139,7 +145,8 @@ async def test_a_provider_session_id_reattaches(emu: AgentCoreEmulator, sid: str
     emu.agent.script = [say("hi")]
     with make_provider(emu, session_id=sid) as provider:
         conn = await provider.open(ml.providers.base.OpenRequest())  # type: ignore[attr-defined]
-        assert conn.session_id == sid and conn.resumed
+        assert conn.session_id == sid
+        assert conn.resumed
         result = await ml.run(provider, agent=ml.AgentSpec(), prompt="x")
     assert result.session_id == sid
 
@@ -374,7 +381,8 @@ def test_secrets_never_show(caplog: pytest.LogCaptureFixture) -> None:
             + str(vars(provider))
             + str(vars(provider.clients))
         )
-    assert secret not in text and "token-secret-value" not in text
+    assert secret not in text
+    assert "token-secret-value" not in text
 
 
 def test_credentials_resolve_from_configure_then_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -397,19 +405,23 @@ def test_credentials_resolve_from_configure_then_env(monkeypatch: pytest.MonkeyP
 
 
 async def test_no_credentials_anywhere_is_a_named_error(emu: AgentCoreEmulator) -> None:
-    with BedrockAgentCore(
-        harness_arn=emu.harness_arn, endpoint_url=emu.endpoint_url, region_name="us-east-1"
-    ) as provider:
-        with pytest.raises(ml.AuthenticationError) as info:
-            await ml.run(provider, agent=ml.AgentSpec(), prompt="x")
+    with (
+        BedrockAgentCore(
+            harness_arn=emu.harness_arn, endpoint_url=emu.endpoint_url, region_name="us-east-1"
+        ) as provider,
+        pytest.raises(ml.AuthenticationError) as info,
+    ):
+        await ml.run(provider, agent=ml.AgentSpec(), prompt="x")
     assert "credentials" in info.value.message
 
 
 async def test_a_bad_signature_is_rejected_as_authentication_error(emu: AgentCoreEmulator) -> None:
     kwargs = {**emu.client_kwargs, "aws_secret_access_key": "wrong"}
-    with BedrockAgentCore(harness_arn=emu.harness_arn, **kwargs) as provider:
-        with pytest.raises(ml.AuthenticationError) as info:
-            await ml.run(provider, agent=ml.AgentSpec(), prompt="x")
+    with (
+        BedrockAgentCore(harness_arn=emu.harness_arn, **kwargs) as provider,
+        pytest.raises(ml.AuthenticationError) as info,
+    ):
+        await ml.run(provider, agent=ml.AgentSpec(), prompt="x")
     assert info.value.status == 403
     assert emu.operations("Unauthenticated")
 
@@ -449,14 +461,19 @@ async def test_request_telemetry_has_operation_service_method_path_status(
         "status": 200,
     }
     events = [m for n, m in got if n == "managedloop.stream.event"]
-    assert events and events[0]["type"] == "messageStart" and events[0]["team"] == "t"
+    assert events
+    assert events[0]["type"] == "messageStart"
+    assert events[0]["team"] == "t"
 
 
 def test_import_managedloop_does_not_import_botocore() -> None:
     import subprocess
     import sys
 
-    code = "import sys, managedloop, managedloop.providers.agentcore, managedloop.testing; print('botocore' in sys.modules)"
+    code = (
+        "import sys, managedloop, managedloop.providers.agentcore, managedloop.testing; "
+        "print('botocore' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -472,5 +489,6 @@ def test_the_emulator_works_from_a_thread_while_the_loop_runs(emu: AgentCoreEmul
     t = threading.Thread(target=worker)
     t.start()
     t.join(30)
-    assert box and box[0].text == "threaded"
+    assert box
+    assert box[0].text == "threaded"
     logging.getLogger(__name__).debug("done")

@@ -113,7 +113,8 @@ async def test_model_union_and_plain_model_id() -> None:
         environment=None,
     )
     assert body["model"] == {"bedrockModelConfig": {"modelId": "us.x"}}
-    assert "environment" not in body and "tools" not in body
+    assert "environment" not in body
+    assert "tools" not in body
     body = create_body(
         ml.AgentSpec(model="us.y"), name="a_1", execution_role_arn="r", environment=None
     )
@@ -207,7 +208,8 @@ async def test_harness_failures_are_named_and_rolled_back(outcome: str, code: st
         err = info.value
         assert err.code == code
         assert (err.context["phase"], err.context["last_status"]) == ("ready", outcome)
-        assert err.context["polls"] >= 1 and err.context["elapsed"] >= 0
+        assert err.context["polls"] >= 1
+        assert err.context["elapsed"] >= 0
         assert emu.operations("GetHarnessEndpoint") == []
         assert len(deletes(emu)) == 1  # created here, so rolled back
 
@@ -224,16 +226,22 @@ async def test_endpoint_failures_are_named_and_rolled_back(
     outcome: str, code: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with AgentCoreEmulator(faults=fast(endpoint_outcome=outcome)) as emu:
-        with caplog.at_level(logging.INFO, "managedloop.agentcore.provision"):
-            with make_provider(emu) as provider, pytest.raises(ml.ProvisioningError) as info:
-                await provision(emu, provider)
+        with (
+            caplog.at_level(logging.INFO, "managedloop.agentcore.provision"),
+            make_provider(emu) as provider,
+            pytest.raises(ml.ProvisioningError) as info,
+        ):
+            await provision(emu, provider)
         err = info.value
         assert err.code == code
-        assert err.context["phase"] == "endpoint" and err.context["endpoint_name"] == "DEFAULT"
+        assert err.context["phase"] == "endpoint"
+        assert err.context["endpoint_name"] == "DEFAULT"
         assert err.context["last_status"] == outcome
         assert len(deletes(emu)) == 1
     log = caplog.text
-    assert f"result={code}" in log and "endpoint=DEFAULT" in log and "rolled back harness" in log
+    assert f"result={code}" in log
+    assert "endpoint=DEFAULT" in log
+    assert "rolled back harness" in log
 
 
 async def test_harness_ready_timeout_carries_its_wait_context() -> None:
@@ -245,7 +253,8 @@ async def test_harness_ready_timeout_carries_its_wait_context() -> None:
             elapsed = time.monotonic() - started
         err = info.value
         assert err.code == "harness_ready_timeout"
-        assert err.context["last_status"] == "CREATING" and err.context["polls"] > 3
+        assert err.context["last_status"] == "CREATING"
+        assert err.context["polls"] > 3
         assert err.context["elapsed"] < 0.6
         assert elapsed < 0.6 + 0.5  # + the rollback's own small budget
         assert emu.operations("GetHarnessEndpoint") == []  # never READY: no endpoint calls
@@ -262,7 +271,8 @@ async def test_endpoint_ready_timeout_inherits_what_the_harness_wait_left() -> N
                 await provision(emu, provider, timeout=0.6)
             elapsed = time.monotonic() - started
         err = info.value
-        assert err.code == "endpoint_ready_timeout" and err.context["phase"] == "endpoint"
+        assert err.code == "endpoint_ready_timeout"
+        assert err.context["phase"] == "endpoint"
         assert err.context["last_status"] == "CREATING"
         assert err.context["elapsed"] < 0.6 - 0.1  # the harness wait used part of the budget
         assert elapsed < 0.6 + 0.5
@@ -274,7 +284,8 @@ async def test_an_endpoint_404_is_waited_on_then_ready() -> None:
         with make_provider(emu) as provider:
             await provision(emu, provider, timeout=3)
         statuses = [r.status for r in emu.operations("GetHarnessEndpoint")]
-        assert statuses[0] == 404 and statuses[-1] == 200
+        assert statuses[0] == 404
+        assert statuses[-1] == 200
 
 
 async def test_endpoint_name_overrides_the_polled_endpoint(emu: AgentCoreEmulator) -> None:
@@ -357,7 +368,8 @@ async def test_no_budget_left_after_the_delete_wait_is_a_ready_timeout_without_c
             await provision(emu, provider, timeout=0.4)
         err = info.value
         assert err.code in ("harness_ready_timeout", "harness_still_deleting")
-        assert err.context["harness_id"] == name and err.context["phase"] == "deleted"
+        assert err.context["harness_id"] == name
+        assert err.context["phase"] == "deleted"
         assert len(emu.operations("CreateHarness")) == 1
         assert deletes(emu) == []
 
@@ -369,9 +381,12 @@ async def test_an_unrecoverable_namesake_is_a_name_conflict(
     async with AgentCoreEmulator(faults=fast()) as emu:
         name = harness_name(SPEC)
         emu.add_harness(name, status=status)
-        with caplog.at_level(logging.WARNING, "managedloop.agentcore.provision"):
-            with make_provider(emu) as provider, pytest.raises(ml.ProvisioningError) as info:
-                await provision(emu, provider)
+        with (
+            caplog.at_level(logging.WARNING, "managedloop.agentcore.provision"),
+            make_provider(emu) as provider,
+            pytest.raises(ml.ProvisioningError) as info,
+        ):
+            await provision(emu, provider)
         assert info.value.code == "harness_name_conflict"
         assert info.value.context["name"] == name
         assert f"cannot recover harness {name}" in caplog.text
@@ -501,16 +516,21 @@ async def test_a_hard_failure_in_a_wait_is_reported_and_rolled_back(
     got: list[tuple[str, dict[str, Any]]] = []
     att = telemetry.attach(lambda n, m, meta: got.append((n, dict(meta))))
     try:
-        with caplog.at_level(logging.INFO, "managedloop.agentcore.provision"):
-            with make_provider(emu) as provider:
-                Spy(provider, fail={"get_harness": RuntimeError("kaput")})
-                with pytest.raises(RuntimeError, match="kaput"):
-                    await provision(emu, provider)
+        with (
+            caplog.at_level(logging.INFO, "managedloop.agentcore.provision"),
+            make_provider(emu) as provider,
+        ):
+            Spy(provider, fail={"get_harness": RuntimeError("kaput")})
+            with pytest.raises(RuntimeError, match="kaput"):
+                await provision(emu, provider)
     finally:
         telemetry.detach(att)
     exc = [m for n, m in got if n.endswith("provision.exception")]
-    assert exc and exc[0]["result"] == "exception:RuntimeError" and exc[0]["phase"] == "ready"
-    assert "failed hard" in caplog.text and "kind=RuntimeError" in caplog.text
+    assert exc
+    assert exc[0]["result"] == "exception:RuntimeError"
+    assert exc[0]["phase"] == "ready"
+    assert "failed hard" in caplog.text
+    assert "kind=RuntimeError" in caplog.text
     assert len(deletes(emu)) == 1
 
 
@@ -518,13 +538,16 @@ async def test_a_failing_rollback_never_masks_the_original_error(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async with AgentCoreEmulator(faults=fast(harness_outcome="CREATE_FAILED")) as emu:
-        with caplog.at_level(logging.WARNING, "managedloop.agentcore.provision"):
-            with make_provider(emu) as provider:
-                Spy(provider, fail={"delete_harness": RuntimeError("no delete")})
-                with pytest.raises(ml.ProvisioningError) as info:
-                    await provision(emu, provider)
+        with (
+            caplog.at_level(logging.WARNING, "managedloop.agentcore.provision"),
+            make_provider(emu) as provider,
+        ):
+            Spy(provider, fail={"delete_harness": RuntimeError("no delete")})
+            with pytest.raises(ml.ProvisioningError) as info:
+                await provision(emu, provider)
     assert info.value.code == "harness_failed"
-    assert "could not roll back harness" in caplog.text and "may be orphaned" in caplog.text
+    assert "could not roll back harness" in caplog.text
+    assert "may be orphaned" in caplog.text
 
 
 async def test_rollback_has_its_own_fixed_budget(emu: AgentCoreEmulator) -> None:
@@ -564,14 +587,17 @@ async def test_every_poll_and_wait_end_is_logged_and_emitted(
     got: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
     att = telemetry.attach(lambda n, m, meta: got.append((n, dict(m), dict(meta))))
     try:
-        with caplog.at_level(logging.DEBUG, "managedloop.agentcore.provision"):
-            with make_provider(emu) as provider:
-                handle = await provision(emu, provider, telemetry_metadata={"team": "a"})
+        with (
+            caplog.at_level(logging.DEBUG, "managedloop.agentcore.provision"),
+            make_provider(emu) as provider,
+        ):
+            handle = await provision(emu, provider, telemetry_metadata={"team": "a"})
     finally:
         telemetry.detach(att)
     polls = [(m, meta) for n, m, meta in got if n.endswith("provision.poll")]
     ready = [meta["status"] for _, meta in polls if meta["phase"] == "ready"]
-    assert ready[0] == "CREATING" and ready[-1] == "READY"
+    assert ready[0] == "CREATING"
+    assert ready[-1] == "READY"
     assert [m["poll_n"] for m, meta in polls if meta["phase"] == "ready"] == list(
         range(1, len(ready) + 1)
     )
@@ -584,7 +610,8 @@ async def test_every_poll_and_wait_end_is_logged_and_emitted(
     assert stops[1][0]["polls"] == 1
     log = caplog.text
     assert f"harness_id={handle.harness_id} phase=ready status=READY" in log
-    assert "poll_n=1" in log and "elapsed_ms=" in log
+    assert "poll_n=1" in log
+    assert "elapsed_ms=" in log
     assert "phase=endpoint result=ok last_status=READY endpoint=DEFAULT" in log
 
 
@@ -595,13 +622,18 @@ async def test_a_failed_wait_emits_stop_with_its_tag(caplog: pytest.LogCaptureFi
     )
     try:
         async with AgentCoreEmulator(faults=fast(harness_outcome="DELETING")) as emu:
-            with caplog.at_level(logging.INFO, "managedloop.agentcore.provision"):
-                with make_provider(emu) as provider, pytest.raises(ml.ProvisioningError):
-                    await provision(emu, provider)
+            with (
+                caplog.at_level(logging.INFO, "managedloop.agentcore.provision"),
+                make_provider(emu) as provider,
+                pytest.raises(ml.ProvisioningError),
+            ):
+                await provision(emu, provider)
     finally:
         telemetry.detach(att)
-    assert got[-1]["result"] == "error" and got[-1]["error"] == "harness_terminating"
-    assert "last_status=DELETING" in caplog.text and "harness_terminating" in caplog.text
+    assert got[-1]["result"] == "error"
+    assert got[-1]["error"] == "harness_terminating"
+    assert "last_status=DELETING" in caplog.text
+    assert "harness_terminating" in caplog.text
 
 
 # --------------------------------------------------------------------------- teardown
@@ -695,11 +727,15 @@ class Clock:
 def test_wait_budget() -> None:
     clock = Clock()
     b = WaitBudget.new(30.0, clock=clock)
-    assert b.remaining() == 30.0 and b.polls_left == math.inf and b.poll == 2.5
+    assert b.remaining() == 30.0
+    assert b.polls_left == math.inf
+    assert b.poll == 2.5
     d = WaitBudget.new(clock=clock)
-    assert (d.poll, d.polls_left) == (5.0, 72) and d.remaining() >= 365.0
+    assert (d.poll, d.polls_left) == (5.0, 72)
+    assert d.remaining() >= 365.0
     legacy = WaitBudget.new(MISSING, 0, 3, clock=clock)
-    assert legacy.polls_left == 3 and legacy.remaining() == 365.0
+    assert legacy.polls_left == 3
+    assert legacy.remaining() == 365.0
     long = WaitBudget.new(MISSING, 10, 100, clock=clock)
     assert long.remaining() > 999
     assert WaitBudget.new(0.3, clock=clock).poll == 0.05  # clamped, still polls ~6 times

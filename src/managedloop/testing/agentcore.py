@@ -259,6 +259,7 @@ class AgentCoreEmulator:
         region: str = "us-east-1",
         commands: CommandFn | str | None = "shell",
         verify_signatures: bool = True,
+        port: int = 0,
     ) -> None:
         self.agent = agent if agent is not None else ScriptedAgent(script)
         self.region = region
@@ -283,6 +284,7 @@ class AgentCoreEmulator:
         self._stop: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._scratch: str | None = None
+        self._requested_port = port
         self.port = 0
         default = self.add_harness("emulated_harness")
         self.harness_arn = default.arn
@@ -351,7 +353,7 @@ class AgentCoreEmulator:
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_GRACE, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "127.0.0.1", self._requested_port)
         await site.start()
         server = site._server
         assert isinstance(server, asyncio.Server)

@@ -46,7 +46,6 @@ from managedloop.errors import (
     ManagedLoopError,
     ProvisioningError,
 )
-from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec, digest_of
 from managedloop.providers.agentcore import _converse
 from managedloop.providers.agentcore._client import CONTROL_READ_TIMEOUT, retryable
 from managedloop.providers.agentcore._provider import (
@@ -55,6 +54,7 @@ from managedloop.providers.agentcore._provider import (
     harness_id_of,
     validate_endpoint_name,
 )
+from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec, digest_of
 
 __all__ = [
     "WaitBudget",
@@ -398,7 +398,7 @@ async def _wait(
             kind = classify(status) if status is not None else "creating"
             what = f"endpoint {endpoint_name}" if phase == "endpoint" else f"harness {harness_id}"
             if kind == "ready":
-                _stop(harness_id, phase, "ok", None, ctx(), caller)
+                _stop(harness_id, phase, "ok", None, ctx(), caller=caller)
                 return
             if kind == "failed":
                 raise _wait_error(failed_tag, f"{what} is {status}", ctx())
@@ -416,10 +416,10 @@ async def _wait(
             await anyio.sleep(budget.poll)
     except ProvisioningError as exc:
         if exc.context.get("phase") == phase:
-            _stop(harness_id, phase, "error", exc.code, ctx(), caller)
+            _stop(harness_id, phase, "error", exc.code, ctx(), caller=caller)
         raise
     except ManagedLoopError as exc:
-        _stop(harness_id, phase, "error", "provider_error", ctx(), caller, detail=exc.code)
+        _stop(harness_id, phase, "error", "provider_error", ctx(), caller=caller, detail=exc.code)
         raise
     except Exception as exc:
         duration = budget.clock() - started
@@ -452,6 +452,7 @@ def _stop(
     result: str,
     error: str | None,
     ctx: WaitContext,
+    *,
     caller: Mapping[str, Any] | None,
     detail: str | None = None,
 ) -> None:
@@ -670,7 +671,7 @@ async def _delete_wait(run: _Run) -> None:
                 run.name,
                 exc.code,
             )
-            _stop(run.name, "deleted", "unconfirmed", None, ctx(), run.caller)
+            _stop(run.name, "deleted", "unconfirmed", None, ctx(), caller=run.caller)
             return
         polls += 1
         last = entry.get("status") if entry is not None else None
@@ -689,7 +690,7 @@ async def _delete_wait(run: _Run) -> None:
             caller=run.caller,
         )
         if entry is None:
-            _stop(run.name, "deleted", "ok", None, ctx(), run.caller)
+            _stop(run.name, "deleted", "ok", None, ctx(), caller=run.caller)
             return
         if last != "DELETING" or not budget.next():
             error = _wait_error(
@@ -697,7 +698,7 @@ async def _delete_wait(run: _Run) -> None:
                 f"harness {run.name} is still there (status {last})",
                 ctx(),
             )
-            _stop(run.name, "deleted", "error", error.code, ctx(), run.caller)
+            _stop(run.name, "deleted", "error", error.code, ctx(), caller=run.caller)
             raise error
         budget.spend()
         await anyio.sleep(budget.poll)
