@@ -396,6 +396,12 @@ class AgentCoreEmulator:
 
     # ---------------------------------------------------------------- state helpers
 
+    def set_script(self, script: Sequence[Step] | None) -> None:
+        """Replace the script and restart its step count (between sessions)."""
+        with self._lock:
+            self.agent = ScriptedAgent(script)
+            self._steps = 0
+
     def add_harness(
         self,
         name: str,

@@ -26,12 +26,11 @@ import asyncio
 import collections
 import contextlib
 import logging
+import queue
 import socket
 import threading
 from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
-
-import anyio
 
 from managedloop import telemetry
 from managedloop.config import MISSING, Secret, resolve, reveal
@@ -322,7 +321,8 @@ _END = object()
 
 
 class _Pipe:
-    """Worker thread → event loop hand-off. Wakes the loop only when it is waiting."""
+    """Worker thread → event loop hand-off. Wakes the loop only when it is waiting, so a
+    burst of events costs one cross-thread wake-up, not one per event."""
 
     __slots__ = ("_items", "_lock", "_loop", "_waiter")
 
@@ -341,14 +341,71 @@ class _Pipe:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(_wake, waiter)
 
-    async def get(self) -> Any:
+    async def get(self, idle_timeout: float) -> Any:
+        """The next item; ``TimeoutError`` after ``idle_timeout`` seconds with none."""
         while True:
             with self._lock:
                 if self._items:
                     return self._items.popleft()
                 waiter = self._loop.create_future()
                 self._waiter = waiter
-            await waiter
+            # A timer handle rather than a cancel scope per wait: this is the hot path.
+            timer = self._loop.call_later(idle_timeout, _expire, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
+class _Workers:
+    """A tiny pool of reusable *daemon* threads for blocking botocore calls.
+
+    Daemon, unlike ``concurrent.futures`` workers, so a call stuck before its response
+    headers (bounded only by botocore's read timeout) never holds up interpreter exit;
+    reused, because starting a thread per turn is measurable on a loopback turn.
+    """
+
+    IDLE_EXIT = 60.0  # seconds an idle worker waits for a job before exiting
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            reuse = self._idle > 0
+            if reuse:
+                self._idle -= 1  # reserve one waiting worker for this job
+        if reuse:
+            self._jobs.put(job)
+        else:
+            threading.Thread(
+                target=self._run, args=(job,), name="managedloop-agentcore", daemon=True
+            ).start()
+
+    def _run(self, job: Callable[[], None]) -> None:
+        while True:
+            job()
+            with self._lock:
+                self._idle += 1
+            while True:
+                try:
+                    job = self._jobs.get(timeout=self.IDLE_EXIT)
+                    break
+                except queue.Empty:
+                    with self._lock:
+                        if self._idle > 0 and self._jobs.empty():
+                            self._idle -= 1
+                            return
+
+
+_workers = _Workers()
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
@@ -434,19 +491,15 @@ async def stream_call(
         if stream is not None:
             abort_stream(stream)
 
-    thread = threading.Thread(
-        target=_worker, args=(call, pipe, state), name=f"agentcore-{operation}", daemon=True
-    )
     finished = False
     with telemetry.span("agent_core.request", span_meta or {"operation": operation}) as extra:
-        thread.start()
+        _workers.submit(lambda: _worker(call, pipe, state))
         if inflight is not None:
             inflight.add(abort)
         try:
             while True:
                 try:
-                    with anyio.fail_after(idle_timeout):
-                        item = await pipe.get()
+                    item = await pipe.get(idle_timeout)
                 except TimeoutError:
                     raise TransportError(
                         f"{operation}: no event for {idle_timeout}s (idle_timeout)",

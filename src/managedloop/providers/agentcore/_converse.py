@@ -156,7 +156,10 @@ def _reasoning(entry: dict[str, Any], delta: Mapping[str, Any]) -> None:
 
 def normalize(events: Sequence[RawEvent]) -> TurnResult:
     """A :class:`TurnResult` from one invoke's envelopes (raw events kept verbatim)."""
-    parsed = parse(events)
+    return turn_result(parse(events), events)
+
+
+def turn_result(parsed: ParsedTurn, events: Sequence[RawEvent]) -> TurnResult:
     usage = None
     if parsed.usage is not None:
         usage = Usage(

@@ -535,6 +535,7 @@ class _Connection(ConnectionBase):
         self.resumed = resumed
         self._metadata = dict(metadata)
         self._last_events: list[RawEvent] = []
+        self._parsed: _converse.ParsedTurn | None = None
         self._inflight: set[Callable[[], None]] = set()
         p = provider
         params: dict[str, Any] = {"harnessArn": harness_arn, "runtimeSessionId": session_id}
@@ -572,7 +573,10 @@ class _Connection(ConnectionBase):
         if isinstance(input, UserMessage):
             messages = _converse.user_message(input.text)
         elif isinstance(input, ToolResults):
-            content = _converse.parse(self._last_events).assistant_content
+            parsed = (
+                self._parsed if self._parsed is not None else _converse.parse(self._last_events)
+            )
+            content = parsed.assistant_content
             messages = _converse.resume_messages(input.tool_uses, input.results, content)
         elif isinstance(input, DefineOutcome | RawInput):
             raise InvalidOptionsError(
@@ -629,6 +633,7 @@ class _Connection(ConnectionBase):
                 continue
             if stopped:
                 self._last_events = events
+                self._parsed = None
                 return
             last = TransportError(
                 f"the InvokeHarness stream ended without messageStop after {attempt + 1} "
@@ -647,7 +652,10 @@ class _Connection(ConnectionBase):
             abort()
 
     def normalize(self, events: Sequence[RawEvent]) -> TurnResult:
-        return _converse.normalize(events)
+        # Pure in effect: the parse is kept only to build the next resume without a re-parse.
+        parsed = _converse.parse(events)
+        self._parsed = parsed
+        return _converse.turn_result(parsed, events)
 
     def text_delta(self, event: RawEvent) -> str | None:
         return _converse.text_delta(event)

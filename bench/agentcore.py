@@ -1,0 +1,273 @@
+"""Bedrock AgentCore benchmarks (``python -m bench agentcore``). Every ratio is against a
+baseline measured in this same run, on the same emulator.
+
+(a) Per-turn overhead: a session with 20 inline-tool calls (one per turn, then an answer:
+    21 InvokeHarness turns) on the loopback ``AgentCoreEmulator``. ``ml.run`` on
+    ``BedrockAgentCore`` versus a bare botocore loop doing the same turns by hand (invoke,
+    iterate the event stream, key tool blocks by id, run the tool, send the two resume
+    messages). Both use one botocore client configured alike; runs interleave and medians
+    are reported. Target: ratio at most 1.10.
+(b) Frame decoding: frames per second through botocore's ``EventStream`` alone, and
+    through our worker-thread pipe (``stream_call``) on top of it, over the same
+    emulator-rendered frames served from memory in 4 KiB chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+
+import botocore.session
+from botocore.config import Config
+from botocore.eventstream import EventStream
+from botocore.parsers import EventStreamJSONParser
+
+import managedloop as ml
+from managedloop.providers import BedrockAgentCore
+from managedloop.providers.agentcore import new_runtime_session_id
+from managedloop.providers.agentcore._client import stream_call
+from managedloop.testing import AgentCoreEmulator, call, say
+from managedloop.testing._agentcore import eventstream as es
+
+TOOL_CALLS = 20
+RUNS = 15  # interleaved runs per loop in (a); each is 21 turns
+FRAMES = 20_000  # frames decoded per run in (b)
+CHUNK = 4096
+
+
+def get_weather(city: str) -> str:
+    """Current weather for a city."""
+    return f"Sunny in {city}"
+
+
+TOOL = ml.tool(inline=True)(get_weather)
+AGENT = ml.AgentSpec(name="bench", tools=[TOOL])
+INLINE = [
+    {
+        "type": "inline_function",
+        "name": "get_weather",
+        "config": {
+            "inlineFunction": {
+                "description": "Current weather for a city.",
+                "inputSchema": TOOL.definition.input_schema,
+            }
+        },
+    }
+]
+
+
+def _script() -> list[Any]:
+    return [call("get_weather", {"city": f"c{i}"}) for i in range(TOOL_CALLS)] + [say("done")]
+
+
+async def _ours(emu: AgentCoreEmulator, provider: BedrockAgentCore) -> float:
+    emu.set_script(_script())
+    start = time.perf_counter()
+    result = await ml.run(provider, agent=AGENT, prompt="go")
+    elapsed = time.perf_counter() - start
+    assert result.turns == TOOL_CALLS + 1, result
+    assert result.text == "done", result
+    return elapsed
+
+
+def _bare(emu: AgentCoreEmulator, client: Any) -> float:
+    """The loop a user would write with botocore alone (no retries, no telemetry)."""
+    emu.set_script(_script())
+    sid = new_runtime_session_id("bare")
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"text": "go"}]}]
+    start = time.perf_counter()
+    turns = 0
+    while True:
+        response = client.invoke_harness(
+            harnessArn=emu.harness_arn,
+            runtimeSessionId=sid,
+            qualifier="DEFAULT",
+            tools=INLINE,
+            messages=messages,
+        )
+        blocks: dict[str, dict[str, Any]] = {}
+        active: dict[int, dict[str, Any]] = {}
+        stop = None
+        for event in response["stream"]:
+            if "contentBlockStart" in event:
+                body = event["contentBlockStart"]
+                tu = body["start"]["toolUse"]
+                block = blocks.setdefault(
+                    tu["toolUseId"], {"id": tu["toolUseId"], "name": tu["name"], "input": ""}
+                )
+                active[body["contentBlockIndex"]] = block
+            elif "contentBlockDelta" in event:
+                body = event["contentBlockDelta"]
+                frag = body["delta"].get("toolUse")
+                if frag is not None:
+                    active[body["contentBlockIndex"]]["input"] += frag["input"]
+            elif "messageStop" in event:
+                stop = event["messageStop"]["stopReason"]
+        turns += 1
+        if stop != "tool_use":
+            break
+        uses = list(blocks.values())
+        messages = [
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "toolUse": {
+                            "toolUseId": u["id"],
+                            "name": u["name"],
+                            "input": json.loads(u["input"] or "{}"),
+                        }
+                    }
+                    for u in uses
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "toolResult": {
+                            "toolUseId": u["id"],
+                            "content": [{"text": get_weather(**json.loads(u["input"] or "{}"))}],
+                            "status": "success",
+                        }
+                    }
+                    for u in uses
+                ],
+            },
+        ]
+    elapsed = time.perf_counter() - start
+    assert turns == TOOL_CALLS + 1
+    return elapsed
+
+
+def bench_turns() -> dict[str, float]:
+    with AgentCoreEmulator() as emu:
+        cfg = Config(retries={"total_max_attempts": 1}, read_timeout=305, tcp_keepalive=True)
+        client = botocore.session.get_session().create_client(
+            "bedrock-agentcore", config=cfg, **emu.client_kwargs
+        )
+        provider = BedrockAgentCore(client=client, harness_arn=emu.harness_arn, harness_tools=[])
+        ours: list[float] = []
+        bare: list[float] = []
+
+        async def one_ours() -> float:
+            return await _ours(emu, provider)
+
+        for _ in range(2):  # warm both paths (model loading, connection pool)
+            asyncio.run(one_ours())
+            _bare(emu, client)
+        for _ in range(RUNS):
+            ours.append(asyncio.run(one_ours()))
+            bare.append(_bare(emu, client))
+        provider.close()
+        client.close()
+    turns = TOOL_CALLS + 1
+    o, b = statistics.median(ours) / turns, statistics.median(bare) / turns
+    return {"ours_ms": o * 1e3, "bare_ms": b * 1e3, "ratio": o / b}
+
+
+class _Raw:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def stream(self) -> Any:
+        for i in range(0, len(self.data), CHUNK):
+            yield self.data[i : i + CHUNK]
+
+    def close(self) -> None:
+        pass
+
+
+def _frames() -> tuple[bytes, int]:
+    turn = [
+        es.event_frame("messageStart", {"role": "assistant"}),
+        es.event_frame(
+            "contentBlockDelta",
+            {"contentBlockIndex": 0, "delta": {"text": "Let me check the weather. "}},
+        ),
+        es.event_frame("contentBlockStop", {"contentBlockIndex": 0}),
+        es.event_frame(
+            "contentBlockStart",
+            {
+                "contentBlockIndex": 1,
+                "start": {
+                    "toolUse": {"toolUseId": "tooluse_1", "name": "get_weather", "type": "tool_use"}
+                },
+            },
+        ),
+        es.event_frame(
+            "contentBlockDelta",
+            {"contentBlockIndex": 1, "delta": {"toolUse": {"input": '{"city": "Pa'}}},
+        ),
+        es.event_frame(
+            "contentBlockDelta", {"contentBlockIndex": 1, "delta": {"toolUse": {"input": 'ris"}'}}}
+        ),
+        es.event_frame("contentBlockStop", {"contentBlockIndex": 1}),
+        es.event_frame("messageStop", {"stopReason": "tool_use"}),
+        es.event_frame(
+            "metadata",
+            {
+                "usage": {"inputTokens": 10, "outputTokens": 5, "totalTokens": 15},
+                "metrics": {"latencyMs": 1},
+            },
+        ),
+    ]
+    reps = FRAMES // len(turn)
+    return b"".join(turn) * reps, reps * len(turn)
+
+
+def bench_decode() -> dict[str, float]:
+    data, count = _frames()
+    model = botocore.session.get_session().get_service_model("bedrock-agentcore")
+    shape = model.operation_model("InvokeHarness").output_shape.members["stream"]
+
+    def stream() -> EventStream:
+        return EventStream(_Raw(data), shape, EventStreamJSONParser(), "InvokeHarness")
+
+    def botocore_only() -> float:
+        start = time.perf_counter()
+        n = sum(1 for _ in stream())
+        assert n == count
+        return time.perf_counter() - start
+
+    async def piped() -> float:
+        start = time.perf_counter()
+        n = 0
+        async for _ in stream_call(
+            lambda: {"stream": stream()}, operation="bench", idle_timeout=30
+        ):
+            n += 1
+        assert n == count
+        return time.perf_counter() - start
+
+    boto = [botocore_only() for _ in range(5)]
+    ours = [asyncio.run(piped()) for _ in range(5)]
+    return {
+        "botocore_fps": count / statistics.median(boto),
+        "piped_fps": count / statistics.median(ours),
+    }
+
+
+def main() -> None:
+    t = bench_turns()
+    print(
+        f"(a) per-turn, {TOOL_CALLS} tool calls + answer, median of {RUNS}: "
+        f"managedloop {t['ours_ms']:.2f} ms, bare botocore loop {t['bare_ms']:.2f} ms, "
+        f"ratio {t['ratio']:.3f} (target <= 1.10)"
+    )
+    d = bench_decode()
+    print(
+        f"(b) frames decoded per second: botocore EventStream {d['botocore_fps']:,.0f}; "
+        f"through stream_call (worker thread + pipe) {d['piped_fps']:,.0f} "
+        f"(ratio {d['botocore_fps'] / d['piped_fps']:.2f}x)"
+    )
+
+
+if __name__ == "__main__":
+    main()
