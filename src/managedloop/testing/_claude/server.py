@@ -329,12 +329,16 @@ class ClaudeEmulator:
         request[_JSON] = body
         # Recorded on arrival (a stream's handler returns only when the stream ends), then
         # updated with the status once answered.
-        index = len(self.requests)
-        self.requests.append(RecordedRequest(**record))
+        recorded = RecordedRequest(**record)
+        self.requests.append(recorded)
         response = await self._dispatch(request, handler)
-        self.requests[index] = dataclasses.replace(
-            self.requests[index], status=response.status, applied=bool(request.get(_APPLIED))
+        done = dataclasses.replace(
+            recorded, status=response.status, applied=bool(request.get(_APPLIED))
         )
+        for i in range(len(self.requests) - 1, -1, -1):  # tests may have cleared the list
+            if self.requests[i] is recorded:
+                self.requests[i] = done
+                break
         return response
 
     async def _dispatch(self, request: web.Request, handler: Any) -> web.StreamResponse:
