@@ -60,7 +60,8 @@ async def _ours(emu: ClaudeEmulator, provider: ClaudeManagedAgents) -> float:
     start = time.perf_counter()
     result = await ml.run(provider, agent=AGENT, prompt="Go")
     elapsed = time.perf_counter() - start
-    assert result.turns == TOOL_CALLS + 1 and result.text == "done", result
+    assert result.turns == TOOL_CALLS + 1, result
+    assert result.text == "done", result
     return elapsed
 
 

@@ -101,7 +101,6 @@ async def test_bearer_file_is_reread_on_every_attempt(tmp_path: Path) -> None:
         )
         try:
             handle = await ml.provision(provider, WEATHER)
-            seen_tokens: list[str] = []
 
             def rotate(request: Any) -> Any:
                 _write_token(path, "tok-two")  # rotation mid-session takes effect at once
@@ -126,7 +125,6 @@ async def test_bearer_file_is_reread_on_every_attempt(tmp_path: Path) -> None:
             _write_token(path, "tok-one")
             emu.bearer_tokens.add("tok-one")
             await provider.list_files()
-            del seen_tokens
         finally:
             await provider.aclose()
         assert all("authorization" not in r.headers for r in emu.requests)

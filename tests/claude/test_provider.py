@@ -219,19 +219,11 @@ async def test_interrupt_live_session(emu: ClaudeEmulator, client: Any) -> None:
 async def test_multiagent_thread_id_carried(emu: ClaudeEmulator, client: Any) -> None:
     provider = await provisioned(client)
     emu.agent.script = [call("get_weather", {"city": "Lima"}), say("ok")]
-    original = emu.session
-
-    result = None
-
-    def on_create(*_: Any) -> None:
-        pass
-
     async with ml.start(provider, agent=WEATHER) as session:
-        emu.call(lambda: setattr(original(), "thread_id", "sthr_child"))
+        # a subagent's calls are cross-posted to the primary stream with its thread id
+        emu.call(lambda: setattr(emu.session(), "thread_id", "sthr_child"))
         await session.send("go")
         result = await session.result()
-        del on_create
-    assert result is not None
     assert result.custom_tool_uses[0].thread_id == "sthr_child"
     sent = [e for e in emu.sent_events() if e["type"] == "user.custom_tool_result"]
     assert "session_thread_id" not in sent[0]  # the server routes by id; never echoed back
