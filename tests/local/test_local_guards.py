@@ -258,3 +258,34 @@ def test_tool_error_reaches_the_model_as_json_payload() -> None:
     result = model.requests[1].tool_results[0]
     assert result.is_error
     assert json.loads(result.text) == {"error": "no such x", "isError": True}
+
+
+def test_scripted_model_assertions_fail_the_run() -> None:
+    def check(request: object) -> object:
+        raise AssertionError("the model was sent the wrong prompt")
+
+    model = ScriptedChatModel([check])
+    with pytest.raises(ml.ProviderError) as info:
+        ml.run_sync(Local(model="m", chat=model), agent=SPEC, prompt="go")
+    assert isinstance(info.value.__cause__, AssertionError)
+    assert "wrong prompt" in str(info.value)
+    assert len(model.errors) == 1
+
+
+def test_scripted_model_streams_deltas() -> None:
+    deltas: list[str] = []
+
+    class Handler:
+        def handle_tool_call(self, name: str, input: dict[str, Any], info: object) -> str:
+            return "r"
+
+        def handle_event(self, event: dict[str, Any], info: object) -> None:
+            if event["type"] == "managedloop.text_delta":
+                deltas.append(event["text"])
+
+    model = ScriptedChatModel([say("hello streaming world")], chunk_size=6)
+    result = ml.run_sync(
+        Local(model="m", chat=model, stream=True), agent=SPEC, prompt="go", handler=Handler()
+    )
+    assert deltas == ["hello ", "stream", "ing wo", "rld"]
+    assert result.text == "hello streaming world"

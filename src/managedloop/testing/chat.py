@@ -63,6 +63,9 @@ class ScriptedChatModel:
 
     ``requests`` records what the model was sent at each step. A :class:`Fail` step raises
     :class:`~managedloop.APIStatusError` with status 500 (transient: the loop retries it).
+    A step that raises (a failed ``assert`` on the request, an exhausted script) fails the
+    run with :class:`~managedloop.ProviderError` whose ``__cause__`` is the step's exception;
+    ``errors`` keeps every such exception.
     """
 
     def __init__(
@@ -74,6 +77,7 @@ class ScriptedChatModel:
     ) -> None:
         self.agent = agent if agent is not None else ScriptedAgent(script)
         self.chunk_size = chunk_size
+        self.errors: list[BaseException] = []
 
     @property
     def requests(self) -> list[ModelRequest]:
@@ -84,7 +88,11 @@ class ScriptedChatModel:
 
     async def __call__(self, request: ChatRequest) -> ChatResponse:
         body = {"model": request.model, "messages": list(request.messages), "tools": request.tools}
-        step = self.agent.next_step(model_request(body))
+        try:
+            step = self.agent.next_step(model_request(body))
+        except Exception as exc:
+            self.errors.append(exc)
+            raise
         if isinstance(step, Fail):
             raise APIStatusError(
                 f"scripted failure: {step.message}", status=500, body=step.message, kind=step.kind
