@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import json
 import threading
+import time
 from typing import Any
 
 import anyio
@@ -287,3 +288,16 @@ def test_emulator_runs_in_a_background_thread_and_stops() -> None:
         assert emu.base_url.startswith("http://127.0.0.1:")
         assert emu.base_url.endswith("/v1")
     assert threading.active_count() == before
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_run_timeout_tears_down_the_in_flight_request(stream: bool) -> None:
+    faults = ChatFaults(chunk_delay=2.0, slow=1, delay=0.0 if stream else 2.0)
+    with ChatEmulator([say("a slow answer in many chunks")], faults=faults) as emu:
+        provider = Local(model="m", base_url=emu.base_url, api_key=emu.api_key, stream=stream)
+        start = time.monotonic()
+        with pytest.raises(ml.SessionTimeoutError) as info:
+            ml.run_sync(provider, agent=AGENT, prompt="q", timeout=0.3)
+        assert time.monotonic() - start < 1.5
+    assert info.value.partial_result is not None
+    gc.collect()
