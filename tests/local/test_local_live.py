@@ -1,6 +1,6 @@
 """Live: a real OpenAI-compatible endpoint (e.g. Ollama). Runs only when configured:
 
-    OLLAMA_BASE_URL=http://127.0.0.1:11434/v1 OLLAMA_MODEL=llama3.2 pytest -m live
+OLLAMA_BASE_URL=http://127.0.0.1:11434/v1 OLLAMA_MODEL=llama3.2 pytest -m live
 """
 
 from __future__ import annotations
