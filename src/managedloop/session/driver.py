@@ -16,7 +16,7 @@ import inspect
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
-from typing import Any, Never, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, Unpack
 
 import anyio
 from anyio.abc import TaskGroup
@@ -43,7 +43,7 @@ from managedloop.providers.base import (
 )
 from managedloop.results import Outcome, RawEvent, SessionInfo, SessionResult, ToolUse
 from managedloop.session.machine import Finish, Machine, RunTools
-from managedloop.session.options import Prepared, coerce_outcome, prepare
+from managedloop.session.options import Prepared, SessionOptions, coerce_outcome, prepare
 
 __all__ = ["TEXT_DELTA", "LiveSession", "run", "run_sync", "start", "syncify"]
 
@@ -261,24 +261,16 @@ async def run(
     *,
     agent: Any,
     prompt: str | None = None,
-    handler: Any = None,
-    resume: SessionResult | str | None = None,
-    outcome: Outcome | Mapping[str, Any] | None = None,
     timeout: float | None = DEFAULT_TIMEOUT,
-    max_turns: int = 50,
-    turn_guard: Callable[..., str | None] | None = None,
-    max_total_tokens: int | None = None,
-    max_input_tokens: int | None = None,
-    max_output_tokens: int | None = None,
-    require_terminal_tool: bool = False,
-    terminal_tool: str | None = None,
-    max_reprompts: int = 2,
-    max_concurrent_tools: int = 8,
-    tool_timeout: float | None = None,
-    telemetry_metadata: Mapping[str, Any] | None = None,
-    **unknown: Never,
+    **options: Unpack[SessionOptions],
 ) -> SessionResult:
     """Run one request on ``provider`` to its terminal and return the :class:`SessionResult`.
+
+    ``agent`` is an :class:`~managedloop.AgentSpec` (or, on managed hosts, a provisioned
+    handle); ``prompt`` defaults to ``"Begin."``; ``options`` are the loop options of
+    :class:`~managedloop.session.options.SessionOptions` (``max_turns=50``,
+    ``turn_guard``, token budgets, terminal-tool enforcement, ``max_concurrent_tools=8``,
+    ``tool_timeout``, ``handler``, ``resume``, ``outcome``, ``telemetry_metadata``).
 
     Library-made stops (``max_turns``, a turn guard or token budget, an unresolvable
     ``requires_action``, a missing terminal tool) are results with ``reason`` set. Failures
@@ -286,26 +278,7 @@ async def run(
     ``timeout`` (seconds, ``None`` for none) raises :class:`SessionTimeoutError` after the
     in-flight request and the connection are torn down.
     """
-    prepared, coerced = prepare(
-        provider,
-        agent=agent,
-        handler=handler,
-        resume=resume,
-        max_turns=max_turns,
-        turn_guard=turn_guard,
-        max_total_tokens=max_total_tokens,
-        max_input_tokens=max_input_tokens,
-        max_output_tokens=max_output_tokens,
-        require_terminal_tool=require_terminal_tool,
-        terminal_tool=terminal_tool,
-        max_reprompts=max_reprompts,
-        max_concurrent_tools=max_concurrent_tools,
-        tool_timeout=tool_timeout,
-        timeout=timeout,
-        telemetry_metadata=telemetry_metadata,
-        outcome=outcome,
-        unknown=unknown,
-    )
+    prepared, coerced = prepare(provider, agent=agent, options=options, timeout=timeout)
     driver: _Driver | None = None
     with anyio.move_on_after(timeout if timeout is not None else math.inf) as scope:
         driver = await _open(prepared)
@@ -494,45 +467,13 @@ def start(
     *,
     agent: Any,
     prompt: str | None = None,
-    handler: Any = None,
-    resume: SessionResult | str | None = None,
-    outcome: Outcome | Mapping[str, Any] | None = None,
-    max_turns: int = 50,
-    turn_guard: Callable[..., str | None] | None = None,
-    max_total_tokens: int | None = None,
-    max_input_tokens: int | None = None,
-    max_output_tokens: int | None = None,
-    require_terminal_tool: bool = False,
-    terminal_tool: str | None = None,
-    max_reprompts: int = 2,
-    max_concurrent_tools: int = 8,
-    tool_timeout: float | None = None,
-    telemetry_metadata: Mapping[str, Any] | None = None,
-    **unknown: Never,
+    **options: Unpack[SessionOptions],
 ) -> LiveSession:
     """Open a live session: ``async with managedloop.start(...) as session``.
 
+    Takes ``run``'s options (but no ``timeout``: bound ``session.result()`` yourself).
     Options are validated here, before anything is opened. ``prompt`` or ``outcome`` kick
     the session off at once; a resumed session with pending tool uses finishes them first.
     """
-    prepared, coerced = prepare(
-        provider,
-        agent=agent,
-        handler=handler,
-        resume=resume,
-        max_turns=max_turns,
-        turn_guard=turn_guard,
-        max_total_tokens=max_total_tokens,
-        max_input_tokens=max_input_tokens,
-        max_output_tokens=max_output_tokens,
-        require_terminal_tool=require_terminal_tool,
-        terminal_tool=terminal_tool,
-        max_reprompts=max_reprompts,
-        max_concurrent_tools=max_concurrent_tools,
-        tool_timeout=tool_timeout,
-        timeout=None,
-        telemetry_metadata=telemetry_metadata,
-        outcome=outcome,
-        unknown=unknown,
-    )
+    prepared, coerced = prepare(provider, agent=agent, options=options)
     return LiveSession(prepared, prompt, coerced)

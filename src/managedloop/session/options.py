@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from managedloop.errors import InvalidOptionsError
 from managedloop.handler import Handler
@@ -14,7 +14,7 @@ from managedloop.results import Outcome, SessionResult
 from managedloop.session.machine import GuardInput, LoopOptions, TurnGuard
 from managedloop.tools import Toolset
 
-__all__ = ["Prepared", "prepare"]
+__all__ = ["DEFAULTS", "Prepared", "SessionOptions", "prepare"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -69,34 +69,75 @@ def _budget_guard(
     return guard
 
 
+class SessionOptions(TypedDict, total=False):
+    """The loop options ``run`` and ``start`` share (defaults in ``DEFAULTS``)."""
+
+    handler: Any
+    """Serves tool calls: any object with ``handle_tool_call`` (default: the agent's tools)."""
+    resume: SessionResult | str | None
+    """A previous result (or a session id) to reattach to."""
+    outcome: Outcome | Mapping[str, Any] | None
+    """Kick off with an outcome instead of a prompt (hosts with outcome support)."""
+    max_turns: int
+    turn_guard: Callable[[GuardInput], str | None] | None
+    max_total_tokens: int | None
+    max_input_tokens: int | None
+    max_output_tokens: int | None
+    require_terminal_tool: bool
+    terminal_tool: str | None
+    max_reprompts: int
+    max_concurrent_tools: int
+    tool_timeout: float | None
+    telemetry_metadata: Mapping[str, Any] | None
+
+
+DEFAULTS: SessionOptions = {
+    "handler": None,
+    "resume": None,
+    "outcome": None,
+    "max_turns": 50,
+    "turn_guard": None,
+    "max_total_tokens": None,
+    "max_input_tokens": None,
+    "max_output_tokens": None,
+    "require_terminal_tool": False,
+    "terminal_tool": None,
+    "max_reprompts": 2,  # the reference's default: two nudges, then give up
+    "max_concurrent_tools": 8,  # enough parallelism for a turn; bounds a runaway fan-out
+    "tool_timeout": None,
+    "telemetry_metadata": None,
+}
+
+
 def prepare(
     provider: Any,
     *,
     agent: Any,
-    handler: Any,
-    resume: SessionResult | str | None,
-    max_turns: int,
-    turn_guard: Any,
-    max_total_tokens: int | None,
-    max_input_tokens: int | None,
-    max_output_tokens: int | None,
-    require_terminal_tool: bool,
-    terminal_tool: str | None,
-    max_reprompts: int,
-    max_concurrent_tools: int,
-    tool_timeout: float | None,
-    timeout: float | None,
-    telemetry_metadata: Mapping[str, Any] | None,
-    outcome: Any,
-    unknown: Mapping[str, Any],
+    options: Mapping[str, Any],
+    timeout: float | None = None,
 ) -> tuple[Prepared, Outcome | None]:
     """Check every option; raise :class:`InvalidOptionsError` on the first bad one."""
+    unknown = sorted(set(options) - set(DEFAULTS))
     if unknown:
-        name = sorted(unknown)[0]
+        name = unknown[0]
         raise InvalidOptionsError(
             f"unknown option {name!r} (host-specific options go to the provider's constructor)",
             option=name,
         )
+    opts: dict[str, Any] = {**DEFAULTS, **options}
+    handler = opts["handler"]
+    resume = opts["resume"]
+    max_turns = opts["max_turns"]
+    turn_guard = opts["turn_guard"]
+    terminal_tool = opts["terminal_tool"]
+    require_terminal_tool = opts["require_terminal_tool"]
+    max_reprompts = opts["max_reprompts"]
+    max_concurrent_tools = opts["max_concurrent_tools"]
+    tool_timeout = opts["tool_timeout"]
+    telemetry_metadata = opts["telemetry_metadata"]
+    max_total_tokens = opts["max_total_tokens"]
+    max_input_tokens = opts["max_input_tokens"]
+    max_output_tokens = opts["max_output_tokens"]
     if not isinstance(provider, Provider):
         raise InvalidOptionsError(
             f"{provider!r} is not a provider (Local, ClaudeManagedAgents, BedrockAgentCore)",
@@ -119,7 +160,7 @@ def prepare(
             code="terminal_tool_required",
             option="terminal_tool",
         )
-    coerced = coerce_outcome(outcome)
+    coerced = coerce_outcome(opts["outcome"])
     if coerced is not None and not provider.supports_outcomes:
         raise InvalidOptionsError(
             f"the {provider.name} host does not support outcomes",
