@@ -29,3 +29,15 @@ def test_readme_opens_with_the_two_commands() -> None:
     text = README.read_text()
     assert "make demo" in text.split("## Quickstart")[0]
     assert "make test" in text.split("## Quickstart")[0]
+
+
+def test_agentcore_snippet_runs_against_the_emulator() -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    snippet = next(b for b in blocks if "AgentCoreEmulator" in b)
+    namespace: dict[str, object] = {}
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(blocks[0], "README quickstart", "exec"), namespace)
+    exec(compile(snippet, "README agentcore", "exec"), namespace)
+    result = namespace["result"]
+    assert getattr(result, "terminal", None) == "end_turn"
+    assert [u.name for u in getattr(result, "custom_tool_uses", [])] == ["get_weather"]
