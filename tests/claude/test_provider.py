@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from typing import Any
 
 import anthropic
@@ -28,11 +29,14 @@ def test_import_managedloop_does_not_import_anthropic() -> None:
 
 
 def test_design_snippet_run_sync_and_resume() -> None:
-    """DESIGN.md's snippet, verbatim in shape: a client built outside any loop, run_sync."""
+    """DESIGN.md's snippet with the sync face: every ``*_sync`` call runs on a fresh event
+    loop, so the provider builds its own client per loop and closes it (no ResourceWarning
+    escapes: warnings are errors). A passed ``client=`` is for one loop: see the next test.
+    """
     with ClaudeEmulator() as emu:
-        client = anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key)
-        handle = ml.provision_sync(ClaudeManagedAgents(client=client), WEATHER)
-        provider = ClaudeManagedAgents(client=client, agent=handle, environment=handle)
+        auth = {"api_key": emu.api_key, "bearer_token_file": None, "base_url": emu.base_url}
+        handle = ml.provision_sync(ClaudeManagedAgents(**auth), WEATHER)
+        provider = ClaudeManagedAgents(agent=handle, environment=handle, **auth)
         result = ml.run_sync(provider, agent=WEATHER, prompt="Weather in Paris?")
         assert result.terminal is ml.Terminal.END_TURN
         assert result.stop_reason == {"type": "end_turn"}
@@ -52,6 +56,63 @@ def test_design_snippet_run_sync_and_resume() -> None:
         # the resumed request's events are its own: none of the first request's
         assert not {e["id"] for e in again.events} & {e["id"] for e in result.events}
         assert len(emu.state.sessions) == 1
+
+
+async def test_design_snippet_with_a_client_on_one_loop() -> None:
+    """DESIGN.md's snippet verbatim (``client=`` an ``AsyncAnthropic``), on one loop: the
+    caller owns the client and closes it; run, resume and a live session all work."""
+    with ClaudeEmulator() as emu:
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as client:
+            handle = await ml.provision(ClaudeManagedAgents(client=client), WEATHER)
+            provider = ClaudeManagedAgents(client=client, agent=handle, environment=handle)
+            result = await ml.run(provider, agent=WEATHER, prompt="Weather in Paris?")
+            again = await ml.run(provider, agent=WEATHER, prompt="And Rome?", resume=result)
+            async with ml.start(provider, agent=WEATHER, prompt="hi") as live:
+                await live.result()
+                await live.send("more")
+                follow = await live.result()
+            assert not client.is_closed()  # never closed for the caller
+    assert result.text == "Done. Sunny in example"
+    assert again.text == "You said: And Rome?"
+    assert follow.text == "You said: more"
+
+
+def test_passed_client_on_a_closed_loop_is_a_named_error() -> None:
+    """``run_sync`` twice with one passed client: its pool died with the first loop. We
+    say so up front instead of failing inside the HTTP pool."""
+    with ClaudeEmulator() as emu:
+        client = anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key, max_retries=0)
+        provider = ClaudeManagedAgents(client=client)
+        assert ml.run_sync(provider, agent=WEATHER, prompt="x").terminal is ml.Terminal.END_TURN
+        with pytest.raises(ml.InvalidOptionsError) as info:
+            ml.run_sync(provider, agent=WEATHER, prompt="y")
+        assert info.value.code == "client_loop_closed"
+        # The caller owns the client: its pooled sockets belong to the first (closed) loop.
+        # Closing them here would need that loop, so the test drops them by hand, the same
+        # way a process exit would (no ResourceWarning may escape the test).
+        import gc
+
+        del client, provider
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
+
+
+async def test_provider_built_client_is_closed_after_each_use(emu: ClaudeEmulator) -> None:
+    provider = ClaudeManagedAgents(
+        api_key=emu.api_key, bearer_token_file=None, base_url=emu.base_url, reconnect_backoff=0
+    )
+    handle = await ml.provision(provider, WEATHER)
+    first = provider.client
+    await ml.run(provider, agent=handle, prompt="x")
+    assert first.is_closed()  # the last lease on this loop ended: closed, not leaked
+    async with provider:  # pinned: one client for every session inside
+        pinned = provider.client
+        await ml.run(provider, agent=handle, prompt="a")
+        await ml.run(provider, agent=handle, prompt="b")
+        assert provider.client is pinned
+        assert not pinned.is_closed()
+    assert pinned.is_closed()
 
 
 async def test_run_with_parallel_tool_calls(emu: ClaudeEmulator, client: Any) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 import managedloop as ml
+from managedloop.providers import ClaudeManagedAgents
 from managedloop.providers.claude import ClaudeHandle, normalize_model_id
 from managedloop.testing import ClaudeEmulator
 
@@ -62,16 +63,16 @@ async def test_provision_is_cached_per_provider_and_spec(emu: ClaudeEmulator, cl
 
 
 def test_provision_sync_twin() -> None:
-    import anthropic
-
+    """Each ``*_sync`` call runs on its own loop: the provider builds (and closes) a client
+    per loop, so one provider serves both calls."""
     with ClaudeEmulator() as emu:
-        client = anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key)
-        handle = ml.provision_sync(make_provider(client), WEATHER)
-        report = ml.teardown_sync(make_provider(client), handle)
+        provider = ClaudeManagedAgents(
+            api_key=emu.api_key, bearer_token_file=None, base_url=emu.base_url
+        )
+        handle = ml.provision_sync(provider, WEATHER)
+        report = ml.teardown_sync(provider, handle)
         assert report == {"agent": "ok", "environment": "ok"}
-        import anyio
-
-        anyio.run(client.close)
+        assert emu.state.agents[handle.agent_id]["archived_at"]
 
 
 async def test_nameless_spec_is_rejected(emu: ClaudeEmulator, client: Any) -> None:

@@ -21,7 +21,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import json
 import os
 import time
@@ -34,6 +34,7 @@ from managedloop.errors import (
     APIStatusError,
     AuthenticationError,
     ConfigError,
+    InvalidOptionsError,
     ManagedLoopError,
     TransportError,
 )
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     import anthropic
     import httpx2
 
-__all__ = ["Api", "ClientSettings", "build_client", "map_error", "settings"]
+__all__ = ["Api", "ClientSettings", "ClientSource", "build_client", "map_error", "settings"]
 
 T = TypeVar("T")
 
@@ -337,33 +338,116 @@ class Api:
         return items
 
 
-async def release_idle_connections(client: Any) -> None:
-    """Close the client's idle keep-alive connections.
+class Lease:
+    """One hold on a :class:`ClientSource` client; ``release()`` may be called repeatedly."""
 
-    Why: an ``AsyncAnthropic``'s pooled sockets belong to the event loop that opened them,
-    and ``run_sync`` runs every call on a fresh loop. Idle sockets left in the pool when
-    that loop ends can never be reused and leak (``ResourceWarning``). Only *idle*
-    connections are taken, synchronously, so a concurrent session's in-flight request on
-    the same client is never touched. Private attributes are probed defensively: on an SDK
-    or transport that does not have them this does nothing.
+    __slots__ = ("_source", "client")
+
+    def __init__(self, source: ClientSource | None, client: anthropic.AsyncAnthropic) -> None:
+        self._source = source
+        self.client = client
+
+    async def release(self) -> None:
+        source, self._source = self._source, None
+        if source is not None:
+            await source.release(self.client)
+
+
+class ClientSource:
+    """Where a provider's SDK client comes from, and who closes it.
+
+    Why: an ``AsyncAnthropic``'s connection pool belongs to the event loop it first ran
+    on, and ``run_sync`` runs every call on a fresh loop. Pooled sockets of a finished loop
+    can neither be reused nor closed from another loop.
+
+    * **Built from config** (no ``client=``): one client per running event loop, with its
+      own ``http_client``, leased by every session and every provisioning / Files call and
+      closed (``AsyncAnthropic.close()``) when the last lease on that loop ends, or when the
+      provider is exited (``async with provider:`` keeps it open across sessions).
+    * **Passed by the user**: used as is and never closed: the caller owns it (``async
+      with client:``). Using it again after the loop it ran on has closed (``run_sync``
+      twice with one client) raises ``InvalidOptionsError(code="client_loop_closed")``
+      instead of failing later inside the HTTP pool.
     """
-    http = getattr(client, "_client", None)
-    mounts = getattr(http, "_mounts", None)
-    transports = [getattr(http, "_transport", None)]
-    if isinstance(mounts, Mapping):
-        transports.extend(mounts.values())
-    idle: list[Any] = []
-    for outer in transports:
-        transport = getattr(outer, "_inner", outer)
-        pool = getattr(transport, "_pool", None)
-        connections = getattr(pool, "_connections", None)
-        if not isinstance(connections, list):
-            continue
-        for conn in list(connections):
-            is_idle = getattr(conn, "is_idle", None)
-            if callable(is_idle) and is_idle():
-                connections.remove(conn)
-                idle.append(conn)
-    for conn in idle:
-        with contextlib.suppress(Exception):
-            await conn.aclose()
+
+    __slots__ = ("_client", "_loop", "_max_retries", "_pinned", "_settings", "_user", "_users")
+
+    def __init__(
+        self,
+        s: ClientSettings,
+        *,
+        client: anthropic.AsyncAnthropic | None,
+        max_retries: int,
+    ) -> None:
+        self._settings = s
+        self._user = client
+        self._max_retries = max_retries
+        self._client: anthropic.AsyncAnthropic | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._users = 0
+        self._pinned = False
+
+    @property
+    def owned(self) -> bool:
+        return self._user is None
+
+    def current(self) -> anthropic.AsyncAnthropic:
+        """The client for the running loop (built if needed; not counted as a lease)."""
+        loop = asyncio.get_running_loop()
+        if self._user is not None:
+            if self._loop is None or self._loop.is_closed():
+                if self._loop is not None and self._loop is not loop:
+                    raise InvalidOptionsError(
+                        "this anthropic.AsyncAnthropic was used on an event loop that has "
+                        "closed (e.g. an earlier run_sync); its connection pool cannot be "
+                        "reused. With run_sync, let ClaudeManagedAgents build the client "
+                        "(api_key=/base_url= or config), or use one loop (await ml.run).",
+                        code="client_loop_closed",
+                        option="client",
+                    )
+                self._loop = loop
+            return self._user
+        if self._client is None or self._loop is not loop:
+            # A client of a finished loop is dropped, not closed: its sockets died with it
+            # (it was closed when its last lease ended, unless a caller leaked a lease).
+            self._client = build_client(self._settings, max_retries=self._max_retries)
+            self._loop, self._users = loop, 0
+        return self._client
+
+    def acquire(self) -> anthropic.AsyncAnthropic:
+        client = self.current()
+        if self._user is None:
+            self._users += 1
+        return client
+
+    def lease(self) -> Lease:
+        """An idempotently released lease on the running loop's client."""
+        return Lease(self, self.acquire())
+
+    async def release(self, client: anthropic.AsyncAnthropic) -> None:
+        if self._user is not None or client is not self._client:
+            return
+        self._users = max(0, self._users - 1)
+        if self._users == 0 and not self._pinned:
+            await self._close()
+
+    def pin(self) -> None:
+        self.current()
+        self._pinned = True
+
+    async def unpin(self) -> None:
+        self._pinned = False
+        if self._users == 0:
+            await self._close()
+
+    async def _close(self) -> None:
+        client, self._client = self._client, None
+        loop, self._loop = self._loop, None
+        if client is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:  # pragma: no cover - always called from a loop
+            running = None
+        if loop is running:
+            await client.close()

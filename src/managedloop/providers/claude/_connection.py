@@ -58,7 +58,7 @@ from managedloop.providers.base import (
     UserMessage,
 )
 from managedloop.providers.claude import _wire
-from managedloop.providers.claude._api import Api, release_idle_connections
+from managedloop.providers.claude._api import Api, Lease
 from managedloop.providers.claude._sse import SSEDecoder, StreamErrorFrameError
 from managedloop.results import RawEvent, TurnResult
 
@@ -155,9 +155,11 @@ class ClaudeConnection(ConnectionBase):
         options: StreamOptions,
         metadata: Mapping[str, Any],
         resumed: bool = False,
+        lease: Lease | None = None,
     ) -> None:
         super().__init__()
         self.api = api
+        self._lease = lease
         self.session_id = session_id
         self.resumed = resumed
         self.options = options
@@ -194,8 +196,9 @@ class ClaudeConnection(ConnectionBase):
             telemetry.emit(
                 "stream.done", None, {"session_id": self.session_id}, caller=self.metadata
             )
-        with anyio.CancelScope(shield=True):
-            await release_idle_connections(self.api.client)
+        if self._lease is not None:
+            with anyio.CancelScope(shield=True):
+                await self._lease.release()
 
     # -- the loop's interface -----------------------------------------------------------
     def normalize(self, events: Sequence[RawEvent]) -> TurnResult:

@@ -44,8 +44,8 @@ from managedloop.providers.base import OpenRequest
 from managedloop.providers.claude._api import (
     Api,
     ClientSettings,
-    build_client,
-    release_idle_connections,
+    ClientSource,
+    Lease,
     settings,
 )
 from managedloop.providers.claude._connection import ClaudeConnection, StreamOptions
@@ -59,17 +59,19 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 
-def _releasing(fn: F) -> F:
-    """Release idle pooled sockets when the call ends (see ``release_idle_connections``):
-    provisioning and file calls are often made from ``*_sync`` wrappers on a fresh loop."""
+def _leased(fn: F) -> F:
+    """Hold a client lease for the call (see :class:`ClientSource`): provisioning and file
+    calls are often made from ``*_sync`` wrappers on a fresh loop, and a provider-built
+    client must be closed on the loop that used it."""
 
     @functools.wraps(fn)
     async def wrapper(self: ClaudeManagedAgents, *args: Any, **kwargs: Any) -> Any:
+        client = self._clients.acquire()
         try:
             return await fn(self, *args, **kwargs)
         finally:
             with anyio.CancelScope(shield=True):
-                await release_idle_connections(self.client)
+                await self._clients.release(client)
 
     return wrapper  # type: ignore[return-value]
 
@@ -173,6 +175,13 @@ class ClaudeManagedAgents:
     configuration (``api_key`` or ``bearer_token_file``, ``base_url``...; see
     :mod:`managedloop.config`). ``agent`` / ``environment`` take a :class:`ClaudeHandle`
     (or its dict) or raw ids; ``session_id`` reattaches to an existing session.
+
+    Client ownership: a ``client=`` you pass is used as is and never closed; you own it
+    (``async with client:``) and it serves one event loop. ``run_sync`` / ``*_sync`` run
+    each call on a fresh loop: there, let the provider build the client from config
+    (``api_key=`` / ``bearer_token_file=`` / ``base_url=`` or the environment); it builds
+    one per loop and closes it when the last session or call on that loop ends (``async
+    with provider:`` keeps it open across sessions).
     """
 
     name: ClassVar[str] = "claude"
@@ -217,10 +226,7 @@ class ClaudeManagedAgents:
             receive_timeout=receive_timeout,
             need_auth=client is None,
         )
-        self._owns_client = client is None
-        self.client: anthropic.AsyncAnthropic = client or build_client(
-            self._settings, max_retries=max_retries
-        )
+        self._clients = ClientSource(self._settings, client=client, max_retries=max_retries)
         self.agent = agent
         self.agent_id = _agent_id_of(agent)
         if agent is not None and self.agent_id is None and not isinstance(agent, AgentSpec):
@@ -255,13 +261,27 @@ class ClaudeManagedAgents:
         """Provision-cache key: the same account and endpoint share provisioned agents."""
         return ("claude", self._settings.base_url)
 
+    @property
+    def client(self) -> anthropic.AsyncAnthropic:
+        """The SDK client for the running event loop: the one passed as ``client=`` (the
+        caller owns and closes it), or one built from config per event loop and closed
+        when the last session or call on that loop ends (or at ``aclose()``)."""
+        return self._clients.current()
+
     def _api(self, metadata: Mapping[str, Any] | None = None) -> Api:
         return Api(self.client, self._settings, caller=metadata)
 
+    async def __aenter__(self) -> Self:
+        """Keep a config-built client (and its connection pool) open across sessions."""
+        self._clients.pin()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
     async def aclose(self) -> None:
-        """Close the client if this provider built it."""
-        if self._owns_client:
-            await self.client.close()
+        """Close the client if this provider built it (a passed ``client=`` is yours)."""
+        await self._clients.unpin()
 
     # -- sessions -----------------------------------------------------------------------
     async def _resolve_agent(self, request: OpenRequest) -> tuple[str, str]:
@@ -291,7 +311,17 @@ class ClaudeManagedAgents:
         return agent_id, environment_id
 
     async def open(self, request: OpenRequest) -> ClaudeConnection:
-        api = self._api(request.metadata)
+        lease = self._clients.lease()
+        try:
+            return await self._open(request, lease)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await lease.release()
+            raise
+
+    async def _open(self, request: OpenRequest, lease: Lease) -> ClaudeConnection:
+        """Open a session; the connection owns ``lease`` from its creation on."""
+        api = Api(lease.client, self._settings, caller=request.metadata)
         session_id = request.session_id or self.session_id
         if session_id is not None:
             if not isinstance(session_id, str) or not session_id:
@@ -304,6 +334,7 @@ class ClaudeManagedAgents:
                 options=self._stream_options,
                 metadata=request.metadata,
                 resumed=True,
+                lease=lease,
             )
             try:
                 await conn.start()
@@ -330,7 +361,7 @@ class ClaudeManagedAgents:
             session = await api.call(
                 "post",
                 "/v1/sessions",
-                lambda: self.client.beta.sessions.create(
+                lambda: api.client.beta.sessions.create(
                     **body, extra_headers=api.headers, timeout=self._settings.receive_timeout
                 ),
             )
@@ -345,7 +376,7 @@ class ClaudeManagedAgents:
                 body=exc.context.get("body"),
             ) from exc
         conn = ClaudeConnection(
-            api, session.id, options=self._stream_options, metadata=request.metadata
+            api, session.id, options=self._stream_options, metadata=request.metadata, lease=lease
         )
         try:
             await conn.start()
@@ -355,7 +386,7 @@ class ClaudeManagedAgents:
         return conn
 
     # -- provisioning -------------------------------------------------------------------
-    @_releasing
+    @_leased
     async def provision(
         self,
         spec: AgentSpec,
@@ -496,7 +527,7 @@ class ClaudeManagedAgents:
             return f"{exc.code}:{status}" if status else exc.code
         return "ok"
 
-    @_releasing
+    @_leased
     async def teardown(self, handle: Any, **options: Any) -> dict[str, str]:
         """Archive the handle's agent and (if provisioning made it) its environment.
 
@@ -529,7 +560,7 @@ class ClaudeManagedAgents:
         return report
 
     # -- files ----------------------------------------------------------------------------
-    @_releasing
+    @_leased
     async def upload_file(
         self,
         file: str | os.PathLike[str] | bytes | tuple[str, bytes],
@@ -558,7 +589,7 @@ class ClaudeManagedAgents:
         )
         return dict(meta.model_dump(mode="json"))
 
-    @_releasing
+    @_leased
     async def attach_file(
         self, session_id: str, file_id: str, *, mount_path: str | None = None
     ) -> dict[str, Any]:
@@ -579,7 +610,7 @@ class ClaudeManagedAgents:
         )
         return dict(res.model_dump(mode="json"))
 
-    @_releasing
+    @_leased
     async def list_files(self, session_id: str | None = None) -> list[dict[str, Any]]:
         """Every file (all pages); ``session_id`` scopes to that session's files."""
         api = self._api()
@@ -598,7 +629,7 @@ class ClaudeManagedAgents:
         items = await api.list_all("/v1/files", page)
         return [dict(i) for i in items if isinstance(i, Mapping)]
 
-    @_releasing
+    @_leased
     async def download_file(self, file_id: str) -> bytes:
         api = self._api()
 
@@ -610,7 +641,7 @@ class ClaudeManagedAgents:
 
         return await api.call("get", f"/v1/files/{file_id}/content", get)
 
-    @_releasing
+    @_leased
     async def delete_file(self, file_id: str) -> None:
         api = self._api()
         await api.call(
