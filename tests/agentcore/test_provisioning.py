@@ -7,6 +7,7 @@ import math
 import time
 from typing import Any
 
+import anyio
 import botocore.session
 import pytest
 
@@ -557,6 +558,90 @@ async def test_rollback_has_its_own_fixed_budget(emu: AgentCoreEmulator) -> None
         with pytest.raises(ml.ProvisioningError):
             await provision(emu, provider, timeout=0.3)
     assert spy.timeouts("delete_harness") == [10.0]
+
+
+async def test_a_cancelled_provision_rolls_back_what_it_created(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A timeout *around* provision (the enclosing deadline) cancels it mid-wait: the harness
+    # it created is still deleted (shielded), and the cancelled wait's end is logged.
+    async with AgentCoreEmulator(faults=fast(harness_ready_after=30)) as emu:
+        with (
+            caplog.at_level(logging.INFO, "managedloop.agentcore.provision"),
+            make_provider(emu) as provider,
+        ):
+            started = time.monotonic()
+            with anyio.move_on_after(0.3) as scope:
+                await provision(emu, provider, timeout=30)
+            elapsed = time.monotonic() - started
+        assert scope.cancelled_caught
+        assert elapsed < 0.3 + 1.0  # cancelled promptly; the rollback is one quick DELETE
+        (created,) = emu.operations("CreateHarness")
+        (hid,) = deletes(emu)
+        assert hid.startswith(created.body["harnessName"])
+        assert emu.harness_status(hid) in ("DELETING", None)
+    assert "result=cancelled" in caplog.text
+    assert f"rolled back harness {hid}" in caplog.text
+
+
+async def test_a_cancelled_provision_never_deletes_an_adopted_harness() -> None:
+    async with AgentCoreEmulator(faults=fast()) as emu:
+        seeded = emu.add_harness(harness_name(SPEC), status="CREATING")
+        with make_provider(emu) as provider:
+            with anyio.move_on_after(0.3) as scope:
+                await provision(emu, provider, timeout=30)
+        assert scope.cancelled_caught
+        assert len(emu.operations("CreateHarness")) == 1  # the 409 that led to adoption
+        assert deletes(emu) == []
+        assert emu.harness_status(seeded.id) == "CREATING"
+
+
+async def test_a_create_that_timed_out_but_went_through_is_not_orphaned(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # CreateHarness outlives the whole budget (its one attempt gets all of it); the service
+    # created the harness anyway. The lookup by name finds it and deletes it.
+    async with AgentCoreEmulator(faults=fast(create_latency=1.5)) as emu:
+        with (
+            caplog.at_level(logging.INFO, "managedloop.agentcore.provision"),
+            make_provider(emu) as provider,
+            pytest.raises(ml.TransportError) as info,
+        ):
+            await provision(emu, provider, timeout=0.4)
+        (hid,) = deletes(emu)
+        assert info.value.context["orphan_check"] == "rolled_back"
+        assert info.value.context["harness_id"] == hid
+        assert emu.harness_status(hid) in ("DELETING", None)
+        assert emu.operations("GetHarness") == []  # no budget left: no wait was attempted
+    assert "it may be orphaned" not in caplog.text
+    assert f"rolled back harness {hid}" in caplog.text
+
+
+async def test_a_5xx_create_that_went_through_is_continued_with_budget_left() -> None:
+    async with AgentCoreEmulator(faults=fast(create_status=500, create_commits=True)) as emu:
+        with make_provider(emu) as provider:
+            handle = await provision(emu, provider, timeout=3.0)
+        assert len(emu.operations("CreateHarness")) == 1  # never re-sent
+        assert emu.harness_status(handle.harness_id) == "READY"
+        assert deletes(emu) == []
+
+
+async def test_a_5xx_create_that_made_nothing_surfaces_verbatim() -> None:
+    async with AgentCoreEmulator(faults=fast(create_status=500)) as emu:
+        with make_provider(emu) as provider, pytest.raises(ml.APIStatusError) as info:
+            await provision(emu, provider, timeout=3.0)
+        assert info.value.status == 500
+        assert info.value.context["orphan_check"] == "absent"
+        assert harness_name(SPEC) not in emu.harness_names()  # (the seeded one is there)
+        assert deletes(emu) == []
+
+
+async def test_a_4xx_create_is_not_looked_up() -> None:
+    async with AgentCoreEmulator(faults=fast(create_status=402)) as emu:
+        with make_provider(emu) as provider, pytest.raises(ml.APIStatusError) as info:
+            await provision(emu, provider, timeout=3.0)
+        assert info.value.status == 402
+        assert emu.operations("ListHarnesses") == []
 
 
 @pytest.mark.parametrize(

@@ -136,6 +136,12 @@ class AgentCoreFaults:
     """Seconds each control-plane request waits before answering."""
     create_status: int | None = None
     """Answer CreateHarness with this HTTP error (e.g. 500, 402)."""
+    create_commits: bool = False
+    """With ``create_status``: create the harness anyway, then answer the error (a 5xx
+    whose create went through)."""
+    create_latency: float = 0.0
+    """Seconds CreateHarness waits *after* creating the harness before answering (a client
+    that times out first leaves a harness it never heard of)."""
     # --- commands ---------------------------------------------------------------------------
     command_exception: str | None = None
     """Answer every command with this exception frame after ``contentStart``."""
@@ -514,7 +520,10 @@ class AgentCoreEmulator:
         if parts and parts[0] == "harnesses":
             if self._faults.control_latency:
                 await asyncio.sleep(self._faults.control_latency)
-            return self._control(request, headers, method, parts, body)
+            response = self._control(request, headers, method, parts, body)
+            if method == "POST" and len(parts) == 1 and self._faults.create_latency:
+                await asyncio.sleep(self._faults.create_latency)
+            return response
         return _error(404, "UnknownOperationException", f"no route for {method} {path}")
 
     def _record(
@@ -618,12 +627,8 @@ class AgentCoreEmulator:
 
     def _create_harness(self, body: dict[str, Any], now: float) -> web.Response:
         f = self._faults
-        if f.create_status is not None:
-            return _error(
-                f.create_status,
-                _STATUS_CODES.get(f.create_status, "InternalServerException"),
-                "emulated create failure",
-            )
+        if f.create_status is not None and not f.create_commits:
+            return _create_failure(f.create_status)
         name = body.get("harnessName")
         if not isinstance(name, str) or not _HARNESS_NAME_RE.match(name):
             return _error(
@@ -662,6 +667,8 @@ class AgentCoreEmulator:
                 outcome=f.endpoint_outcome,
             )
             self._harnesses[hid] = harness
+        if f.create_status is not None:
+            return _create_failure(f.create_status)
         return web.json_response({"harness": harness.view(now)}, status=201)
 
     def _list_harnesses(self, query: Mapping[str, str], now: float) -> web.Response:
@@ -1022,6 +1029,12 @@ _STATUS_CODES = {
     500: "InternalServerException",
     503: "ServiceUnavailableException",
 }
+
+
+def _create_failure(status: int) -> web.Response:
+    return _error(
+        status, _STATUS_CODES.get(status, "InternalServerException"), "emulated create failure"
+    )
 
 
 def _error(status: int, code: str, message: str) -> web.Response:

@@ -15,8 +15,12 @@ Invariants relied on:
   final, and anything else is named and fatal (never polled);
 * an endpoint is only polled once its harness is READY, and a 404 from
   ``GetHarnessEndpoint`` means "not created yet";
-* a harness *this call created* is deleted if anything after the create fails (with its
-  own small budget, never masking the original error); an adopted one never is;
+* a harness *this call created* is deleted if anything after the create fails, the
+  caller's cancellation included (shielded, with its own small budget, never masking the
+  original error); an adopted one never is;
+* a CreateHarness that times out, drops or answers 5xx may have created the harness
+  anyway: it is looked up by its deterministic name and, if there, treated as this call's
+  (waited on with budget left, deleted at once without), so it is not left orphaned;
 * a ``409`` on create means the name is taken: a live namesake is adopted, a DELETING one
   is waited out (``harness_still_deleting``) and re-created, anything else is a
   ``harness_name_conflict``.
@@ -43,8 +47,10 @@ from managedloop.config import MISSING
 from managedloop.errors import (
     APIStatusError,
     InvalidOptionsError,
+    MalformedResponseError,
     ManagedLoopError,
     ProvisioningError,
+    TransportError,
 )
 from managedloop.providers.agentcore import _converse
 from managedloop.providers.agentcore._client import CONTROL_READ_TIMEOUT, retryable
@@ -312,7 +318,8 @@ async def _call(
             return await provider.control_call(operation, read_timeout=timeout, **params)
         except ManagedLoopError as exc:
             last_try = attempt + 1 >= attempts
-            if last_try or not retryable(exc) or (budget is not None and budget.remaining() <= 0):
+            spent = per_attempt is None and budget is not None and budget.remaining() <= 0
+            if last_try or not retryable(exc) or spent:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -421,6 +428,9 @@ async def _wait(
     except ManagedLoopError as exc:
         _stop(harness_id, phase, "error", "provider_error", ctx(), caller=caller, detail=exc.code)
         raise
+    except anyio.get_cancelled_exc_class():
+        _stop(harness_id, phase, "cancelled", None, ctx(), caller=caller)
+        raise
     except Exception as exc:
         duration = budget.clock() - started
         logger.warning(
@@ -456,7 +466,7 @@ def _stop(
     caller: Mapping[str, Any] | None,
     detail: str | None = None,
 ) -> None:
-    level = logging.INFO if result == "ok" else logging.WARNING
+    level = logging.INFO if result == "ok" else logging.WARNING  # "error", "cancelled", ...
     endpoint = f"endpoint={ctx.endpoint_name} " if ctx.endpoint_name else ""
     logger.log(
         level,
@@ -555,9 +565,13 @@ async def provision(
             endpoint_name=endpoint_name,
             caller=run.caller,
         )
-    except Exception:
-        if created:
-            await _rollback(provider, handle.harness_id)
+    except BaseException as exc:
+        # Cancellation (a timeout around this call) rolls back too: the harness is ours and
+        # nobody else will ever learn its id. Shielded, so the delete is not cancelled in
+        # turn; bounded by the rollback's own budget, not by the spent or cancelled one.
+        if created and isinstance(exc, Exception | anyio.get_cancelled_exc_class()):
+            with anyio.CancelScope(shield=True):
+                await _rollback(provider, handle.harness_id)
         raise
     return handle
 
@@ -586,7 +600,7 @@ async def _create(run: _Run) -> AgentCoreHandle:
 async def _create_or_adopt(run: _Run) -> tuple[bool, AgentCoreHandle]:
     """``(created_by_this_call, handle)``."""
     try:
-        return True, await _create(run)
+        return True, await _create_checked(run)
     except APIStatusError as exc:
         if exc.status != 409:
             raise
@@ -611,7 +625,7 @@ async def _create_or_adopt(run: _Run) -> tuple[bool, AgentCoreHandle]:
                 f"no budget left to re-create {run.name} after its namesake was deleted",
                 WaitContext(harness_id=run.name, phase="deleted", last_status=None),
             )
-        return True, await _create(run)  # a second 409 is returned as is
+        return True, await _create_checked(run)  # a second 409 is returned as is
     logger.warning(
         "agent_core provision cannot recover harness %s (status %s)", run.name, status or "none"
     )
@@ -624,14 +638,79 @@ async def _create_or_adopt(run: _Run) -> tuple[bool, AgentCoreHandle]:
     )
 
 
-async def _find(run: _Run) -> Mapping[str, Any] | None:
+async def _create_checked(run: _Run) -> AgentCoreHandle:
+    """CreateHarness; when it fails in a way that may have created the harness anyway (a
+    timeout, a dropped connection, a 5xx), :func:`_claim_after_failed_create` decides."""
+    try:
+        return await _create(run)
+    except APIStatusError as exc:
+        if exc.status is None or exc.status < 500:
+            raise  # a 4xx (409 included) was refused before anything was created
+        return await _claim_after_failed_create(run, exc)
+    except (TransportError, MalformedResponseError) as exc:
+        return await _claim_after_failed_create(run, exc)
+
+
+async def _claim_after_failed_create(run: _Run, error: ManagedLoopError) -> AgentCoreHandle:
+    """A CreateHarness that timed out or failed with a 5xx may still have created the
+    harness server-side. Look it up by its (content-derived, so deterministic) name: if it
+    is there, this call made it. With budget left, carry on with it (it is ours, so it is
+    rolled back if a wait fails); with none left, delete it now and raise ``error``. The
+    lookup and that delete run on the rollback's own small budget when the create spent
+    the deadline, since they are the rollback of this create."""
+    per_attempt = None if run.budget.next() else ROLLBACK_ATTEMPT
+    try:
+        entry = await _find(run, per_attempt=per_attempt)
+    except ManagedLoopError as exc:
+        logger.warning(
+            "agent_core provision CreateHarness failed (%s) and harness %s could not be "
+            "looked up (%s); it may be orphaned",
+            error.code,
+            run.name,
+            exc.code,
+        )
+        error.context["orphan_check"] = "failed"
+        raise error from None
+    if entry is None:
+        error.context["orphan_check"] = "absent"
+        raise error
+    hid, arn, status = entry.get("harnessId"), entry.get("arn"), entry.get("status")
+    if not isinstance(hid, str) or not isinstance(arn, str):
+        error.context["orphan_check"] = "unreadable"
+        raise error
+    handle = AgentCoreHandle(harness_arn=arn, harness_id=hid, harness_name=run.name)
+    if status in ("READY", "CREATING", "UPDATING") and run.budget.next():
+        logger.warning(
+            "agent_core provision CreateHarness failed (%s) but harness %s (%s) exists: the "
+            "create went through; continuing with it",
+            error.code,
+            hid,
+            status,
+        )
+        return handle
+    logger.warning(
+        "agent_core provision CreateHarness failed (%s) but created harness %s (%s); no budget "
+        "left to wait for it, deleting it",
+        error.code,
+        hid,
+        status,
+    )
+    deleted = status == "DELETING" or await _rollback(run.provider, hid)
+    error.context["orphan_check"] = "rolled_back" if deleted else "rollback_failed"
+    error.context["harness_id"] = hid
+    raise error
+
+
+async def _find(run: _Run, *, per_attempt: float | None = None) -> Mapping[str, Any] | None:
     """The listed harness named ``run.name`` (all pages), or ``None``."""
     token: str | None = None
     while True:
         params: dict[str, Any] = {"maxResults": 100}
         if token:
             params["nextToken"] = token
-        page = await _call(run.provider, "list_harnesses", run.budget, **params)
+        page = await _call(
+            run.provider, "list_harnesses", run.budget, per_attempt=per_attempt, **params
+        )
         items = page.get("harnesses")
         if not isinstance(items, list):
             raise ProvisioningError(
@@ -735,8 +814,9 @@ async def _endpoint_status(run: _Run, harness_id: str) -> str | None:
     return status
 
 
-async def _rollback(provider: BedrockAgentCore, harness_id: str) -> None:
-    """Best-effort delete of a harness this call created; never masks the original error."""
+async def _rollback(provider: BedrockAgentCore, harness_id: str) -> bool:
+    """Best-effort delete of a harness this call created; never masks the original error.
+    ``True`` when the delete was accepted."""
     try:
         await _call(
             provider,
@@ -752,8 +832,9 @@ async def _rollback(provider: BedrockAgentCore, harness_id: str) -> None:
             harness_id,
             exc,
         )
-    else:
-        logger.info("agent_core provision rolled back harness %s", harness_id)
+        return False
+    logger.info("agent_core provision rolled back harness %s", harness_id)
+    return True
 
 
 async def teardown(
