@@ -15,6 +15,7 @@ from managedloop import telemetry
 from managedloop.providers import ClaudeManagedAgents
 from managedloop.providers.claude._api import read_bearer_token, settings
 from managedloop.testing import ClaudeEmulator
+from managedloop.testing.claude import credential_id
 
 from .conftest import WEATHER
 
@@ -120,14 +121,42 @@ async def test_bearer_file_is_reread_on_every_attempt(tmp_path: Path) -> None:
                 await live.send("more")  # only tok-two is accepted now
                 assert (await live.result()).text == "again"
             await provider2.aclose()
-            # retries re-read too: a 5xx burst is retried by the SDK with the current file
-            emu.faults.server_errors = 2
-            _write_token(path, "tok-one")
-            emu.bearer_tokens.add("tok-one")
-            await provider.list_files()
         finally:
             await provider.aclose()
         assert all("authorization" not in r.headers for r in emu.requests)
+
+
+async def test_each_retry_attempt_carries_the_then_current_token(tmp_path: Path) -> None:
+    """The file is re-read per HTTP attempt, including the SDK's own retries: the emulator
+    rotates the file as each attempt arrives, and each next attempt carries the new token.
+    """
+    path = tmp_path / "token.json"
+    tokens = [f"tok-{i}" for i in range(4)]
+    with ClaudeEmulator() as emu:
+        emu.bearer_tokens.update(tokens)
+        _write_token(path, tokens[0])
+        arrived: list[str] = []
+
+        def rotate(method: str, request_path: str) -> None:
+            if request_path == "/v1/files":
+                arrived.append(method)
+                _write_token(path, tokens[len(arrived)])  # the next attempt's token
+
+        emu.faults.before_request = rotate
+        emu.faults.rate_limit = 2  # two 429s: the SDK retries twice (retry-after honoured)
+        emu.faults.retry_after = "0.01"
+        emu.faults.fault_path = "/v1/files"
+        provider = ClaudeManagedAgents(
+            bearer_token_file=str(path), base_url=emu.base_url, max_retries=2
+        )
+        try:
+            assert await provider.list_files() == []
+        finally:
+            await provider.aclose()
+    attempts = [r for r in emu.requests if r.path == "/v1/files"]
+    assert [r.status for r in attempts] == [429, 429, 200]
+    assert [r.credential for r in attempts] == [credential_id(t) for t in tokens[:3]]
+    assert all("authorization" not in r.headers for r in attempts)
 
 
 async def test_expiring_token_fails_before_dispatch(tmp_path: Path) -> None:

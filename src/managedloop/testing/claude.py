@@ -12,6 +12,11 @@ earlier batch, 429 with ``retry-after``, 5xx bursts, ambiguous send failures, sl
 streams, session termination.
 """
 
-from managedloop.testing._claude import ClaudeEmulator, ClaudeFaults, RecordedRequest
+from managedloop.testing._claude import (
+    ClaudeEmulator,
+    ClaudeFaults,
+    RecordedRequest,
+    credential_id,
+)
 
-__all__ = ["ClaudeEmulator", "ClaudeFaults", "RecordedRequest"]
+__all__ = ["ClaudeEmulator", "ClaudeFaults", "RecordedRequest", "credential_id"]

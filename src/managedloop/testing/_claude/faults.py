@@ -6,7 +6,7 @@ fixed point (an event index, a request count), so a test that uses it is repeata
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["ClaudeFaults"]
@@ -50,6 +50,10 @@ class ClaudeFaults:
     events."""
     heartbeat: float | None = None
     """Send an SSE comment line this often while a stream is quiet."""
+    before_request: Callable[[str, str], None] | None = None
+    """Called as ``before_request(method, path)`` on the emulator's thread when a request
+    arrives, after its credentials were checked and before any other fault applies (e.g.
+    to rotate a bearer-token file between two attempts of one call)."""
     used_drops: set[int] = field(default_factory=set)
     """Drop points already fired (bookkeeping)."""
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import itertools
 import json
 import secrets
@@ -33,7 +34,7 @@ from managedloop.testing._claude.faults import ClaudeFaults
 from managedloop.testing._claude.state import CLOSE, DROP, EmuSession, now_iso
 from managedloop.testing.script import ScriptedAgent, Step
 
-__all__ = ["ClaudeEmulator", "RecordedRequest"]
+__all__ = ["ClaudeEmulator", "RecordedRequest", "credential_id"]
 
 MANAGED_AGENTS_BETA = "managed-agents-2026-04-01"
 _SECRET_HEADERS = frozenset({"authorization", "x-api-key"})
@@ -53,6 +54,9 @@ class RecordedRequest:
     json: Any = None
     filename: str | None = None
     status: int = 0
+    credential: str | None = None
+    """A fingerprint of the credential the request carried (``credential_id(secret)``), so
+    tests can tell which key or token each attempt used without the secret being kept."""
     applied: bool = False
     """For event sends: whether the server applied the events (even if it then failed)."""
 
@@ -103,6 +107,11 @@ def _error(status: int, message: str, kind: str = "invalid_request_error") -> we
     }
     headers = {"x-should-retry": "false"} if status in (404, 409) else {}
     return web.json_response(body, status=status, headers=headers)
+
+
+def credential_id(secret: str) -> str:
+    """The fingerprint :attr:`RecordedRequest.credential` uses for ``secret``."""
+    return hashlib.sha256(secret.encode()).hexdigest()[:16]
 
 
 class ClaudeEmulator:
@@ -318,6 +327,9 @@ class ClaudeEmulator:
             except ValueError:
                 return _error(400, "invalid JSON body")
         headers = {k.lower(): v for k, v in request.headers.items()}
+        secret = headers.get("x-api-key")
+        if secret is None and headers.get("authorization", "").startswith("Bearer "):
+            secret = headers["authorization"][len("Bearer ") :]
         record = {
             "method": request.method,
             "path": request.path,
@@ -325,6 +337,7 @@ class ClaudeEmulator:
             "headers": {k: v for k, v in headers.items() if k not in _SECRET_HEADERS},
             "json": body,
             "filename": filename,
+            "credential": credential_id(secret) if secret is not None else None,
         }
         request[_JSON] = body
         # Recorded on arrival (a stream's handler returns only when the stream ends), then
@@ -350,6 +363,8 @@ class ClaudeEmulator:
         if needs_beta and MANAGED_AGENTS_BETA not in beta.split(","):
             return _error(400, f"this endpoint requires the {MANAGED_AGENTS_BETA} beta header")
         f = self.faults
+        if f.before_request is not None:
+            f.before_request(request.method, path)
         if f.matches(request.method, path):
             if f.rate_limit > 0:
                 f.rate_limit -= 1
