@@ -151,7 +151,7 @@ class AgentCoreFaults:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RecordedRequest:
-    """One request the emulator received (after its signature was checked)."""
+    """One request the emulator received (a session token header is kept, its value redacted)."""
 
     operation: str
     method: str
@@ -531,6 +531,11 @@ class AgentCoreEmulator:
     ) -> None:
         if isinstance(body, bytes):
             body = body.decode(errors="replace")
+        # A session token is a credential: keep the header's presence, never its value.
+        headers = {
+            k: "<redacted>" if k.lower() == "x-amz-security-token" else v
+            for k, v in headers.items()
+        }
         with self._lock:
             request[_RECORD_INDEX] = len(self.requests)
             self.requests.append(

@@ -27,6 +27,7 @@ import collections
 import contextlib
 import logging
 import queue
+import re
 import socket
 import threading
 from collections.abc import AsyncGenerator, Callable, Mapping
@@ -62,7 +63,37 @@ def _botocore() -> Any:
         import botocore.session
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
         raise ConfigError(_INSTALL_HINT, code="missing_dependency", package="botocore") from exc
+    _install_redaction()
     return botocore
+
+
+# botocore's own DEBUG logging prints the canonical request (``botocore.auth``) and the
+# prepared request's headers (``botocore.endpoint``), both carrying the session token in
+# clear. Secrets must not reach a log line, whoever writes it, so those two loggers get a
+# filter that masks the token (and a bearer-style Authorization signature is harmless: it
+# is per request). A filter runs only for records that pass the level check: free when
+# DEBUG is off.
+_TOKEN_RE = re.compile(r"(x-amz-security-token[\"']?\s*[:=]\s*b?[\"']?)[^\s\"',}]+", re.IGNORECASE)
+_REDACTED_LOGGERS = ("botocore.auth", "botocore.endpoint", "botocore.parsers")
+
+
+class _RedactTokens(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "ecurity-token" in message or "ECURITY-TOKEN" in message:
+            record.msg = _TOKEN_RE.sub(r"\1<redacted>", message)
+            record.args = None
+        return True
+
+
+_redaction = _RedactTokens()
+
+
+def _install_redaction() -> None:
+    for name in _REDACTED_LOGGERS:
+        target = logging.getLogger(name)
+        if _redaction not in target.filters:
+            target.addFilter(_redaction)
 
 
 _shared_lock = threading.Lock()
