@@ -280,3 +280,47 @@ async def test_resumed_flag_is_honest() -> None:
                 await again.send("b")
                 second = await again.result()
         assert second.session_id == first.session_id
+
+
+async def test_stale_idle_before_the_echo_is_checked_in_the_history() -> None:
+    """A requires_action idle names a result we sent whose echo has not arrived yet: the
+    history (not our own word) shows it landed, so the idle is stale and is skipped."""
+    with ClaudeEmulator() as emu:
+        result, session = await _run_once(emu, ClaudeFaults(stale_idle_early=True))
+        _check(emu, result, session)
+        assert result.turns == 2
+        sid = session.id
+        results_post = next(
+            i
+            for i, r in enumerate(emu.requests)
+            if r.method == "POST"
+            and r.path == f"/v1/sessions/{sid}/events"
+            and r.json
+            and r.json["events"][0]["type"] == "user.custom_tool_result"
+        )
+        history_reads = [
+            r
+            for r in emu.requests[results_post:]
+            if r.method == "GET" and r.path == f"/v1/sessions/{sid}/events"
+        ]
+        assert history_reads, "the stale idle was dismissed without consulting the history"
+
+
+async def test_result_that_never_landed_is_answered_again() -> None:
+    """The API acknowledged a tool result but lost it and names the call again: the turn
+    ends, the tool is re-run and its result re-sent (at-least-once), and the session goes
+    on. Every other use is answered once; the server ends with one result per use."""
+    with ClaudeEmulator() as emu:
+        result, session = await _run_once(emu, ClaudeFaults(lose_results=1))
+    assert result.terminal is ml.Terminal.END_TURN, result
+    assert result.text == "all done"
+    uses = [e["id"] for e in session.events if e["type"] == "agent.custom_tool_use"]
+    wire = Counter(wire_results(emu, session.id))
+    assert wire == Counter({uses[0]: 2, uses[1]: 1, uses[2]: 1})
+    landed = [
+        e["custom_tool_use_id"] for e in session.events if e["type"] == "user.custom_tool_result"
+    ]
+    assert sorted(landed) == sorted(uses)
+    assert [u.id for u in result.custom_tool_uses] == uses  # no duplicate in the result
+    assert wire_messages(emu, session.id) == ["Go"]
+    assert sorted(e["id"] for e in result.events) == sorted(e["id"] for e in session.events)

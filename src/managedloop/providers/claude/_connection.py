@@ -11,7 +11,10 @@ Invariants this connection keeps (the loop relies on them, see ``providers/base.
   after the echo of the events this turn sent has been seen, so a late idle of an earlier
   turn cannot end a new one. A ``requires_action`` idle naming only tool uses that already
   have a result is stale (the server re-lists ids whose results have not "landed" yet) and
-  does not end the turn; unknown ids make us page the history before deciding.
+  does not end the turn, provided each result was seen landed (its echo on the stream or
+  in the history, which is paged to check). A result we sent but cannot find there was
+  not delivered: the idle ends the turn and those uses are answered again
+  (at-least-once). Unknown ids also make us page the history before deciding.
 * **Reconnect inside the turn.** A dropped stream (an error, a read timeout, or a clean end
   of body mid-turn) is reopened with capped exponential backoff (``base x 2^min(n, 7)``,
   ``n`` reset when a turn ends); the event history is paged and every event not yet
@@ -169,6 +172,9 @@ class ClaudeConnection(ConnectionBase):
         self._backlog: collections.deque[RawEvent] = collections.deque()
         self._tool_uses: dict[str, RawEvent] = {}
         self._answered: set[str] = set()
+        """Tool uses with a result: sent by us (the POST was accepted) or seen landed."""
+        self._confirmed: set[str] = set()
+        """Tool uses whose result was seen on the stream or in the history."""
         self._last_id: str | None = None
         self._attempts = 0
         self._turn_ids: set[str] = set()
@@ -376,6 +382,7 @@ class ClaudeConnection(ConnectionBase):
             tid = event.get("custom_tool_use_id")
             if isinstance(tid, str):
                 self._answered.add(tid)
+                self._confirmed.add(tid)
 
     async def _judge(self, event: RawEvent) -> bool:
         """Whether a boundary candidate ends this turn (see the module docstring)."""
@@ -390,15 +397,40 @@ class ClaudeConnection(ConnectionBase):
         ids = [i for i in stop.get("event_ids") or [] if isinstance(i, str)]
         if any(i not in self._tool_uses for i in ids):
             # Unknown ids: maybe tool uses we missed, maybe server tools awaiting confirmation.
-            for past in await self.history():
-                pid = past.get("id")
-                if isinstance(pid, str) and pid not in self._seen:
-                    self._backlog.append(past)
-                    if past.get("type") == _wire.CUSTOM_TOOL_USE:
-                        self._tool_uses[pid] = past
+            await self._catch_up()
         if not ids:
             return True
-        return not all(i in self._tool_uses and i in self._answered for i in ids)
+        if not all(i in self._tool_uses and i in self._answered for i in ids):
+            return True  # something is really awaited: the loop answers it
+        unconfirmed = [i for i in ids if i not in self._confirmed]
+        if not unconfirmed:
+            return False  # stale: every named result's echo has been seen
+        # We sent these results (and the API accepted the POST) but have not seen them
+        # land. Dismissing the idle on our word alone could wait forever on a result the
+        # server lost, so the history decides: there -> stale; missing -> not delivered,
+        # so the turn ends and the loop answers those uses again (at-least-once, §2.7).
+        landed = {
+            e.get("custom_tool_use_id")
+            for e in await self._catch_up()
+            if e.get("type") == _wire.CUSTOM_TOOL_RESULT
+        }
+        lost = [i for i in unconfirmed if i not in landed]
+        if not lost:
+            return False
+        self._answered.difference_update(lost)
+        return True
+
+    async def _catch_up(self) -> list[RawEvent]:
+        """Page the history; queue every event not yet seen (yielded before the boundary)."""
+        history = await self.history()
+        queued = {e.get("id") for e in self._backlog}
+        for past in history:
+            pid = past.get("id")
+            if isinstance(pid, str) and pid not in self._seen and pid not in queued:
+                self._backlog.append(past)
+                if past.get("type") == _wire.CUSTOM_TOOL_USE:
+                    self._tool_uses[pid] = past
+        return history
 
     async def _next_event(self) -> RawEvent:
         if self._backlog:

@@ -25,6 +25,13 @@ class ClaudeFaults:
     stale_idle: bool = False
     """After the last result of a multi-call ``requires_action`` arrives, re-emit a stale
     ``session.status_idle`` (``requires_action``) naming the last call before resuming."""
+    stale_idle_early: bool = False
+    """With several results in one POST: emit a stale ``requires_action`` idle naming the
+    last of them right after the first result's echo (before the others' echoes), as the
+    live API does when an idle re-notifies on a result whose echo has not landed yet."""
+    lose_results: int = 0
+    """Acknowledge the next N tool results (200, with an echo id) but drop them: the echo is
+    never emitted, the call stays open and the next idle names it again."""
     split_requires_action: bool = False
     """Name one blocking call per ``requires_action`` idle, so later idles reference tool
     uses that arrived in an earlier batch (the sliding-window shape)."""

@@ -199,6 +199,12 @@ class EmuSession:
                     "iteration": 0,
                 }
                 outcome_started = True
+            if kind == "user.custom_tool_result" and self.faults.lose_results > 0:
+                self.faults.lose_results -= 1
+                echo["id"] = self.mint("sevt_")  # acknowledged, never recorded nor emitted
+                echo["processed_at"] = None
+                echoes.append(echo)
+                continue
             if kind == "user.custom_tool_result":
                 tid = raw["custom_tool_use_id"]
                 self.open_calls.pop(tid, None)
@@ -218,6 +224,15 @@ class EmuSession:
             if kind == "user.interrupt":
                 interrupted = True
             echoes.append(self.emit(echo))
+            early = self.faults.stale_idle_early and kind == "user.custom_tool_result"
+            if early and len(events) > 1 and raw is events[0]:
+                last = events[-1].get("custom_tool_use_id")
+                self.emit(
+                    {
+                        "type": "session.status_idle",
+                        "stop_reason": {"type": "requires_action", "event_ids": [last]},
+                    }
+                )
         if interrupted:
             self._interrupt()
         elif outcome_started and self.status != "running":
