@@ -375,3 +375,39 @@ async def test_unknown_event_types_are_kept_raw(emu: ClaudeEmulator, client: Any
     future = [e for e in result.events if e["type"] == "session.some_future_event"]
     assert future == [future[0]]
     assert future[0]["payload"] == 1
+
+
+async def test_spec_tools_differing_from_the_agent_is_a_named_error(
+    emu: ClaudeEmulator, client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A provider bound to a provisioned agent, run with a spec whose tools differ: the
+    spec and the agent drifted apart, so the run fails before anything is sent."""
+    provider = await provisioned(client)  # the agent has get_weather only
+    drifted = ml.AgentSpec(name="weather", tools=[get_weather, get_time])
+    with pytest.raises(ml.InvalidOptionsError) as info:
+        await ml.run(provider, agent=drifted, prompt="x")
+    assert info.value.code == "agent_tools_mismatch"
+    assert info.value.context["spec_only"] == ["get_time"]
+    assert info.value.context["agent_only"] == []
+    assert not any(r.method == "POST" and r.path.endswith("/events") for r in emu.requests)
+    # the same tools run fine, and without a drift warning
+    with caplog.at_level("WARNING", logger="managedloop.providers.claude"):
+        ok = await ml.run(provider, agent=WEATHER, prompt="x")
+    assert ok.terminal is ml.Terminal.END_TURN
+    assert "differs" not in caplog.text
+
+
+async def test_same_tool_names_with_a_changed_schema_warn(
+    emu: ClaudeEmulator, client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    @ml.tool(name="get_weather")
+    def weather_v2(city: str, units: str = "C") -> str:
+        """Current weather for a city, in units."""
+        return f"Sunny in {city} ({units})"
+
+    provider = await provisioned(client)
+    changed = ml.AgentSpec(name="weather", tools=[weather_v2])
+    with caplog.at_level("WARNING", logger="managedloop.providers.claude"):
+        result = await ml.run(provider, agent=changed, prompt="x")
+    assert result.terminal is ml.Terminal.END_TURN
+    assert "'get_weather' differs between the agent and the AgentSpec" in caplog.text

@@ -22,6 +22,7 @@ the spec's full digest is also stored in the agent's ``metadata`` (``managedloop
 from __future__ import annotations
 
 import functools
+import logging
 import mimetypes
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     from managedloop.providers.claude._artifacts import ClaudeArtifactStore
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+logger = logging.getLogger("managedloop.providers.claude")
 
 
 def _leased(fn: F) -> F:
@@ -375,6 +377,8 @@ class ClaudeManagedAgents:
                 status=exc.context.get("status"),
                 body=exc.context.get("body"),
             ) from exc
+        if request.spec is not None:
+            _check_tools(request, session)
         conn = ClaudeConnection(
             api, session.id, options=self._stream_options, metadata=request.metadata, lease=lease
         )
@@ -657,6 +661,57 @@ class ClaudeManagedAgents:
         from managedloop.providers.claude._artifacts import ClaudeArtifactStore
 
         return ClaudeArtifactStore(self, session_id, **options)
+
+
+def _check_tools(request: OpenRequest, session: Any) -> None:
+    """Compare the session's agent (the server's snapshot) with the spec run against it.
+
+    Why: with ``agent=spec`` and a provider bound to a provisioned agent, the spec's tool
+    implementations serve the agent's calls. A custom tool the agent may call but the spec
+    lacks could only ever be answered with an "unknown tool" error, and a spec tool the
+    agent lacks is never called: both mean the spec and the agent drifted apart (a changed
+    spec needs a new ``ml.provision``). So a difference in tool *names* raises
+    ``InvalidOptionsError(code="agent_tools_mismatch")`` before anything is sent; the same
+    names with a different description or schema are logged as a warning (the tool still
+    validates its own input). The session was created and stays idle (id in the context).
+    """
+    try:
+        snapshot = session.model_dump(mode="json").get("agent") or {}
+    except AttributeError:  # pragma: no cover - the SDK always returns a model
+        return
+    raw_tools = snapshot.get("tools")
+    if not isinstance(raw_tools, list):
+        return  # no snapshot to compare with
+    agent_tools = {
+        t["name"]: t
+        for t in raw_tools
+        if isinstance(t, Mapping) and t.get("type") == "custom" and isinstance(t.get("name"), str)
+    }
+    spec_tools = {d.name: d for d in request.tools}
+    missing = sorted(set(agent_tools) - set(spec_tools))
+    extra = sorted(set(spec_tools) - set(agent_tools))
+    if missing or extra:
+        raise InvalidOptionsError(
+            "the agent's custom tools differ from the AgentSpec's: agent-only "
+            f"{missing}, spec-only {extra}; provision the spec (ml.provision) or run with "
+            "the agent's handle",
+            code="agent_tools_mismatch",
+            option="agent",
+            agent_only=missing,
+            spec_only=extra,
+            session_id=getattr(session, "id", None),
+        )
+    for name, definition in spec_tools.items():
+        tool = agent_tools[name]
+        if (
+            tool.get("input_schema") != definition.input_schema
+            or (tool.get("description") or "") != (definition.description or "")
+        ):
+            logger.warning(
+                "tool %r differs between the agent and the AgentSpec (description or input "
+                "schema); the spec's implementation serves it",
+                name,
+            )
 
 
 class _Page:
