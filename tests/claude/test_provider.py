@@ -411,3 +411,45 @@ async def test_same_tool_names_with_a_changed_schema_warn(
         result = await ml.run(provider, agent=changed, prompt="x")
     assert result.terminal is ml.Terminal.END_TURN
     assert "'get_weather' differs between the agent and the AgentSpec" in caplog.text
+
+
+@pytest.mark.parametrize("allow", [True, False], ids=["allow", "deny"])
+async def test_tool_confirmation_round_trip(emu: ClaudeEmulator, client: Any, allow: bool) -> None:
+    """A server tool held for confirmation (permission ``ask``) parks the session on
+    ``requires_action`` naming the ``agent.tool_use``; ``send_event`` with the public
+    builder allows or denies it and the session carries on."""
+    from managedloop.providers.claude import tool_confirmation
+
+    emu.confirm_tools = frozenset({"web_search"})
+    emu.agent.script = [
+        ml.testing.Reply(
+            text="searching",
+            tool_calls=[ToolCall(name="web_search", input={"q": "x"}, server=True)],
+        ),
+        say("found it"),
+    ]
+    provider = await provisioned(client)
+    async with ml.start(provider, agent=WEATHER, prompt="search") as live:
+        held = await live.result()
+        (ask,) = [e for e in held.events if e["type"] == "agent.tool_use"]
+        assert ask["evaluated_permission"] == "ask"
+        assert held.stop_reason == {"type": "requires_action", "event_ids": [ask["id"]]}
+        assert [u.id for u in held.server_tool_uses] == [ask["id"]]
+        assert held.custom_tool_uses == []
+        # The loop reads a requires_action with no custom tool use to run as "nothing it can
+        # resolve" (core rule, reference §1.5 step 3); the live session stays open for the
+        # confirmation.
+        assert held.terminal is ml.Terminal.TERMINATED
+        assert held.reason == "unresolved_requires_action"
+        await live.send_event(tool_confirmation(ask["id"], allow=allow, deny_message="not now"))
+        done = await live.result()
+    assert done.terminal is ml.Terminal.END_TURN
+    assert done.text == "found it"
+    (result_event,) = [e for e in done.events if e["type"] == "agent.tool_result"]
+    assert result_event["tool_use_id"] == ask["id"]
+    assert result_event["is_error"] is (not allow)
+    sent = [e for e in emu.sent_events() if e["type"] == "user.tool_confirmation"]
+    assert sent == [tool_confirmation(ask["id"], allow=allow, deny_message="not now")]
+    from .test_emulator import _validate_all
+
+    assert {"user.tool_confirmation", "agent.tool_result"} <= _validate_all(emu.events())

@@ -21,6 +21,7 @@ from managedloop.providers.claude._provider import (
     ClaudeManagedAgents,
     normalize_model_id,
 )
+from managedloop.providers.claude._wire import interrupt_event, tool_confirmation
 
 __all__ = [
     "DEFAULT_ENVIRONMENT_CONFIG",
@@ -29,7 +30,9 @@ __all__ = [
     "ClaudeArtifactStore",
     "ClaudeHandle",
     "ClaudeManagedAgents",
+    "interrupt_event",
     "normalize_model_id",
     "output_path",
     "outputs_dir",
+    "tool_confirmation",
 ]

@@ -703,10 +703,8 @@ def _check_tools(request: OpenRequest, session: Any) -> None:
         )
     for name, definition in spec_tools.items():
         tool = agent_tools[name]
-        if (
-            tool.get("input_schema") != definition.input_schema
-            or (tool.get("description") or "") != (definition.description or "")
-        ):
+        same_text = (tool.get("description") or "") == (definition.description or "")
+        if tool.get("input_schema") != definition.input_schema or not same_text:
             logger.warning(
                 "tool %r differs between the agent and the AgentSpec (description or input "
                 "schema); the spec's implementation serves it",

@@ -85,6 +85,8 @@ def define_outcome(outcome: Outcome) -> dict[str, Any]:
 def tool_confirmation(
     tool_use_id: str, allow: bool, deny_message: str | None = None
 ) -> dict[str, Any]:
+    """``user.tool_confirmation`` for a server tool use the agent holds with permission
+    ``ask`` (send it with ``session.send_event(...)``)."""
     event: dict[str, Any] = {
         "type": "user.tool_confirmation",
         "tool_use_id": tool_use_id,
@@ -96,10 +98,15 @@ def tool_confirmation(
 
 
 def interrupt(thread_id: str | None = None) -> dict[str, Any]:
+    """``user.interrupt`` (of one multiagent thread when ``thread_id`` is given)."""
     event: dict[str, Any] = {"type": "user.interrupt"}
     if thread_id is not None:
         event["session_thread_id"] = thread_id
     return event
+
+
+interrupt_event = interrupt
+"""Public name of :func:`interrupt` (``session.send_event(interrupt_event(thread_id))``)."""
 
 
 # -- classification -------------------------------------------------------------------------

@@ -131,8 +131,13 @@ class ClaudeEmulator:
         api_key: str | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        confirm_tools: Sequence[str] = (),
     ) -> None:
         self.agent = script if isinstance(script, ScriptedAgent) else ScriptedAgent(script)
+        self.confirm_tools = frozenset(confirm_tools)
+        """Server tools whose uses ask for a ``user.tool_confirmation`` first (permission
+        ``ask``): the run idles on ``requires_action`` naming the ``agent.tool_use`` until
+        it is allowed (the tool runs) or denied (an error result with the deny message)."""
         self.faults = faults or ClaudeFaults()
         self.api_key = api_key or f"sk-ant-emu-{secrets.token_hex(12)}"
         self.bearer_tokens: set[str] = set()
@@ -509,6 +514,7 @@ class ClaudeEmulator:
             script=self.agent,
             faults=self.faults,
             mint=self.mint,
+            confirm_tools=self.confirm_tools,
         )
         self.state.sessions[session.id] = session
         for res in body.get("resources") or []:
@@ -578,6 +584,12 @@ class ClaudeEmulator:
                 tid = ev.get("custom_tool_use_id")
                 if tid not in session.open_calls:
                     return _error(400, f"custom_tool_use_id {tid!r} is not awaiting a result")
+            if ev["type"] == "user.tool_confirmation":
+                tid = ev.get("tool_use_id")
+                if tid not in session.open_confirmations:
+                    return _error(400, f"tool_use_id {tid!r} is not awaiting a confirmation")
+                if ev.get("result") not in ("allow", "deny"):
+                    return _error(400, "result must be 'allow' or 'deny'")
         echoes = session.accept([dict(e) for e in events])
         request[_APPLIED] = True
         if self.faults.accept_then_fail > 0:

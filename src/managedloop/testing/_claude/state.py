@@ -75,6 +75,7 @@ class EmuSession:
         script: ScriptedAgent,
         faults: ClaudeFaults,
         mint: Callable[[str], str],
+        confirm_tools: frozenset[str] = frozenset(),
     ) -> None:
         self.id = session_id
         self.agent = agent
@@ -92,6 +93,10 @@ class EmuSession:
         self.turn = 0
         self.open_calls: dict[str, str] = {}
         """Custom tool uses still waiting for a result: id -> name (in call order)."""
+        self.confirm_tools = confirm_tools
+        """Server tools whose uses need a ``user.tool_confirmation`` (permission ``ask``)."""
+        self.open_confirmations: dict[str, str] = {}
+        """Server tool uses waiting for a confirmation: id -> name."""
         self.batch: list[str] = []
         """Every custom tool use id of the current blocking batch, in call order."""
         self.results: list[ToolResult] = []
@@ -224,6 +229,20 @@ class EmuSession:
             if kind == "user.interrupt":
                 interrupted = True
             echoes.append(self.emit(echo))
+            if kind == "user.tool_confirmation":
+                tid = raw["tool_use_id"]
+                name = self.open_confirmations.pop(tid, "tool")
+                allowed = raw.get("result") == "allow"
+                text = f"{name}: ok" if allowed else str(raw.get("deny_message") or "denied")
+                self.emit(
+                    {
+                        "type": "agent.tool_result",
+                        "tool_use_id": tid,
+                        "content": [{"type": "text", "text": text}],
+                        "is_error": not allowed,
+                    }
+                )
+                resumed = True
             early = self.faults.stale_idle_early and kind == "user.custom_tool_result"
             if early and len(events) > 1 and raw is events[0]:
                 last = events[-1].get("custom_tool_use_id")
@@ -249,16 +268,18 @@ class EmuSession:
             task.cancel()
         if self.outcome is not None:
             self.outcome = None
-        if self.status == "running" or self.open_calls:
+        if self.status == "running" or self.open_calls or self.open_confirmations:
             self.open_calls.clear()
+            self.open_confirmations.clear()
             self.batch = []
             self.results = []
             self.status = "idle"
             self.emit({"type": "session.status_idle", "stop_reason": {"type": "end_turn"}})
 
     def _after_results(self) -> None:
-        if self.open_calls:
-            blocking = [i for i in self.batch if i in self.open_calls]
+        if self.open_calls or self.open_confirmations:
+            waiting = self.open_calls.keys() | self.open_confirmations.keys()
+            blocking = [i for i in self.batch if i in waiting]
             if self.faults.split_requires_action:
                 blocking = blocking[:1]
             self.emit(
@@ -353,7 +374,18 @@ class EmuSession:
             await self._pause()
         custom: list[str] = []
         for call in step.tool_calls:
-            if call.server:
+            if call.server and call.name in self.confirm_tools:
+                ask = self.emit(
+                    {
+                        "type": "agent.tool_use",
+                        "name": call.name,
+                        "input": dict(call.input),
+                        "evaluated_permission": "ask",
+                    }
+                )
+                custom.append(ask["id"])  # blocks the run like a custom call
+                self.open_confirmations[ask["id"]] = call.name
+            elif call.server:
                 use = self.emit(
                     {
                         "type": "agent.tool_use",
