@@ -18,6 +18,8 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -66,7 +68,7 @@ def _script() -> list[Any]:
     return [call("get_weather", {"city": f"c{i}"}) for i in range(TOOL_CALLS)] + [say("done")]
 
 
-async def _ours(emu: AgentCoreEmulator, provider: BedrockAgentCore) -> float:
+async def _ours(emu: Any, provider: BedrockAgentCore) -> float:
     emu.set_script(_script())
     start = time.perf_counter()
     result = await ml.run(provider, agent=AGENT, prompt="go")
@@ -76,7 +78,7 @@ async def _ours(emu: AgentCoreEmulator, provider: BedrockAgentCore) -> float:
     return elapsed
 
 
-def _bare(emu: AgentCoreEmulator, client: Any) -> float:
+def _bare(emu: Any, client: Any) -> float:
     """The loop a user would write with botocore alone (no retries, no telemetry)."""
     emu.set_script(_script())
     sid = new_runtime_session_id("bare")
@@ -146,8 +148,52 @@ def _bare(emu: AgentCoreEmulator, client: Any) -> float:
     return elapsed
 
 
-def bench_turns() -> dict[str, float]:
+class _Remote:
+    """The emulator in a child process (``python -m bench.agentcore --serve``), so its CPU
+    never competes with the client's for this process's GIL; ``set_script`` resets it
+    between sessions over a pipe. Both loops measured talk to the same child."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.agentcore", "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        info = json.loads(self.proc.stdout.readline())
+        self.harness_arn: str = info.pop("harness_arn")
+        self.client_kwargs: dict[str, Any] = info
+
+    def set_script(self, _script: Any) -> None:  # the child always serves _script()
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write("reset\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "ok"
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _serve() -> None:
     with AgentCoreEmulator() as emu:
+        print(json.dumps({**emu.client_kwargs, "harness_arn": emu.harness_arn}), flush=True)
+        for _line in sys.stdin:
+            emu.set_script(_script())
+            emu.requests.clear()  # a long bench would pile them up
+            print("ok", flush=True)
+
+
+def bench_turns(*, in_process: bool = False) -> dict[str, float]:
+    emu: Any = AgentCoreEmulator().start() if in_process else _Remote()
+    try:
         cfg = Config(retries={"total_max_attempts": 1}, read_timeout=305, tcp_keepalive=True)
         client = botocore.session.get_session().create_client(
             "bedrock-agentcore", config=cfg, **emu.client_kwargs
@@ -167,6 +213,8 @@ def bench_turns() -> dict[str, float]:
             bare.append(_bare(emu, client))
         provider.close()
         client.close()
+    finally:
+        emu.stop() if in_process else emu.close()
     turns = TOOL_CALLS + 1
     o, b = statistics.median(ours) / turns, statistics.median(bare) / turns
     return {"ours_ms": o * 1e3, "bare_ms": b * 1e3, "ratio": o / b}
@@ -255,12 +303,13 @@ def bench_decode() -> dict[str, float]:
 
 
 def main() -> None:
-    t = bench_turns()
-    print(
-        f"(a) per-turn, {TOOL_CALLS} tool calls + answer, median of {RUNS}: "
-        f"managedloop {t['ours_ms']:.2f} ms, bare botocore loop {t['bare_ms']:.2f} ms, "
-        f"ratio {t['ratio']:.3f} (target <= 1.10)"
-    )
+    for where, in_process in (("emulator in a child process", False), ("in-process", True)):
+        t = bench_turns(in_process=in_process)
+        print(
+            f"(a) per-turn, {TOOL_CALLS} tool calls + answer, median of {RUNS}, {where}: "
+            f"managedloop {t['ours_ms']:.2f} ms, bare botocore loop {t['bare_ms']:.2f} ms, "
+            f"ratio {t['ratio']:.3f} (target <= 1.10)"
+        )
     d = bench_decode()
     print(
         f"(b) frames decoded per second: botocore EventStream {d['botocore_fps']:,.0f}; "
@@ -270,4 +319,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--serve"]:
+        _serve()
+    else:
+        main()

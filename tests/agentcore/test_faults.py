@@ -173,6 +173,25 @@ async def test_a_stall_longer_than_idle_timeout_is_retried() -> None:
     assert len(rec.live) == len(result.events) + 3  # the aborted attempt's 3 events, live only
 
 
+async def test_events_before_a_stall_reach_the_handler_during_the_stall() -> None:
+    # The worker thread hands events over in batches (one wake-up per wait on the network):
+    # the frames sent before a pause must still be delivered while the pause lasts.
+    faults = AgentCoreFaults(stall_at=3, stall_seconds=0.5)
+    async with AgentCoreEmulator(SCRIPT, faults=faults) as emu:
+        seen: list[float] = []
+
+        class Timed(Recorder):
+            def handle_event(self, event: Any, info: ml.SessionInfo) -> None:
+                if "type" not in event:
+                    seen.append(time.monotonic())
+
+        with make_provider(emu, idle_timeout=5) as provider:
+            result = await ml.run(provider, agent=AGENT, prompt="go", handler=Timed())
+    assert result.text == "Paris it is."
+    assert seen[3] - seen[2] >= 0.4  # frames 0-2 arrived, then the pause, then frame 3
+    assert len(emu.operations("InvokeHarness")) == 2  # a pause shorter than idle: no retry
+
+
 async def test_a_stall_on_every_attempt_is_stream_idle_timeout() -> None:
     faults = AgentCoreFaults(stall_at=1, stall_seconds=2.0, times=None)
     async with AgentCoreEmulator(SCRIPT, faults=faults) as emu:

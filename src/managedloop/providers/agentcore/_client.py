@@ -28,6 +28,7 @@ import contextlib
 import logging
 import queue
 import re
+import select
 import socket
 import threading
 from collections.abc import AsyncGenerator, Callable, Mapping
@@ -352,8 +353,10 @@ _END = object()
 
 
 class _Pipe:
-    """Worker thread → event loop hand-off. Wakes the loop only when it is waiting, so a
-    burst of events costs one cross-thread wake-up, not one per event."""
+    """Worker thread → event loop hand-off. Streamed events are queued without a wake-up and
+    flushed (one wake-up, only if the loop is waiting) when the worker is about to wait on
+    the network (:class:`_Batching`) or the call ends; if the idle timer fires with events
+    queued, they are returned (the stream was not idle)."""
 
     __slots__ = ("_items", "_lock", "_loop", "_waiter")
 
@@ -363,12 +366,25 @@ class _Pipe:
         self._lock = threading.Lock()
         self._waiter: asyncio.Future[None] | None = None
 
-    def put(self, item: Any) -> None:
+    def put(self, item: Any, *, wake: bool = True) -> None:
+        """Queue ``item``; with ``wake=False`` the loop is not woken yet (see :meth:`flush`)."""
         with self._lock:
             self._items.append(item)
+            if not wake:
+                return
             waiter, self._waiter = self._waiter, None
         if waiter is not None:
             # RuntimeError: the loop is gone (the caller was torn down); nothing to wake.
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(_wake, waiter)
+
+    def flush(self) -> None:
+        """Wake the loop if it is waiting and items are queued."""
+        with self._lock:
+            if not self._items:
+                return
+            waiter, self._waiter = self._waiter, None
+        if waiter is not None:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(_wake, waiter)
 
@@ -384,6 +400,13 @@ class _Pipe:
             timer = self._loop.call_later(idle_timeout, _expire, waiter)
             try:
                 await waiter
+            except TimeoutError:
+                with self._lock:
+                    if self._waiter is waiter:
+                        self._waiter = None
+                    if self._items:  # queued but not flushed: the stream was not idle
+                        return self._items.popleft()
+                raise
             finally:
                 timer.cancel()
 
@@ -474,6 +497,49 @@ def abort_stream(stream: Any) -> None:
         logger.debug("closing an aborted event stream raised", exc_info=True)
 
 
+class _Batching:
+    """Wraps the urllib3 response botocore's ``EventStream`` reads: before each read of the
+    next chunk that would *wait* on the network, the events decoded so far are handed to the
+    loop in one wake-up. A burst of frames already received costs one cross-thread wake-up
+    instead of one per event, and no event waits for the network behind a read."""
+
+    __slots__ = ("_pipe", "_raw", "_sock")
+
+    def __init__(self, raw: Any, pipe: _Pipe) -> None:
+        self._raw = raw
+        self._pipe = pipe
+        conn = getattr(raw, "connection", None) or getattr(raw, "_connection", None)
+        self._sock = getattr(conn, "sock", None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+    def _ready(self) -> bool:
+        """Bytes of the next chunk are already here (reading them will not wait)."""
+        sock = self._sock
+        if sock is None:
+            return False
+        pending = getattr(sock, "pending", None)  # TLS: decrypted bytes held by the SSL object
+        if pending is not None and pending():
+            return True
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return bool(readable)
+
+    def stream(self, *args: Any, **kwargs: Any) -> Any:
+        chunks = self._raw.stream(*args, **kwargs)
+        while True:
+            if not self._ready():
+                self._pipe.flush()
+            try:
+                chunk = next(chunks)
+            except StopIteration:
+                return
+            yield chunk
+
+
 def _worker(call: Callable[[], Any], pipe: _Pipe, state: _Call) -> None:
     stream: Any = None
     try:
@@ -485,8 +551,9 @@ def _worker(call: Callable[[], Any], pipe: _Pipe, state: _Call) -> None:
             cancelled = state.cancelled
         if cancelled:
             return
+        stream._raw_stream = _Batching(stream._raw_stream, pipe)
         for event in stream:
-            pipe.put(event)
+            pipe.put(event, wake=False)  # woken by _Batching before the next blocking read
         stream = None  # read to the end: urllib3 has released the connection to its pool
         pipe.put(_END)
     except BaseException as exc:  # handed to the reader, which maps and raises it
