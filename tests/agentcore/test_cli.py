@@ -1,4 +1,8 @@
-"""The AgentCore plug-in of the ``managedloop`` command."""
+"""The AgentCore plug-in of the ``managedloop`` command.
+
+§9 agent_core/smoke_test and qa/provisioning_smoke (Bedrock): ``managedloop demo`` and
+``run --provision`` provision on the emulator, run a session and tear the harness down.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,15 @@
-"""Shell commands (InvokeAgentRuntimeCommand) and session-storage artifacts."""
+"""Shell commands (InvokeAgentRuntimeCommand) and session-storage artifacts.
+
+§9 lines covered: agent_core/command_test (stdout/stderr/exit code, ARN in the path,
+session-id header, body; non-zero exit is a result; on_output labelled and in order before
+return; ``timeout`` in the body; qualifier in the query only when set; a stall fails at
+idle_timeout; an exception frame is ``command_stream_error``); artifacts/
+agent_core_session_storage_test (list/fetch/put/delete, chunked put under the 65,536-char
+command cap, exit 3 -> not_found, other exits carry the ``CommandResult``, unsafe names and
+``.``/``..`` refused before any command, a quote in the mount refused, transport errors pass
+through). Changed on purpose: an empty put works (§11.14 fixed); the "bare vs chunk-wrapped
+events" line is handled in the provider but botocore always yields the modelled shape.
+"""
 
 from __future__ import annotations
 

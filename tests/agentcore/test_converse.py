@@ -1,4 +1,13 @@
-"""Converse decoding, normalize and request building (pure; §9 converse/inbound lines)."""
+"""Converse decoding, normalize and request building (pure, no server).
+
+§9 lines covered: conformance/agentcore_inbound (all three goldens); agent_core/converse_test
+(inline_function shape, accumulation across deltas, text, resume pair + error status, cases
+A/B/C, no bleed on a reused index, metadata usage); providers/bedrock_agent_core_test
+"normalize / invocation" (usage, tool_use -> requires_action, text after messageStop,
+terminal mapping, reused index, unknown blocks, text_delta, kickoff/user input, strict
+resume pair). Changed on purpose: ``kickoff_input``'s "Begin." default lives in the core
+session loop, not here; ``server_tool_uses`` is always empty by design (§3.5).
+"""
 
 from __future__ import annotations
 

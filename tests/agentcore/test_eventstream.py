@@ -1,4 +1,17 @@
-"""Every frame the emulator's encoder produces decodes with botocore's own decoder."""
+"""Every frame the emulator's encoder produces decodes with botocore's own decoder.
+
+§9 agent_core/event_stream_test, adapted on purpose: decoding is botocore's (DESIGN.md),
+so the lines become checks of *its* behaviour on our frames: a complete frame decodes; a
+frame split anywhere (mid-prelude included) decodes once; ``:event-type`` wraps the
+payload; exception and error frames raise ``EventStreamError`` with the member name / header
+code and message. Deliberate differences: botocore *raises* ``ChecksumMismatch`` on a bad
+CRC instead of dropping the frame (we map it to ``bad_frame`` and retry the turn,
+test_faults); headerless or non-JSON event frames are not produced by the service and
+botocore drops unknown event types (tested), so the reference's pass-through cases do not
+apply. agent_core/sig_v4_test is covered by the emulator verifying every request with
+botocore's signer (test_provider: a bad signature is a 403 ``AuthenticationError``;
+test_secrets: a session token travels as ``x-amz-security-token``).
+"""
 
 from __future__ import annotations
 

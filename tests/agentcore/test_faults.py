@@ -1,5 +1,13 @@
 """The fault matrix: every injected failure ends in the documented result or named error.
 
+§9 lines covered: agent_core_test (transient error retried, truncated stream retried,
+transport failure on every attempt surfaces verbatim, ``harness_stream_error`` never
+retried, truncation surviving retries is ``early_termination``); client_stream_test (a turn
+longer than idle_timeout succeeds while chunks flow; a stall fails with
+``stream_idle_timeout``; non-2xx surfaces the status); client_test "invoke not retried on a
+500 by botocore" (our own bounded retry instead); session_timeout_cancel for this host (a run
+timeout closes the in-flight stream).
+
 Invariants checked on every run: each tool use the model made was answered exactly once,
 no resume carries a duplicate tool id, and ``SessionResult.events`` holds each event of
 the successful attempts exactly once (live delivery may repeat across retries).

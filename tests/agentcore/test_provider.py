@@ -1,4 +1,17 @@
-"""BedrockAgentCore against the emulator, through real botocore (DESIGN.md's snippet)."""
+"""BedrockAgentCore against the emulator, through real botocore (DESIGN.md's snippet).
+
+§9 lines covered: agent_core/client_test (invoke POSTs /harnesses/invoke with harnessArn
+and the session-id header; request telemetry operation/service/method/path/status;
+invoke never retried by botocore, see test_faults); client_stream_test (on_event ==
+``handle_event`` live, in order, before the turn ends; budgets serialize as
+timeoutSeconds/maxIterations/maxTokens and are absent when unset); agent_core_test (one-tool
+round trip with both roles on resume, plain end_turn, unknown stopReason -> terminated,
+max_turns); bedrock_reattach_test (session_id -> resumed, runtime_session_id -> fresh);
+bedrock_agent_core_test "open / threading" and "[branch] endpoint_name as qualifier".
+Changed on purpose: opening with neither id mints a fresh valid one (the issue asks for a
+minting helper) instead of raising; ids are validated at entry (``invalid_session_id``).
+Not applicable: create_api_key_credential_provider (not part of issue 4).
+"""
 
 from __future__ import annotations
 

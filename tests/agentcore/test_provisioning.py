@@ -1,4 +1,21 @@
-"""Provisioning against the emulator: one deadline, every named failure, rollback, 409s."""
+"""Provisioning against the emulator: one deadline, every named failure, rollback, 409s.
+
+§9 lines covered: providers/bedrock_agent_core/harness_status_test (classify, unknown is
+named, every status in botocore's model known, DELETING/unknown end the wait and roll
+back, CREATING namesake adopted, status-less namesake is a conflict); wait_budget_test
+(test_wait_budget, invalid options); bedrock_agent_core_deadline_test (named timeout before
+the caller's deadline with rollback, per-request bounds remaining/attempts recomputed per
+poll, POST gets the whole remaining budget, delete-wait + re-create share one budget, no
+re-create without budget, rollback's fixed 10 s per attempt, endpoint wait inherits the
+rest); bedrock_agent_core_test "build_spec", "provision / teardown", "create-response
+drift", "rollback", "diagnosability from logs", "instrumentation", "naming", "environment
+payload" and "[branch] endpoint readiness"; conformance/agentcore_outbound (the CreateHarness
+body validates against botocore's own input shape; ``environment`` verbatim).
+Changed on purpose: times are seconds, not ms; the Elixir goldens with digests are not
+ported (§11.20: digests differ), the botocore shape check replaces them; exit/throw cases
+become "a raising wait"; new beyond the reference: cancellation rolls back, and a create that
+timed out or got a 5xx is looked up by name instead of orphaned.
+"""
 
 from __future__ import annotations
 
