@@ -42,8 +42,17 @@ async def test_files_upload_attach_list_download_delete(
     listing = next(r for r in emu.requests if r.path == "/v1/files" and r.method == "GET")
     assert listing.query["scope_id"] == [sid]
     assert listing.headers["anthropic-beta"] == "files-api-2025-04-14,managed-agents-2026-04-01"
+    assert emu.state.files[meta["id"]].mime_type == "text/plain"  # per-part content type
     assert await provider.download_file(scoped[0]["id"]) == b"# result"
     await provider.delete_file(scoped[0]["id"])
+    both = "files-api-2025-04-14,managed-agents-2026-04-01"
+    for method, suffix in (("GET", "/content"), ("DELETE", "")):
+        req = next(
+            r
+            for r in emu.requests
+            if r.method == method and r.path.endswith(scoped[0]["id"] + suffix)
+        )
+        assert req.headers["anthropic-beta"] == both
     assert await provider.list_files(sid) == []
     assert len(await provider.list_files()) == 1  # the upload, unscoped
 
@@ -90,3 +99,13 @@ def test_outputs_dir_convention() -> None:
     assert output_path("report.md") == "/mnt/session/outputs/report.md"
     with pytest.raises(ml.ArtifactError):
         output_path("../x")
+
+
+def test_a_files_list_without_data_is_unexpected_response() -> None:
+    from managedloop.providers.claude._provider import _Page
+
+    with pytest.raises(ml.ProviderError) as info:
+        _Page({"items": []})
+    assert info.value.code == "unexpected_response"
+    page = _Page({"data": [{"id": "file_1"}], "next_page": None})
+    assert (page.data, page.next_page) == ([{"id": "file_1"}], None)

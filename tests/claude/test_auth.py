@@ -149,10 +149,18 @@ async def test_each_retry_attempt_carries_the_then_current_token(tmp_path: Path)
         provider = ClaudeManagedAgents(
             bearer_token_file=str(path), base_url=emu.base_url, max_retries=2
         )
+        got: list[Any] = []
+        att = telemetry.attach(lambda n, m, meta: got.append((n, dict(m), dict(meta))))
         try:
             assert await provider.list_files() == []
+            with pytest.raises(ml.APIStatusError) as info:
+                await provider.download_file("file_missing")
         finally:
+            telemetry.detach(att)
             await provider.aclose()
+    blobs = [repr(provider), repr(provider._settings), repr(got), str(info.value)]
+    blobs += [repr(info.value.context), repr(provider.cache_identity())]
+    assert not any(t in b for t in tokens for b in blobs), "a bearer token leaked"
     attempts = [r for r in emu.requests if r.path == "/v1/files"]
     assert [r.status for r in attempts] == [429, 429, 200]
     assert [r.credential for r in attempts] == [credential_id(t) for t in tokens[:3]]

@@ -453,3 +453,66 @@ async def test_tool_confirmation_round_trip(emu: ClaudeEmulator, client: Any, al
     from .test_emulator import _validate_all
 
     assert {"user.tool_confirmation", "agent.tool_result"} <= _validate_all(emu.events())
+
+
+async def test_text_delta_reaches_handle_event(emu: ClaudeEmulator, client: Any) -> None:
+    """Each agent.message's text (its blocks joined with no separator) is handed to
+    ``handle_event`` as a text delta; it is never recorded in ``SessionResult.events``."""
+    emu.agent.script = [say("hi there")]
+    seen: list[dict[str, Any]] = []
+
+    class Handler:
+        async def handle_tool_call(self, name: str, input: dict[str, Any], info: Any) -> str:
+            return "unused"
+
+        def handle_event(self, event: dict[str, Any], info: Any) -> None:
+            seen.append(event)
+
+    provider = await provisioned(client)
+    result = await ml.run(provider, agent=WEATHER, prompt="x", handler=Handler())
+    deltas = [e["text"] for e in seen if e["type"] == "managedloop.text_delta"]
+    assert deltas == ["hi there"]
+    assert not any(e["type"] == "managedloop.text_delta" for e in result.events)
+    assert [e["id"] for e in seen if "id" in e] == [e["id"] for e in result.events]
+
+
+async def test_send_event_is_verbatim_and_turn_events_are_not_repeated(
+    emu: ClaudeEmulator, client: Any
+) -> None:
+    provider = await provisioned(client)
+    raw = {"type": "user.message", "content": [{"type": "text", "text": "raw"}]}
+    async with ml.start(provider, agent=WEATHER, prompt="hi") as session:
+        first = await session.result()
+        await session.send_event(raw)
+        second = await session.result()
+    assert emu.sent_events()[-1] == raw  # exactly as given, one event, one POST
+    last_post = [r for r in emu.requests if r.method == "POST" and r.path.endswith("/events")][-1]
+    assert last_post.json == {"events": [raw]}
+    assert not {e["id"] for e in first.events} & {e["id"] for e in second.events}
+    assert [e["type"] for e in second.events].count("user.message") == 1
+
+
+async def test_run_timeout_tears_down_and_keeps_the_partial_result(
+    emu: ClaudeEmulator, client: Any
+) -> None:
+    emu.faults.event_delay = 0.2  # slower than the run's budget
+    emu.agent.script = [say("slow")]
+    provider = await provisioned(client)
+    with pytest.raises(ml.SessionTimeoutError) as info:
+        await ml.run(provider, agent=WEATHER, prompt="x", timeout=0.3)
+    partial = info.value.partial_result
+    assert partial is not None
+    assert partial.session_id is not None
+    assert any(e["type"] == "user.message" for e in partial.events)
+
+
+def test_normalize_session_error_and_terminated_keep_their_reason() -> None:
+    from managedloop.providers.claude._wire import normalize
+
+    error = {"type": "session.error", "error": {"type": "billing_error", "message": "m"}}
+    tr = normalize([error])
+    assert tr.terminal is ml.Terminal.TERMINATED
+    assert tr.stop_reason == error["error"]
+    gone = normalize([{"type": "session.status_terminated", "stop_reason": {"type": "error"}}])
+    assert gone.terminal is ml.Terminal.TERMINATED
+    assert gone.stop_reason == {"type": "error"}

@@ -137,3 +137,32 @@ async def test_existing_environment_id_is_reused_not_archived(
 def test_normalize_model_id() -> None:
     assert normalize_model_id("anthropic:claude-sonnet-4-6") == "claude-sonnet-4-6"
     assert normalize_model_id("claude-haiku-4-5") == "claude-haiku-4-5"
+
+
+async def test_cache_is_per_account_not_per_endpoint(
+    emu: ClaudeEmulator, client: Any, tmp_path: Any
+) -> None:
+    """Two credentials on one endpoint are two accounts: they never share a handle. Two
+    providers with the same credential share one (and the key is only fingerprinted)."""
+    path = tmp_path / "token.json"
+    path.write_text(json.dumps({"access_token": "tok-b", "expires_at": 4_000_000_000}))
+    emu.bearer_tokens.add("tok-b")
+    a = make_provider(client)
+    a2 = make_provider(client)
+    b = ClaudeManagedAgents(bearer_token_file=str(path), base_url=emu.base_url)
+    ha = await ml.provision(a, WEATHER)
+    assert await ml.provision(a2, WEATHER) == ha
+    hb = await ml.provision(b, WEATHER)
+    assert hb.agent_id != ha.agent_id
+    assert len(emu.state.agents) == 2
+    assert emu.api_key not in repr(a.cache_identity())
+    assert "tok-b" not in repr(b.cache_identity())
+
+
+async def test_invalid_environment_is_rejected_before_any_request(
+    emu: ClaudeEmulator, client: Any
+) -> None:
+    with pytest.raises(ml.InvalidOptionsError) as info:
+        await ml.provision(make_provider(client), WEATHER, environment=42)
+    assert info.value.code == "invalid_environment_spec"
+    assert emu.requests == []

@@ -261,6 +261,7 @@ async def test_resume_pages_full_history() -> None:
             r for r in emu.requests[before:] if r.method == "GET" and r.path.endswith("/events")
         ]
         assert len(lists) >= 2
+        assert lists[0].query["limit"] == ["100"]
         assert lists[1].query["page"] == ["page_100"]
         assert again.text == "m25"
         assert again.turns == 1

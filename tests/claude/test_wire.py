@@ -17,6 +17,7 @@ from managedloop.providers.claude._wire import (
 )
 
 T = ml.Terminal
+pytestmark = pytest.mark.anyio
 
 
 def idle(kind: str, ids: list[str] | None = None) -> dict:
@@ -200,3 +201,33 @@ def test_unanswered_tool_uses() -> None:
     assert [u.id for u in unanswered_tool_uses(history)] == ["e2", "e3"]
     history += [{"type": "user.custom_tool_result", "custom_tool_use_id": i} for i in ("e2", "e3")]
     assert unanswered_tool_uses(history) == []
+
+
+async def test_list_all_follows_cursors_and_stops_on_a_repeat() -> None:
+    from types import SimpleNamespace
+
+    from managedloop.providers.claude._api import Api, settings
+
+    fake = SimpleNamespace(with_options=lambda **_: None)
+    api = Api(fake, settings(api_key="sk-x"))  # type: ignore[arg-type]
+    pages = {
+        None: (["e1"], "c1"),
+        "c1": (["e2"], "c2"),
+        "c2": (["e3"], None),
+        "loop": (["x"], "loop"),  # a pathological server repeating its cursor
+    }
+    asked: list[str | None] = []
+
+    def fetch(start: str | None):  # type: ignore[no-untyped-def]
+        async def page(cursor: str | None) -> SimpleNamespace:
+            asked.append(cursor)
+            data, nxt = pages[cursor if cursor is not None else start]
+            return SimpleNamespace(data=data, next_page=nxt)
+
+        return page
+
+    assert await api.list_all("/v1/x", fetch(None)) == ["e1", "e2", "e3"]
+    assert asked == [None, "c1", "c2"]
+    asked.clear()
+    assert await api.list_all("/v1/x", fetch("loop")) == ["x", "x"]  # fetched once more
+    assert asked == [None, "loop"]

@@ -388,8 +388,9 @@ class ClientSource:
         self._pinned = False
 
     @property
-    def owned(self) -> bool:
-        return self._user is None
+    def user_client(self) -> anthropic.AsyncAnthropic | None:
+        """The caller's client, if one was passed (the caller owns it)."""
+        return self._user
 
     def current(self) -> anthropic.AsyncAnthropic:
         """The client for the running loop (built if needed; not counted as a lease)."""

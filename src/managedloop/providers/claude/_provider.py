@@ -22,6 +22,7 @@ the spec's full digest is also stored in the agent's ``metadata`` (``managedloop
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import mimetypes
 import os
@@ -259,9 +260,24 @@ class ClaudeManagedAgents:
             f"agent_id={self.agent_id!r}, environment_id={self.environment_id!r})"
         )
 
-    def cache_identity(self) -> tuple[str, str]:
-        """Provision-cache key: the same account and endpoint share provisioned agents."""
-        return ("claude", self._settings.base_url)
+    def cache_identity(self) -> tuple[str, str, str]:
+        """Provision-cache key: the endpoint and the credential (a one-way fingerprint, never
+        the secret), so providers for one account share provisioned agents and two
+        accounts on one endpoint never receive each other's handles."""
+        return ("claude", self._settings.base_url, self._credential_fingerprint())
+
+    def _credential_fingerprint(self) -> str:
+        s = self._settings
+        user = self._clients.user_client
+        if user is not None:
+            secret = getattr(user, "api_key", None) or getattr(user, "auth_token", None)
+        elif s.api_key is not None:
+            secret = s.api_key.reveal()
+        else:
+            return f"bearer-file:{os.path.abspath(s.bearer_token_file or '')}"
+        if not isinstance(secret, str) or not secret:
+            return "anonymous"
+        return "key:" + hashlib.sha256(secret.encode()).hexdigest()[:16]
 
     @property
     def client(self) -> anthropic.AsyncAnthropic:
