@@ -21,7 +21,6 @@ Handler *event* callbacks are observational and are not shielded: an exception i
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import json
 from collections.abc import Sequence
@@ -50,26 +49,12 @@ class Handler(Protocol):
 
 
 class _UnknownToolError(Exception):
-    pass
+    """A toolset was asked for a tool it does not have (becomes an error result)."""
 
 
 async def call_tool(toolset: Toolset, name: str, input: dict[str, Any], info: SessionInfo) -> Any:
     """Validate and run one tool of a toolset; errors propagate (see :func:`run_tool_calls`)."""
-    t = toolset.get(name)
-    if t is None:
-        known = ", ".join(sorted(x.name for x in toolset)) or "none"
-        raise _UnknownToolError(f"unknown tool {name!r} (known tools: {known})")
-    kwargs = t.bind(input, info)
-    if t.is_async:
-        coro = t.function(**kwargs)
-    elif t.inline:
-        return t.function(**kwargs)
-    else:
-        coro = anyio.to_thread.run_sync(functools.partial(t.function, **kwargs))
-    if t.timeout is None:
-        return await coro
-    with anyio.fail_after(t.timeout):
-        return await coro
+    return await toolset.handle_tool_call(name, input, info)
 
 
 _NO_TIMEOUT = contextlib.nullcontext()
@@ -93,48 +78,46 @@ def _validation_text(name: str, exc: pydantic.ValidationError) -> str:
     return f"invalid input for tool {name!r}: {problems}"
 
 
-async def _one(
-    handler: Any,
-    use: ToolUse,
-    info: SessionInfo,
-    timeout: float | None,
-    caller: dict[str, Any] | None,
+async def _traced(
+    handler: Any, use: ToolUse, info: SessionInfo, timeout: float | None, caller: Any
 ) -> ToolResult:
-    uid = use.id or ""
-    meta = {"tool": use.name, "tool_use_id": uid, "session_id": info.session_id}
-    is_error = False
+    meta = {"tool": use.name, "tool_use_id": use.id or "", "session_id": info.session_id}
     with telemetry.span("tool", meta, caller=caller) as extra:
-        try:
-            # No cancel scope without a timeout: entering one costs ~5 µs per call.
-            with anyio.fail_after(timeout) if timeout is not None else _NO_TIMEOUT:
-                value = handler.handle_tool_call(use.name, use.input, info)
-                if inspect.isawaitable(value):
-                    value = await value
-            if isinstance(value, ToolResult):
-                result = ToolResult(tool_use_id=uid, text=value.text, is_error=value.is_error)
-            else:
-                result = ToolResult(tool_use_id=uid, text=_to_text(value))
-        except ToolError as exc:
-            result = ToolResult(tool_use_id=uid, text=exc.message, is_error=True)
-        except pydantic.ValidationError as exc:
-            result = ToolResult(
-                tool_use_id=uid, text=_validation_text(use.name, exc), is_error=True
-            )
-        except _UnknownToolError as exc:
-            result = ToolResult(tool_use_id=uid, text=str(exc), is_error=True)
-        except TimeoutError:
-            result = ToolResult(
-                tool_use_id=uid, text=f"tool {use.name!r} timed out after {timeout}s", is_error=True
-            )
-        except Exception as exc:
-            result = ToolResult(
-                tool_use_id=uid,
-                text=f"tool {use.name!r} raised {type(exc).__name__}: {exc}",
-                is_error=True,
-            )
-        is_error = result.is_error
-        extra["is_error"] = is_error
+        result = await _call(handler, use, info, timeout)
+        extra["is_error"] = result.is_error
     return result
+
+
+async def _call(
+    handler: Any, use: ToolUse, info: SessionInfo, timeout: float | None, caller: Any = None
+) -> ToolResult:
+    """One call as a result; a tool's failure never escapes (see the module docstring)."""
+    uid = use.id or ""
+    try:
+        # No cancel scope without a timeout: entering one costs ~5 µs per call.
+        with anyio.fail_after(timeout) if timeout is not None else _NO_TIMEOUT:
+            value = handler.handle_tool_call(use.name, use.input, info)
+            if inspect.isawaitable(value):
+                value = await value
+        if isinstance(value, ToolResult):
+            return ToolResult(tool_use_id=uid, text=value.text, is_error=value.is_error)
+        return ToolResult(tool_use_id=uid, text=_to_text(value))
+    except ToolError as exc:
+        return ToolResult(tool_use_id=uid, text=exc.message, is_error=True)
+    except pydantic.ValidationError as exc:
+        return ToolResult(tool_use_id=uid, text=_validation_text(use.name, exc), is_error=True)
+    except _UnknownToolError as exc:
+        return ToolResult(tool_use_id=uid, text=str(exc), is_error=True)
+    except TimeoutError:
+        return ToolResult(
+            tool_use_id=uid, text=f"tool {use.name!r} timed out after {timeout}s", is_error=True
+        )
+    except Exception as exc:
+        return ToolResult(
+            tool_use_id=uid,
+            text=f"tool {use.name!r} raised {type(exc).__name__}: {exc}",
+            is_error=True,
+        )
 
 
 async def run_tool_calls(
@@ -147,14 +130,16 @@ async def run_tool_calls(
     caller: dict[str, Any] | None = None,
 ) -> list[ToolResult]:
     """Run one turn's calls, at most ``max_concurrent`` at a time; results in input order."""
+    # The hot path has no span and no metadata to build when nothing listens.
+    one = _traced if telemetry.span_enabled("tool") else _call
     if len(uses) == 1:  # the common case needs no task group
-        return [await _one(handler, uses[0], info, timeout, caller)]
+        return [await one(handler, uses[0], info, timeout, caller)]
     results: list[ToolResult | None] = [None] * len(uses)
     limiter = anyio.Semaphore(max_concurrent)
 
     async def worker(i: int, use: ToolUse) -> None:
         async with limiter:
-            results[i] = await _one(handler, use, info, timeout, caller)
+            results[i] = await one(handler, use, info, timeout, caller)
 
     async with anyio.create_task_group() as tg:
         for i, use in enumerate(uses):

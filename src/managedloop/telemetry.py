@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EVENTS", "Listener", "attach", "detach", "emit", "enabled", "span"]
+__all__ = ["EVENTS", "Listener", "attach", "detach", "emit", "enabled", "span", "span_enabled"]
 
 logger = logging.getLogger("managedloop.telemetry")
 
@@ -110,7 +110,14 @@ def _rebuild() -> None:
 
 def enabled(name: str) -> bool:
     """Whether anything listens to ``name`` (so callers can skip building metadata)."""
-    return PREFIX + name in _by_event
+    return bool(_by_event) and PREFIX + name in _by_event
+
+
+def span_enabled(name: str) -> bool:
+    """Whether anything listens to ``name.start``, ``name.stop`` or ``name.exception``."""
+    return bool(_by_event) and (
+        enabled(name + ".start") or enabled(name + ".stop") or enabled(name + ".exception")
+    )
 
 
 def emit(
@@ -141,7 +148,7 @@ def span(
     Yields a dict the body may fill with extra stop metadata (e.g. ``status``).
     """
     extra: dict[str, Any] = {}
-    if not (enabled(name + ".start") or enabled(name + ".stop") or enabled(name + ".exception")):
+    if not span_enabled(name):
         yield extra
         return
     emit(name + ".start", {"system_time": time.time()}, metadata, caller=caller)

@@ -11,16 +11,20 @@ schema); the function itself always runs in this process.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar, get_type_hints, overload
 
+import anyio
+import anyio.to_thread
 import pydantic
 import pydantic.json_schema
 
 from managedloop.errors import ToolDefinitionError
+from managedloop.handler import _UnknownToolError
 from managedloop.results import SessionInfo
 
 __all__ = ["Tool", "ToolDefinition", "Toolset", "tool"]
@@ -283,10 +287,23 @@ class Toolset:
         return [t.definition for t in self._tools.values()]
 
     async def handle_tool_call(self, name: str, input: dict[str, Any], info: SessionInfo) -> Any:
-        """Serve one call (the handler protocol). Errors become error results upstream."""
-        from managedloop.handler import call_tool
-
-        return await call_tool(self, name, input, info)
+        """Validate and run one call (the handler protocol); errors propagate and become
+        error results in :func:`~managedloop.handler.run_tool_calls`."""
+        t = self._tools.get(name)
+        if t is None:
+            known = ", ".join(sorted(self._tools)) or "none"
+            raise _UnknownToolError(f"unknown tool {name!r} (known tools: {known})")
+        kwargs = t.bind(input, info)
+        if t.is_async:
+            coro = t.function(**kwargs)
+        elif t.inline:
+            return t.function(**kwargs)
+        else:
+            coro = anyio.to_thread.run_sync(functools.partial(t.function, **kwargs))
+        if t.timeout is None:
+            return await coro
+        with anyio.fail_after(t.timeout):
+            return await coro
 
     def __repr__(self) -> str:
         return f"Toolset({list(self._tools)!r})"

@@ -14,7 +14,7 @@ import asyncio
 import functools
 import inspect
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any, ParamSpec, TypeVar, Unpack
 
@@ -106,21 +106,23 @@ class _Driver:
                 sub.send_nowait(event)
 
     async def _event(self, event: RawEvent) -> None:
-        eid = event.get("id") if isinstance(event, Mapping) else None
+        eid = event.get("id") if isinstance(event, dict | Mapping) else None
         if isinstance(eid, str):
             if eid in self.seen:
                 return  # a host re-delivery (reconnect replay, stale event): exactly once
             self.seen.add(eid)
         self.buffer.append(event)
-        await self._deliver(event)
+        if self._on_event is not None or self.subscribers:
+            await self._deliver(event)
         if telemetry.enabled("stream.event"):
             meta: dict[str, Any] = {"type": _event_type(event), "session_id": self.conn.session_id}
             if isinstance(event, Mapping) and "usage" in event:
                 meta["usage"] = event["usage"]
             telemetry.emit("stream.event", None, meta, caller=self.p.caller)
-        delta = self.conn.text_delta(event)
-        if delta:
-            await self._deliver({"type": TEXT_DELTA, "text": delta}, raw=False)
+        if self._on_event is not None:  # only handle_event sees text deltas
+            delta = self.conn.text_delta(event)
+            if delta:
+                await self._deliver({"type": TEXT_DELTA, "text": delta}, raw=False)
 
     async def _turn(self, input: TurnInput) -> list[RawEvent]:
         self.buffer = []
@@ -140,7 +142,7 @@ class _Driver:
                 if isinstance(item, TurnRestart):
                     self.buffer = []
                 elif isinstance(item, TextDelta):
-                    if item.text:
+                    if item.text and self._on_event is not None:
                         await self._deliver({"type": TEXT_DELTA, "text": item.text}, raw=False)
                 else:
                     await self._event(item)
@@ -154,7 +156,7 @@ class _Driver:
         events, self.buffer = self.buffer, []
         return events
 
-    async def _run_tools(self, uses: list[ToolUse] | Any) -> ToolResults:
+    async def _run_tools(self, uses: Sequence[ToolUse]) -> ToolResults:
         info = self.info
         if telemetry.enabled("session.tool_uses"):
             telemetry.emit(
@@ -192,7 +194,7 @@ class _Driver:
                     raise _host_failure(exc) from exc
                 action = self.machine.on_turn(turn, self.conn.session_id)
                 if isinstance(action, RunTools):
-                    next_input = await self._run_tools(list(action.tool_uses))
+                    next_input = await self._run_tools(action.tool_uses)
                 elif isinstance(action, Finish):
                     return self._finish(action.result)
                 else:

@@ -91,10 +91,20 @@ class _Request:
     custom_tool_uses: list[ToolUse] = field(default_factory=list)
     custom_ids: set[str] = field(default_factory=set)
     server_tool_uses: list[ToolUse] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
+    # Usage summed in place: adding frozen Usage values would copy ``raw`` every turn.
+    input_tokens: int = 0
+    output_tokens: int = 0
+    usage_raw: list[Any] = field(default_factory=list)
     reprompts_left: int = 2
     terminal_tool_called: bool = False
     last: TurnResult | None = None
+
+    def usage(self) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            raw=list(self.usage_raw),
+        )
 
 
 class Machine:
@@ -132,12 +142,15 @@ class Machine:
         req.events.extend(turn.events)
         self.add_tool_uses(turn.custom_tool_uses)
         req.server_tool_uses.extend(turn.server_tool_uses)
-        if turn.usage is not None:
-            req.usage = req.usage + turn.usage
+        usage = turn.usage
+        if usage is not None:
+            req.input_tokens += usage.input_tokens
+            req.output_tokens += usage.output_tokens
+            req.usage_raw.extend(usage.raw)
 
         if opts.turn_guard is not None:
             halt = opts.turn_guard(
-                GuardInput(usage=req.usage, turns=req.turns, session_id=session_id)
+                GuardInput(usage=req.usage(), turns=req.turns, session_id=session_id)
             )
             if halt is not None:
                 return Finish(self.result(session_id, Terminal.TERMINATED, reason=str(halt)))
@@ -186,7 +199,7 @@ class Machine:
             text=last.text if last else "",
             custom_tool_uses=list(req.custom_tool_uses),
             server_tool_uses=list(req.server_tool_uses),
-            usage=req.usage,
+            usage=req.usage(),
             turns=req.turns,
             events=[*req.events, *pending_events],
             transcript=transcript,

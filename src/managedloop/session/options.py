@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from managedloop.errors import InvalidOptionsError
-from managedloop.handler import Handler
 from managedloop.providers.base import OpenRequest, Provider
 from managedloop.provisioning.specs import AgentSpec
 from managedloop.results import Outcome, SessionResult
@@ -27,6 +26,15 @@ class Prepared:
     tool_timeout: float | None
     caller: dict[str, Any] = field(default_factory=dict)
     info_metadata: dict[str, Any] = field(default_factory=dict)
+
+
+# What ``isinstance(x, Provider)`` checks, without a runtime-checkable Protocol's ~10 µs
+# attribute scan on every run.
+_PROVIDER_ATTRS = ("name", "supports_outcomes", "supports_raw_events", "open")
+
+
+def _is_provider(value: Any) -> bool:
+    return all(hasattr(value, name) for name in _PROVIDER_ATTRS) and callable(value.open)
 
 
 def _positive(name: str, value: Any, *, integer: bool) -> None:
@@ -138,7 +146,7 @@ def prepare(
     max_total_tokens = opts["max_total_tokens"]
     max_input_tokens = opts["max_input_tokens"]
     max_output_tokens = opts["max_output_tokens"]
-    if not isinstance(provider, Provider):
+    if not _is_provider(provider):
         raise InvalidOptionsError(
             f"{provider!r} is not a provider (Local, ClaudeManagedAgents, BedrockAgentCore)",
             option="provider",
@@ -188,7 +196,7 @@ def prepare(
 
     if handler is None:
         handler = spec.toolset() if spec is not None else Toolset()
-    elif not isinstance(handler, Handler):
+    elif not callable(getattr(handler, "handle_tool_call", None)):
         raise InvalidOptionsError(
             "handler must have a handle_tool_call(name, input, info) method", option="handler"
         )

@@ -85,6 +85,7 @@ DUPLICATE_DIRECTIVE = (
     "You already called this tool with these exact arguments; the result is unchanged. "
     "Do NOT repeat it. If you have enough information, call your terminal tool now."
 )
+_DUPLICATE_CONTENT = json.dumps({"duplicate": True, "message": DUPLICATE_DIRECTIVE})
 
 
 def corrective_text(name: str, error: str) -> str:
@@ -134,8 +135,12 @@ class RetryPolicy:
         return float(self.backoff * (2**attempt))
 
 
+# Canonical arguments (sorted keys) so a reordered repeat still counts as a duplicate.
+_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str).encode
+
+
 def _key(name: str, arguments: dict[str, Any]) -> tuple[str, str]:
-    return name, json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
+    return name, _canonical(arguments)
 
 
 class LocalConnection(ConnectionBase):
@@ -211,41 +216,40 @@ class LocalConnection(ConnectionBase):
                 response = await self._call()
             message = _assistant_message(response.message)
             self.history.append(message)
-            fresh: list[dict[str, Any]] = []
             uses: list[ToolUse] = []
+            fresh: list[dict[str, Any]] = []
             duplicates = 0
-            for call in message.get("tool_calls") or ():
-                fn = call.get("function") or {}
-                name = str(fn.get("name", ""))
-                arguments = decode_arguments(fn.get("arguments"))
+            for call in message.get("tool_calls", ()):
+                fn = call["function"]
+                name = str(fn["name"])
+                arguments = decode_arguments(fn["arguments"])
                 key = _key(name, arguments)
                 if key in self._seen:
                     duplicates += 1
                     self.history.append(
                         {
                             "role": "tool",
-                            "tool_call_id": call.get("id"),
-                            "content": json.dumps(
-                                {"duplicate": True, "message": DUPLICATE_DIRECTIVE}
-                            ),
+                            "tool_call_id": call["id"],
+                            "content": _DUPLICATE_CONTENT,
                         }
                     )
                     yield {
                         "type": DUPLICATE,
-                        "tool_call_id": call.get("id"),
+                        "tool_call_id": call["id"],
                         "name": name,
                         "input": arguments,
                     }
                 else:
                     self._seen.add(key)
                     fresh.append(call)
-                    uses.append(ToolUse(id=call.get("id"), name=name, input=arguments))
-            shown = dict(message)
-            if duplicates:
+                    uses.append(ToolUse(id=call["id"], name=name, input=arguments))
+            shown = message
+            if duplicates:  # the event shows only the calls the loop must run
+                shown = dict(message)
                 if fresh:
                     shown["tool_calls"] = fresh
                 else:
-                    shown.pop("tool_calls", None)
+                    del shown["tool_calls"]
             # normalize() would decode the same arguments again; hand it this turn's uses
             self._decoded = (shown, uses)
             yield {
@@ -255,7 +259,7 @@ class LocalConnection(ConnectionBase):
                 "usage": dict(response.usage) if response.usage is not None else None,
                 "duplicates": duplicates,
             }
-            if fresh or not duplicates or self.polls >= self._max_turns:
+            if uses or not duplicates or self.polls >= self._max_turns:
                 return
 
     def normalize(self, events: Sequence[RawEvent]) -> TurnResult:

@@ -53,14 +53,6 @@ _MAX_SSE_LINE = 1 << 24  # one SSE line may carry a whole tool call's arguments;
 _EXPECTED = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 
 
-def _traced() -> bool:
-    return (
-        telemetry.enabled("request.start")
-        or telemetry.enabled("request.stop")
-        or telemetry.enabled("request.exception")
-    )
-
-
 class ClientPool:
     """One lazily created aiohttp session, shared by every connection of a provider."""
 
@@ -188,7 +180,7 @@ class OpenAIChat:
         return b"".join(parts)
 
     async def __call__(self, request: ChatRequest) -> ChatResponse:
-        if not _traced():
+        if not telemetry.span_enabled("request"):
             return await self._post(request, {})
         stream = request.on_delta is not None
         meta = {"host": "local", "method": "POST", "path": "/chat/completions", "stream": stream}

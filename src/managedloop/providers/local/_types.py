@@ -43,9 +43,13 @@ Message = dict[str, Any]
 _BODY_EXCERPT = 500  # characters of a bad body kept in an error: enough to diagnose, never huge
 
 
+# One encoder for every body: ``json.dumps`` with options builds a new encoder per call.
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def encode(value: Any) -> bytes:
     """Compact JSON, the way every request body is built."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    return _encode(value).encode()
 
 
 class History(list[Message]):
