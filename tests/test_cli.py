@@ -11,9 +11,11 @@ import time
 
 import pytest
 
+import managedloop as ml
 from managedloop import cli
-from managedloop.testing import ChatEmulator, call, say
-from managedloop.tools import tool
+from managedloop.providers import Local
+from managedloop.testing import ChatEmulator, ChatFaults, call, say
+from managedloop.tools import Toolset, tool
 
 
 @tool
@@ -23,6 +25,10 @@ def shout(text: str) -> str:
 
 
 TOOLS = [shout]
+TOOL_TUPLE = (shout,)
+TOOLSET = Toolset([shout])
+NOT_A_TOOL = 42
+BAD_LIST = [shout, "not a tool"]
 
 
 def run_main(argv: list[str]) -> tuple[int, str]:
@@ -36,15 +42,75 @@ def test_demo_prints_a_table_with_real_content() -> None:
     lines = text.splitlines()
     header = next(line for line in lines if "Local" in line and "|" in line)
     assert header.split("|")[1].strip() == "Local"
-    rows = {line.split("|")[0].strip(): line.split("|")[1].strip() for line in lines if "|" in line}
+    rows: dict[str, str] = {}
+    last = ""
+    for line in lines:  # wrapped cells continue on lines with an empty first column
+        if "|" not in line or set(line) <= {"-", "+"}:
+            continue
+        name, _, value = (part.strip() for part in line.partition("|"))
+        last = name or last
+        rows[last] = f"{rows.get(last, '')} {value}".strip()
     assert rows["terminal"] == "end_turn"
     assert rows["stop reason"] == "stop"
-    assert rows["tokens"] == "20 in / 10 out"
-    assert rows["turns"] == "2"
-    assert rows["tool calls"].startswith("get_weather(city='example')")
-    assert "convert_temperature(celsius=1.5" in text
-    assert "Done. Sunny, 18 °C in example" in text  # the tools really ran
-    assert "34.7 °F" in text
+    assert rows["tokens"] == "30 in / 15 out"
+    assert rows["turns"] == "3"
+    assert rows["tool calls"] == (
+        "get_weather(city='Paris'); convert_temperature(celsius=18.0, unit='fahrenheit')"
+    )
+    # the tools really ran: the answer quotes both results
+    assert rows["text"] == "Sunny, 18 °C in Paris, which is 64.4 °F."
+
+
+def test_demo_script_converts_what_the_weather_tool_really_returned() -> None:
+    @tool
+    def get_weather(city: str) -> str:
+        """Weather."""
+        return f"Rain, 7 °C in {city}"
+
+    agent = ml.AgentSpec(tools=[get_weather, cli.convert_temperature])
+    with ChatEmulator(cli.demo_script("Oslo")) as emu:
+        result = ml.run_sync(
+            Local(model="m", base_url=emu.base_url, api_key=emu.api_key), agent=agent
+        )
+    assert [u.input for u in result.custom_tool_uses] == [
+        {"city": "Oslo"},
+        {"celsius": 7.0, "unit": "fahrenheit"},
+    ]
+    assert result.text == "Rain, 7 °C in Oslo, which is 44.6 °F."
+
+
+def test_demo_passes_the_script_only_to_plugins_that_take_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: dict[str, object] = {}
+
+    class Old:  # a host plug-in written before demo(..., script=)
+        LABEL = "Old"
+
+        @staticmethod
+        def demo(agent: ml.AgentSpec, prompt: str) -> ml.SessionResult:
+            seen["old"] = prompt
+            return ml.SessionResult(terminal=ml.Terminal.END_TURN, text="old")
+
+    class New:
+        LABEL = "New"
+
+        @staticmethod
+        def demo(agent: ml.AgentSpec, prompt: str, script: object = None) -> ml.SessionResult:
+            seen["new"] = script
+            return ml.SessionResult(terminal=ml.Terminal.END_TURN, text="new")
+
+    monkeypatch.setattr(
+        cli, "host_module", lambda host: {"local": New, "claude": Old}.get(host, "skipped: x")
+    )
+    code, text = run_main(["demo", "--hosts", "local,claude"])
+    assert code == 0
+    assert seen["old"] == cli.DEMO_PROMPT
+    script = seen["new"]
+    assert isinstance(script, list)
+    assert len(script) == 3
+    assert "Old" in text
+    assert "New" in text
 
 
 def test_demo_on_every_host_skips_missing_ones_with_a_note() -> None:
@@ -93,6 +159,38 @@ def test_run_streams_text_then_prints_the_summary() -> None:
     assert emu.received[0]["tools"][0]["function"]["name"] == "shout"
 
 
+class _TimedOut(io.StringIO):
+    """Records when each piece of text was written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[float, str]] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append((time.monotonic(), text))
+        return super().write(text)
+
+
+def test_run_writes_each_delta_as_it_arrives() -> None:
+    answer = "one two three four five six"
+    faults = ChatFaults(chunk_delay=0.05)
+    with ChatEmulator([say(answer)], chunk_size=5, faults=faults) as emu:
+        out = _TimedOut()
+        argv = ["run", "--base-url", emu.base_url, "--api-key", emu.api_key or ""]
+        code = cli.main([*argv, "--model", "m", "--prompt", "q"], out=out)
+    assert code == 0
+    deltas = []
+    for when, text in out.writes:
+        if "|" in text:  # the summary table
+            break
+        deltas.append((when, text))
+    assert "".join(t for _, t in deltas).strip() == answer
+    pieces = [(w, t) for w, t in deltas if t.strip()]
+    assert len(pieces) == 6  # one write per 5-character chunk, not one at the end
+    # written while the stream was still arriving: 50 ms apart, not in one burst
+    assert pieces[-1][0] - pieces[0][0] >= 4 * 0.05 * 0.8
+
+
 def test_run_without_stream(capsys: pytest.CaptureFixture[str]) -> None:
     with ChatEmulator([say("whole")]) as emu:
         code, text = run_main(
@@ -117,12 +215,46 @@ def test_run_without_stream(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize(
+    "ref", ["test_cli:shout", "test_cli:TOOLS", "test_cli:TOOL_TUPLE", "test_cli:TOOLSET"]
+)
+def test_run_tools_takes_a_tool_a_list_a_tuple_or_a_toolset(ref: str) -> None:
+    with ChatEmulator([call("shout", {"text": "hi"}), say("ok")]) as emu:
+        code, _ = run_main(
+            [
+                "run",
+                "--base-url",
+                emu.base_url,
+                "--api-key",
+                emu.api_key or "",
+                "--model",
+                "m",
+                "--prompt",
+                "q",
+                "--no-stream",
+                "--tools",
+                ref,
+            ]
+        )
+    assert code == 0
+    assert emu.received[0]["tools"][0]["function"]["name"] == "shout"
+    assert emu.requests[1].tool_results[0].text == "HI"
+
+
+@pytest.mark.parametrize(
     ("argv", "needle"),
     [
         (["run", "--model", "m", "--prompt", "x", "--base-url", "nope"], "invalid_opts"),
         (["run", "--prompt", "x"], "--model"),
         (["run", "--model", "m", "--prompt", "x", "--tools", "nosuchmod:x"], "nosuchmod"),
         (["run", "--model", "m", "--prompt", "x", "--tools", "noattr"], "module:attr"),
+        (
+            ["run", "--model", "m", "--prompt", "x", "--tools", "test_cli:NOT_A_TOOL"],
+            "test_cli:NOT_A_TOOL is int: not a tool, a function, a Toolset or a list of them",
+        ),
+        (
+            ["run", "--model", "m", "--prompt", "x", "--tools", "test_cli:BAD_LIST"],
+            "'not a tool' in it is not a tool or a function",
+        ),
         (["run", "--model", "m", "--prompt", "x", "--max-retries", "-1"], "max_retries"),
         (["frobnicate"], "invalid choice"),
         (["emulate", "mars"], "invalid choice"),

@@ -11,11 +11,14 @@ Hosts plug in through a module ``managedloop.providers.<host>._cli`` (host in
 :data:`HOSTS`) that defines::
 
     LABEL: str                                                   # column title, e.g. "Local"
-    def demo(agent: AgentSpec, prompt: str) -> SessionResult     # sync: emulator + run
+    def demo(agent: AgentSpec, prompt: str, script: list[Step] | None = None) -> SessionResult
+        # sync: a fresh emulator playing ``script`` (None: its default), then one run
     def add_run_arguments(parser: argparse.ArgumentParser) -> None
     def provider_for_run(args: argparse.Namespace) -> Provider
     def emulate(host: str, port: int) -> None                    # blocks until Ctrl-C
 
+``cmd_demo`` passes :func:`demo_script` as ``script=`` when the host's ``demo`` accepts it
+(older plug-ins with ``demo(agent, prompt)`` still work, on their emulator's default script).
 A host whose module is missing, or whose optional SDK is not installed, is skipped with a
 note. Exit codes: 0 success, 1 the session failed, 2 bad usage (a named error on stderr,
 never a traceback).
@@ -26,7 +29,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import inspect
 import json
+import re
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -41,9 +46,10 @@ from managedloop.errors import (
 )
 from managedloop.provisioning.specs import AgentSpec
 from managedloop.results import SessionInfo, SessionResult
-from managedloop.tools import Tool, Toolset, tool
+from managedloop.testing.script import ModelRequest, Reply, Step, call, say
+from managedloop.tools import Toolset, tool
 
-__all__ = ["HOSTS", "demo_agent", "main"]
+__all__ = ["HOSTS", "demo_agent", "demo_script", "main"]
 
 HOSTS: tuple[str, ...] = ("local", "claude", "agentcore")
 DEMO_PROMPT = "What is the weather in Paris, in Fahrenheit?"
@@ -88,6 +94,33 @@ def demo_agent() -> AgentSpec:
         tools=[get_weather, convert_temperature],
         model="claude-sonnet-4-5",
     )
+
+
+_CELSIUS_RE = re.compile(r"(-?\d+(?:\.\d+)?) °C")
+
+
+def demo_script(city: str = "Paris") -> list[Step]:
+    """The conversation ``managedloop demo`` plays on every host's emulator.
+
+    Turn 1 asks for the weather in ``city``; turn 2 converts the temperature that tool
+    really returned; turn 3 answers with both results. Each step reads the tool results the
+    emulator received, so the table shows what the tools did, not canned text.
+    """
+    seen: dict[str, str] = {}
+
+    def convert(request: ModelRequest) -> Reply:
+        weather = request.tool_results[0].text if request.tool_results else ""
+        seen["weather"] = weather
+        found = _CELSIUS_RE.search(weather)
+        celsius = float(found.group(1)) if found else 0.0
+        return call("convert_temperature", {"celsius": celsius, "unit": "fahrenheit"})
+
+    def answer(request: ModelRequest) -> Reply:
+        converted = request.tool_results[0].text if request.tool_results else "?"
+        in_unit = converted.rpartition(" = ")[2]  # "18 °C = 64.4 °F" -> "64.4 °F"
+        return say(f"{seen.get('weather', 'No weather')}, which is {in_unit}.")
+
+    return [call("get_weather", {"city": city}), convert, answer]
 
 
 # -- host modules ----------------------------------------------------------------------
@@ -187,7 +220,10 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
             continue
         label = str(getattr(module, "LABEL", host))
         try:
-            result = module.demo(agent, args.prompt)
+            if "script" in inspect.signature(module.demo).parameters:
+                result = module.demo(agent, args.prompt, script=demo_script())
+            else:  # a plug-in without script= runs its emulator's default script
+                result = module.demo(agent, args.prompt)
         except ManagedLoopError as exc:
             failed = True
             notes.append(f"{label}: failed: {exc.code}: {exc.message}")
@@ -236,12 +272,19 @@ def load_tools(refs: Sequence[str]) -> list[Any]:
                 value = getattr(value, part)
         except (ImportError, AttributeError) as exc:
             raise UsageError(f"--tools {ref}: {exc}") from None
-        if isinstance(value, Tool) or (callable(value) and not isinstance(value, Toolset)):
-            tools.append(value)
-        elif isinstance(value, Toolset | list | tuple):
-            tools.extend(value)
+        if isinstance(value, Toolset | list | tuple):
+            items = list(value)
+            bad = [x for x in items if not callable(x)]
+            if bad:
+                raise UsageError(f"--tools {ref}: {bad[0]!r} in it is not a tool or a function")
+            tools.extend(items)
+        elif callable(value) and not isinstance(value, type):
+            tools.append(value)  # a Tool or a plain function
         else:
-            raise UsageError(f"--tools {ref} is not a tool, a function or a list of them")
+            raise UsageError(
+                f"--tools {ref} is {type(value).__name__}: not a tool, a function, "
+                "a Toolset or a list of them"
+            )
     return tools
 
 

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from managedloop.config import MISSING
 from managedloop.providers.local._provider import Local
 from managedloop.provisioning.specs import AgentSpec
 from managedloop.results import SessionResult
+
+if TYPE_CHECKING:
+    from managedloop.testing.script import Step
 
 __all__ = ["LABEL", "add_run_arguments", "demo", "emulate", "provider_for_run"]
 
@@ -15,12 +20,13 @@ LABEL = "Local"
 DEMO_MODEL = "emulator"
 
 
-def demo(agent: AgentSpec, prompt: str) -> SessionResult:
-    """Run ``agent`` on the Local host against a fresh loopback chat emulator."""
+def demo(agent: AgentSpec, prompt: str, script: Sequence[Step] | None = None) -> SessionResult:
+    """Run ``agent`` on the Local host against a fresh loopback chat emulator playing
+    ``script`` (``None``: the emulator's default, each tool once with example arguments)."""
     from managedloop.session import run_sync
     from managedloop.testing.chat import ChatEmulator
 
-    with ChatEmulator() as emu:
+    with ChatEmulator(script) as emu:
         provider = Local(model=DEMO_MODEL, base_url=emu.base_url, api_key=emu.api_key)
         return run_sync(provider, agent=agent, prompt=prompt)
 
