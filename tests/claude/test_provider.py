@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import warnings
 from typing import Any
 
 import anthropic
@@ -78,24 +77,23 @@ async def test_design_snippet_with_a_client_on_one_loop() -> None:
 
 
 def test_passed_client_on_a_closed_loop_is_a_named_error() -> None:
-    """``run_sync`` twice with one passed client: its pool died with the first loop. We
-    say so up front instead of failing inside the HTTP pool."""
+    """``run_sync`` twice with one passed client: its pool belongs to the first loop. We
+    say so up front instead of failing inside the HTTP pool. (The client here keeps no idle
+    socket, so the first loop's end leaks nothing; a default pool would keep one.)"""
+    import httpx2
+
     with ClaudeEmulator() as emu:
-        client = anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key, max_retries=0)
+        client = anthropic.AsyncAnthropic(
+            base_url=emu.base_url,
+            api_key=emu.api_key,
+            http_client=httpx2.AsyncClient(limits=httpx2.Limits(max_keepalive_connections=0)),
+        )
         provider = ClaudeManagedAgents(client=client)
         assert ml.run_sync(provider, agent=WEATHER, prompt="x").terminal is ml.Terminal.END_TURN
         with pytest.raises(ml.InvalidOptionsError) as info:
             ml.run_sync(provider, agent=WEATHER, prompt="y")
         assert info.value.code == "client_loop_closed"
-        # The caller owns the client: its pooled sockets belong to the first (closed) loop.
-        # Closing them here would need that loop, so the test drops them by hand, the same
-        # way a process exit would (no ResourceWarning may escape the test).
-        import gc
-
-        del client, provider
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ResourceWarning)
-            gc.collect()
+        assert len(emu.state.sessions) == 1  # refused before any request
 
 
 async def test_provider_built_client_is_closed_after_each_use(emu: ClaudeEmulator) -> None:
