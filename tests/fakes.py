@@ -79,8 +79,10 @@ class FakeConnection(ConnectionBase):
             events=list(events),
         )
 
-    def text_delta(self, event: dict[str, Any]) -> str | None:
-        return event.get("text") if event.get("type") == "text" else None
+    def text_delta(self, event: Any) -> str | None:
+        if isinstance(event, dict) and event.get("type") == "text":
+            return str(event.get("text"))
+        return None
 
     def transcript(self) -> list[dict[str, Any]] | None:
         return self.host.transcript_value

@@ -18,7 +18,18 @@ Deliberate changes from the reference (and why):
 * a reattach redrive adds the redriven tool uses to ``custom_tool_uses`` (the reference
   forgot them, §11 item 5);
 * a resumed session with nothing pending and no prompt raises ``nothing_to_send`` at once
-  instead of waiting for the timeout.
+  instead of waiting for the timeout;
+* an exception in ``handle_event`` fails the request with that exception (and the
+  connection is closed) rather than being swallowed: a broken observer should not go
+  unnoticed (§11 item 15 decided: not caught, but torn down cleanly; live sessions hand it
+  to ``result()`` like every other failure, §11 item 16);
+* reconnects happen inside a host's connection (Claude), so the reference's
+  ``session_reconnect_test`` / ``session_reconnect_default_test`` lines and "a fresh live
+  session does not re-deliver its kickoff prompt after a reconnect" are pinned in the
+  Claude host's tests; the core only needs the session id a connection reports (pinned
+  here: a changed id reaches the next tool call's ``SessionInfo``);
+* the "guard halts on the streaming path too" line has no counterpart: there is one loop
+  for every host.
 """
 
 from __future__ import annotations
@@ -224,6 +235,57 @@ async def test_tool_uses_telemetry_per_turn() -> None:
     assert tools[0]["session_id"] == "fake_session"
     events = [md for n, _, md in seen if n == "managedloop.stream.event"]
     assert [e["type"] for e in events] == ["tool", "stop", "text", "stop"]
+
+
+async def test_a_new_session_id_reaches_the_next_tool_call() -> None:
+    """A connection that reattaches under a new id (a reconnect) is seen by the handler."""
+    host = FakeHost()
+
+    def reconnecting_turn(_: Any) -> list[Any]:
+        host.connections[0].session_id = "sess_after_reconnect"
+        return [tool("lookup", id="u2"), stop("requires_action")]
+
+    host.turns = [[tool("lookup", id="u1"), stop("requires_action")], reconnecting_turn, [stop()]]
+    handler = Recorder()
+    result = await ml.run(host, agent=AGENT, handler=handler)
+    assert [info.session_id for _, _, info in handler.calls] == [
+        "fake_session",
+        "sess_after_reconnect",
+    ]
+    assert result.session_id == "sess_after_reconnect"
+
+
+async def test_a_non_mapping_event_does_not_crash_the_session() -> None:
+    seen: list[tuple[str, Any]] = []
+    handle = telemetry.attach(lambda n, m, md: seen.append((n, md)), ["managedloop.stream.event"])
+    handler = Recorder()
+    try:
+        result = await ml.run(
+            FakeHost([["not a mapping", {"messageStart": {"role": "assistant"}}, stop()]]),
+            agent=AGENT,
+            handler=handler,
+            telemetry_metadata={"tenant": "t"},
+        )
+    finally:
+        telemetry.detach(handle)
+    assert result.terminal is ml.Terminal.END_TURN
+    assert result.events[0] == "not a mapping"
+    assert handler.events[0][0] == "not a mapping"
+    # stream.event: the type is the envelope key for Converse-style events; caller tags merged
+    assert [md["type"] for _, md in seen] == [None, "messageStart", "stop"]
+    assert all(md["tenant"] == "t" for _, md in seen)
+
+
+async def test_a_raising_handle_event_fails_the_request_and_closes_the_host() -> None:
+    class BrokenObserver(Recorder):
+        def handle_event(self, event: dict[str, Any], info: ml.SessionInfo) -> None:
+            raise ValueError("observer bug")
+
+    host = FakeHost(tool_then_text())
+    with pytest.raises(ValueError, match="observer bug"):
+        await ml.run(host, agent=AGENT, handler=BrokenObserver())
+    assert host.closed == 1
+    assert len(host.inputs) == 1  # nothing more was sent after the failure
 
 
 # -- failures ---------------------------------------------------------------------------
@@ -576,6 +638,19 @@ async def test_live_session_redrives_pending_tools_on_reattach() -> None:
         assert session.resumed is True
         result = await session.result()
     assert result.text == "done"
+
+
+async def test_a_resume_delivered_message_resets_turns_like_a_follow_up() -> None:
+    pending = [ml.ToolUse(id="p1", name="lookup")]
+    host = FakeHost([[text("redriven"), stop()], [text("next"), stop()]], pending=pending)
+    async with ml.start(host, agent=AGENT, handler=Recorder(), resume="s1", max_turns=1) as session:
+        first = await session.result()
+        await session.send("and now?")
+        second = await session.result()
+    assert (first.turns, first.reason, first.text) == (1, None, "redriven")
+    assert (second.turns, second.reason, second.text) == (1, None, "next")
+    assert isinstance(host.inputs[0], ToolResults)
+    assert host.inputs[1] == UserMessage("and now?")
 
 
 async def test_send_event_on_a_request_response_host_is_unsupported() -> None:

@@ -8,6 +8,11 @@ Deliberate changes from the reference, pinned here:
 * ``provision``/``teardown`` lines do not apply: Local needs no provisioning (no
   ``provision`` method; ``ml.provision`` reports unsupported);
 * a chat function error surfaces as an exception (our failure convention), not a value.
+
+Also here: reference §9 ``provider_conformance_test`` for Local (it implements the provider
+and connection protocols, including ``text_delta`` and ``transcript``; a minimal end_turn
+batch normalizes to ``end_turn``), and that a normalize of events this connection did not
+just yield (a replayed or hand-built batch) decodes the calls itself.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import pytest
 from tests_local_helpers import RecordingChat, completion, drive, open_conn, tc
 
 import managedloop as ml
-from managedloop.providers.base import ToolResults, UserMessage
+from managedloop.providers.base import Connection, Provider, ToolResults, UserMessage
 from managedloop.providers.local import Local
 from managedloop.results import ToolResult, ToolUse
 
@@ -248,3 +253,35 @@ async def test_user_messages_only() -> None:
     conn = await open_conn(Local(model="m", chat=RecordingChat([])))
     with pytest.raises(ml.UnsupportedError):
         await drive(conn, RawInput([{"type": "x"}]))
+
+
+async def test_local_implements_the_provider_and_connection_protocols() -> None:
+    provider = Local(model="m", chat=RecordingChat([]))
+    assert isinstance(provider, Provider)
+    assert (provider.name, provider.supports_outcomes, provider.supports_raw_events) == (
+        "local",
+        False,
+        False,
+    )
+    conn = await open_conn(provider, SPEC)
+    assert isinstance(conn, Connection)
+    assert (conn.resumed, conn.pending_tool_uses) == (False, [])
+    minimal = [
+        {"type": "local.model_response", "message": {"content": "ok"}, "finish_reason": "stop"}
+    ]
+    turn = conn.normalize(minimal)
+    assert (turn.terminal, turn.text, turn.usage) == (ml.Terminal.END_TURN, "ok", None)
+    with pytest.raises(ml.UnsupportedError):
+        await conn.interrupt()
+    await conn.aclose()
+    await conn.aclose()  # idempotent
+
+
+async def test_normalize_of_a_batch_it_did_not_yield_decodes_the_calls() -> None:
+    answer = completion(None, "tool_calls", [tc("c1", "lookup", '{"q": "x"}')])
+    conn = await open_conn(Local(model="m", chat=RecordingChat([answer])), SPEC)
+    events = await drive(conn, UserMessage("q"))
+    replayed = [{**e, "message": dict(e["message"])} for e in events]  # equal, not identical
+    turn = conn.normalize(replayed)
+    assert turn.custom_tool_uses == [ToolUse(id="c1", name="lookup", input={"q": "x"})]
+    assert turn.custom_tool_uses == conn.normalize(events).custom_tool_uses
