@@ -1,4 +1,19 @@
-"""Files API and session artifacts."""
+"""Files API and session artifacts.
+
+Reference §9 lines covered here:
+
+* ``artifacts/claude_files_test``: list scoped by ``scope_id`` mapping filename /
+  size_bytes / id; fetch the newest by created_at; unknown name -> not_found; delete the
+  newest; put uploads then attaches at ``/data/<name>``; a list body without ``data`` ->
+  unexpected_response; outputs_dir / output_path. *Changed on purpose:* put sends no
+  ``purpose`` (the SDK's upload takes none) and a custom mount directory is a store
+  option (``mount_dir=``) rather than a per-call ``mount_path``.
+* ``client_test`` Files lines: upload with the files beta only and a per-part content
+  type; download / list / delete with the combined beta; attach body. *Changed:* a list
+  always pages (``limit``), so it always has a query string.
+* Issue 3 item 5: names escaping their scope (``..``, absolute, NUL, empty) raise
+  ``ArtifactError(code="invalid_name")`` before any request.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,19 @@
-"""Authentication and configuration: API key, bearer-token file, config precedence, secrets."""
+"""Authentication and configuration: API key, bearer-token file, config precedence, secrets.
+
+Reference §9 / §10 lines covered here:
+
+* ``config_test``: opts > configure() > env > default; a missing key names every layer
+  (argument, configure, env var); presence-based None selects the other auth source.
+* ``client_test`` ``new``: default base URL, beta, files beta, version, receive timeout.
+  *Not ported:* ``profile`` (dead code in the reference, §11.8).
+* §10 bearer file: re-read on every HTTP attempt, including the SDK's retries (each
+  attempt carries the then-current token, rotated by an emulator hook) and the stream;
+  30 s or less left fails before dispatch with ``authentication_error``; no redirects; the
+  token never reaches a repr, telemetry, an error or the cache key.
+* ``redaction_test`` (runtime part): the API key never appears in a repr, log line,
+  telemetry attribute, error or result. The capture corpus redaction is not part of this
+  host.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,12 @@
-"""The emulator itself: SDK-type conformance of every event, framing, auth, pagination."""
+"""The emulator itself: SDK-type conformance of every event, framing, auth, pagination.
+
+Issue 3 item 6: every emitted event validates against the ``anthropic`` SDK's own event
+models (including tool confirmations, in ``test_provider.py``), the SDK's stream helper
+decodes our framing, the API key / bearer token and the beta header are checked, lists
+page, and the fault shapes (split / stale idles, 429 with retry-after) are what they say.
+Reference §9 ``qa/provisioning_smoke_test`` (Claude): provision, run, teardown over the
+emulator is ``test_provisioning.py`` + ``test_provider.py``.
+"""
 
 from __future__ import annotations
 
@@ -185,3 +193,14 @@ def test_sync_context_manager_and_default_script() -> None:
         assert emu.base_url.startswith("http://127.0.0.1:")
         assert emu.api_key.startswith("sk-ant-emu-")
     assert emu._thread is None
+
+
+async def test_tool_confirmation_is_validated(emu: ClaudeEmulator, client: Any) -> None:
+    agent = await client.beta.agents.create(name="a", model="m")
+    env = await client.beta.environments.create(name="e")
+    session = await client.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    bad = {"type": "user.tool_confirmation", "tool_use_id": "sevt_nope", "result": "allow"}
+    strict = client.with_options(max_retries=0)  # shares the fixture's pool: not closed here
+    with pytest.raises(anthropic.BadRequestError) as info:
+        await strict.beta.sessions.events.send(session.id, events=[bad])  # type: ignore[list-item]
+    assert "not awaiting a confirmation" in str(info.value)

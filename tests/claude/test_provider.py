@@ -1,4 +1,35 @@
-"""The provider end to end through the real anthropic SDK against the emulator."""
+"""The provider end to end through the real anthropic SDK against the emulator.
+
+Reference §9 lines covered here:
+
+* ``session_test``: full cycle (create body with environment_id, tool call, POST of
+  ``user.custom_tool_result`` with is_error false, end_turn); a failing tool posts
+  is_error true. Resume lines: ``test_reconnect.py``.
+* ``run_to_completion_test``: tool use -> requires_action -> resume -> end_turn with the
+  ``agent.custom_tool_use`` in the events; no terminal within ``timeout`` ->
+  ``SessionTimeoutError`` with the partial result (the stream is torn down).
+* ``session_outcome_test``: define_outcome kickoff with max_iterations; needs_revision is
+  not terminal; satisfied -> end_turn, turns 1; failed -> terminated; no max_iterations
+  key when absent. (outcome_unsupported / invalid outcome shapes: core tests.)
+* ``session_send_event_test``: the raw event goes out verbatim as ``[event]``; the second
+  turn's events do not repeat the first's. (request_response -> unsupported: core.)
+* ``providers/claude_managed_agents_test``: kickoff / user input build user.message;
+  outcome wins over prompt; an Outcome and a dict behave the same; supports_outcomes;
+  resume_input builds custom_tool_result events with the error flag and no echo of the
+  use; text_delta (message text blocks joined with "", handed to ``handle_event``, never
+  recorded); tool_confirmation allow / deny (now an emulated round trip).
+  *Changed on purpose:* "exports the streaming callbacks; mode streaming" does not apply
+  (the loop never asks a host's mode); "open builds its client from model_config
+  api_key/base_url" -> credentials come from constructor arguments or the config module,
+  never from an agent spec's model_config.
+* ``stream_test`` / ``telemetry_test``: connected, events, done with the caller's tags;
+  request start/stop (method, path, status 200); a non-2xx on open is a named error
+  (``create_session_failed`` / ``invalid_session_id``).
+* Issue 3 beyond §9: the DESIGN snippet (``run_sync`` with a config-built client; the
+  verbatim ``client=`` form on one loop), client ownership, server tools observe-only,
+  interrupts, multiagent thread ids, unknown event types kept raw, agent/spec tool drift
+  (``agent_tools_mismatch``).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,24 @@
-"""Provisioning: create-or-reuse agent + environment, rollback, teardown, handles."""
+"""Provisioning: create-or-reuse agent + environment, rollback, teardown, handles.
+
+Reference §9 lines covered here:
+
+* ``providers/claude_managed_agents_test``: provision creates the agent (model, system,
+  tools) and environment and returns both ids; a nameless spec -> invalid_agent_spec;
+  the environment body comes from ``environment=``; a bad environment ->
+  invalid_environment_spec before any request; teardown archives both; environment
+  failure rolls the agent back; teardown attempts both sides and reports each;
+  normalize_model_id and the bare model id on the wire.
+* ``conformance cma_outbound``: model qualifier stripped; the environment body
+  ``{name: <name>_env, config: {type: cloud, networking: unrestricted}}``. *Changed on
+  purpose:* the agent is named ``<spec.name>_<digest8>`` with the digest in metadata
+  (reference §11.10: the spec name is kept), so the golden agent body differs.
+* ``provisioning_test`` / ``provisioner_test``: miss provisions once, hit serves the
+  cache; a changed spec or environment re-provisions, an env differing only by name
+  shares; a failed provision is not cached; teardown evicts, a failing teardown does
+  not. *Changed:* the cache is keyed per endpoint and credential (two providers of one
+  account share handles; two accounts never do) rather than per provider module.
+  *Not ported:* coercing a bare spec map (the API is typed: ``ml.AgentSpec``).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,28 @@
-"""Reconnect without loss or duplicates; idempotent sends; the fault matrix."""
+"""Reconnect without loss or duplicates; idempotent sends; the fault matrix.
+
+Reference §9 lines covered here:
+
+* ``session_reconnect_test``: a drop -> reconnect -> pending tools re-run -> end_turn.
+  *Changed on purpose:* a ``run`` reconnects too (the issue: a session whose stream
+  drops reconnects); only exhausted reconnects raise ``stream_dropped`` with the partial
+  result.
+* ``session_requires_action_recovery_live_shape_test``: several uses resumed in one POST,
+  then a stale idle re-referencing one of them. *Changed:* the use is re-run and
+  re-posted alone only when the history shows its result never landed
+  (``lose_results``); a result that did land is not sent twice (``stale_idle``,
+  ``stale_idle_early``); never an empty events POST (``split_requires_action``).
+* ``session_resume_test``: resume with a prompt when idle delivers it; resume
+  mid-requires_action redispatches the pending tool and does not deliver the prompt; a
+  fresh session never re-sends its kickoff after a drop (every matrix run); ``resumed``
+  is honest. (The max_turns reset on a resume-delivered message is a core rule.)
+* ``session_test`` resume lines: history listed with ``limit=100`` and paged
+  (``next_page`` -> ``page``) before redriving.
+* ``consolidate_test`` dedupe: the fault matrix asserts no event lost or repeated in
+  ``SessionResult.events`` for a drop after every event index (reset and clean EOF).
+* Issue 3 item 2: idempotent sends (SDK retry off, 429 retry-after, 5xx before and after
+  the server applied the events), 5xx bursts on the stream reconnect, session
+  termination, slow streams with heartbeats.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,34 @@
-"""Pure pieces: the SSE decoder, event builders, normalize, consolidation."""
+"""Pure pieces: the SSE decoder, event builders, normalize, consolidation.
+
+Reference §9 lines covered here:
+
+* ``sse_test``: one frame; several frames in one buffer; a trailing partial frame kept;
+  CRLF (also split across chunks); multi-line ``data:``; comments, pings and data-less
+  frames ignored; undecodable JSON skipped. *Changed on purpose:* an undecodable frame is
+  counted and logged, not dropped silently (the issue: no event is dropped silently); a
+  frame's type comes from its JSON ``type``, and the SSE ``event:`` name only fills a
+  missing one; ``event: error`` raises.
+* ``event_test``: user_message, custom_tool_result (is_error), define_outcome
+  (max_iterations only when an int), classify -> ``terminal_of`` (end_turn,
+  requires_action, retries_exhausted, satisfied / max_iterations_reached / failed).
+  *Changed:* an unknown idle type and ``session.error`` map to ``terminated`` (the
+  uniform ``Terminal`` has three values; the raw stop reason is kept verbatim).
+  tool_confirmation allow/deny: ``test_provider.py``.
+* ``consolidate_test``: unanswered_tool_uses. Dedupe lives inside the connection and is
+  pinned by the fault matrix (``test_reconnect.py``). *Not ported:*
+  ``pending_requires_action`` (unused by the reference's Session).
+* ``providers/claude_managed_agents_test`` (normalize lines): usage summed / None;
+  requires_action uses in event_ids order with the raw stop_reason; a use not named is
+  not surfaced; the most recent idle wins; terminal mapping; terminated / error; idle with
+  null or missing stop_reason; unseen ids -> no uses; text joins messages with a newline and
+  blocks with "" (thinking skipped), "" without messages, text alongside requires_action;
+  server tool uses (input default {}); thesis guard; raw events verbatim; turn_boundary;
+  outcome verdicts; span.outcome_evaluation_end is not a boundary; pending_tool_uses over
+  a history with a stale idle.
+* ``conformance cma_inbound``: the golden end_turn / requires_action / terminated shapes.
+* ``client_test``: list_all_events follows ``next_page`` and stops on a repeated cursor;
+  the reconnect backoff (§13: base x 2^min(n, 7)).
+"""
 
 from __future__ import annotations
 
@@ -231,3 +261,10 @@ async def test_list_all_follows_cursors_and_stops_on_a_repeat() -> None:
     asked.clear()
     assert await api.list_all("/v1/x", fetch("loop")) == ["x", "x"]  # fetched once more
     assert asked == [None, "loop"]
+
+
+def test_reconnect_backoff_is_capped_exponential() -> None:
+    from managedloop.providers.claude._connection import backoff_delay
+
+    assert [backoff_delay(n, 0.5) for n in range(3)] == [0.5, 1.0, 2.0]
+    assert backoff_delay(7, 0.5) == backoff_delay(30, 0.5) == 64.0
