@@ -349,3 +349,24 @@ async def test_result_that_never_landed_is_answered_again() -> None:
     assert [u.id for u in result.custom_tool_uses] == uses  # no duplicate in the result
     assert wire_messages(emu, session.id) == ["Go"]
     assert sorted(e["id"] for e in result.events) == sorted(e["id"] for e in session.events)
+
+
+async def test_the_connection_itself_yields_each_event_once_across_a_drop() -> None:
+    """The loop also dedupes by id; this pins the connection's own guarantee (the history
+    paged after a reconnect repeats events already yielded) without the loop's help."""
+    from managedloop.providers.base import OpenRequest, UserMessage
+
+    with ClaudeEmulator() as emu:
+        emu.agent.script = [say("x")]
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as client:
+            handle = await ml.provision(make_provider(client), SPEC)
+            provider = make_provider(client, agent=handle, environment=handle)
+            emu.faults = ClaudeFaults(drop_stream_after=(3,))
+            conn = await provider.open(OpenRequest(agent=handle))
+            try:
+                got = [e async for e in conn.turn(UserMessage("Go"))]
+            finally:
+                await conn.aclose()
+        assert emu.faults.used_drops == {3}
+        ids = [e["id"] for e in got if isinstance(e, dict)]
+        assert ids == [e["id"] for e in emu.events()]  # each once, in history order
