@@ -124,6 +124,10 @@ def test_passed_client_on_a_closed_loop_is_a_named_error() -> None:
         with pytest.raises(ml.InvalidOptionsError) as info:
             ml.run_sync(provider, agent=WEATHER, prompt="y")
         assert info.value.code == "client_loop_closed"
+        # tracked per client, not per provider: a second provider on it is refused too
+        with pytest.raises(ml.InvalidOptionsError) as info:
+            ml.run_sync(ClaudeManagedAgents(client=client), agent=WEATHER, prompt="z")
+        assert info.value.code == "client_loop_closed"
         assert len(emu.state.sessions) == 1  # refused before any request
 
 

@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -338,6 +339,12 @@ class Api:
         return items
 
 
+_CLIENT_LOOPS: weakref.WeakKeyDictionary[Any, asyncio.AbstractEventLoop] = (
+    weakref.WeakKeyDictionary()
+)
+"""The event loop each caller-owned client first ran on (see :class:`ClientSource`)."""
+
+
 class Lease:
     """One hold on a :class:`ClientSource` client; ``release()`` may be called repeatedly."""
 
@@ -396,8 +403,10 @@ class ClientSource:
         """The client for the running loop (built if needed; not counted as a lease)."""
         loop = asyncio.get_running_loop()
         if self._user is not None:
-            if self._loop is None or self._loop.is_closed():
-                if self._loop is not None and self._loop is not loop:
+            # Tracked per client object, not per provider: several providers may share one.
+            first = _CLIENT_LOOPS.get(self._user)
+            if first is None or first.is_closed():
+                if first is not None and first is not loop:
                     raise InvalidOptionsError(
                         "this anthropic.AsyncAnthropic was used on an event loop that has "
                         "closed (e.g. an earlier run_sync); its connection pool cannot be "
@@ -406,7 +415,7 @@ class ClientSource:
                         code="client_loop_closed",
                         option="client",
                     )
-                self._loop = loop
+                _CLIENT_LOOPS[self._user] = loop
             return self._user
         if self._client is None or self._loop is not loop:
             # A client of a finished loop is dropped, not closed: its sockets died with it
