@@ -549,3 +549,28 @@ def test_normalize_session_error_and_terminated_keep_their_reason() -> None:
     gone = normalize([{"type": "session.status_terminated", "stop_reason": {"type": "error"}}])
     assert gone.terminal is ml.Terminal.TERMINATED
     assert gone.stop_reason == {"type": "error"}
+
+
+def test_sync_calls_from_two_threads_share_one_provider() -> None:
+    """``run_sync`` from two threads at once: two loops, one built client each, each closed
+    by its own loop (no ResourceWarning escapes)."""
+    import threading
+
+    with ClaudeEmulator() as emu:
+        emu.faults.event_delay = 0.01  # keep both sessions open at the same time
+        provider = ClaudeManagedAgents(
+            api_key=emu.api_key, bearer_token_file=None, base_url=emu.base_url
+        )
+        handle = ml.provision_sync(provider, WEATHER)
+        results: list[Any] = []
+
+        def worker(prompt: str) -> None:
+            results.append(ml.run_sync(provider, agent=handle, prompt=prompt))
+
+        threads = [threading.Thread(target=worker, args=(p,)) for p in ("a", "b")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(20)
+        assert [r.terminal for r in results] == [ml.Terminal.END_TURN] * 2
+        assert provider._clients._clients == {}  # every loop's client was closed

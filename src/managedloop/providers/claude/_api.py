@@ -377,7 +377,7 @@ class ClientSource:
       instead of failing later inside the HTTP pool.
     """
 
-    __slots__ = ("_client", "_loop", "_max_retries", "_pinned", "_settings", "_user", "_users")
+    __slots__ = ("_clients", "_max_retries", "_pinned", "_settings", "_user")
 
     def __init__(
         self,
@@ -389,9 +389,9 @@ class ClientSource:
         self._settings = s
         self._user = client
         self._max_retries = max_retries
-        self._client: anthropic.AsyncAnthropic | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._users = 0
+        # One owned client per running loop (sync calls from several threads each run
+        # their own loop): loop -> [client, leases].
+        self._clients: dict[asyncio.AbstractEventLoop, list[Any]] = {}
         self._pinned = False
 
     @property
@@ -417,17 +417,21 @@ class ClientSource:
                     )
                 _CLIENT_LOOPS[self._user] = loop
             return self._user
-        if self._client is None or self._loop is not loop:
+        for other in [lp for lp in list(self._clients) if lp.is_closed()]:
             # A client of a finished loop is dropped, not closed: its sockets died with it
-            # (it was closed when its last lease ended, unless a caller leaked a lease).
-            self._client = build_client(self._settings, max_retries=self._max_retries)
-            self._loop, self._users = loop, 0
-        return self._client
+            # (it was closed when its last lease ended, unless a lease was leaked).
+            self._clients.pop(other, None)
+        entry = self._clients.get(loop)
+        if entry is None:
+            entry = [build_client(self._settings, max_retries=self._max_retries), 0]
+            self._clients[loop] = entry
+        client: anthropic.AsyncAnthropic = entry[0]
+        return client
 
     def acquire(self) -> anthropic.AsyncAnthropic:
         client = self.current()
         if self._user is None:
-            self._users += 1
+            self._clients[asyncio.get_running_loop()][1] += 1
         return client
 
     def lease(self) -> Lease:
@@ -435,11 +439,15 @@ class ClientSource:
         return Lease(self, self.acquire())
 
     async def release(self, client: anthropic.AsyncAnthropic) -> None:
-        if self._user is not None or client is not self._client:
+        if self._user is not None:
             return
-        self._users = max(0, self._users - 1)
-        if self._users == 0 and not self._pinned:
-            await self._close()
+        loop = asyncio.get_running_loop()
+        entry = self._clients.get(loop)
+        if entry is None or entry[0] is not client:
+            return
+        entry[1] = max(0, entry[1] - 1)
+        if entry[1] == 0 and not self._pinned:
+            await self._close(loop)
 
     def pin(self) -> None:
         self.current()
@@ -447,17 +455,12 @@ class ClientSource:
 
     async def unpin(self) -> None:
         self._pinned = False
-        if self._users == 0:
-            await self._close()
+        loop = asyncio.get_running_loop()
+        entry = self._clients.get(loop)
+        if entry is not None and entry[1] == 0:
+            await self._close(loop)
 
-    async def _close(self) -> None:
-        client, self._client = self._client, None
-        loop, self._loop = self._loop, None
-        if client is None:
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:  # pragma: no cover - always called from a loop
-            running = None
-        if loop is running:
-            await client.close()
+    async def _close(self, loop: asyncio.AbstractEventLoop) -> None:
+        entry = self._clients.pop(loop, None)
+        if entry is not None:
+            await entry[0].close()
