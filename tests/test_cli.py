@@ -36,12 +36,20 @@ def run_main(argv: list[str]) -> tuple[int, str]:
     return cli.main(argv, out=out), out.getvalue()
 
 
-def test_demo_prints_a_table_with_real_content() -> None:
-    code, text = run_main(["demo", "--hosts", "local"])
+@pytest.mark.parametrize(
+    ("host", "label", "stop_reason"),
+    [
+        ("local", "Local", "stop"),
+        ("claude", "Claude Managed Agents", '{"type":"end_turn"}'),
+        ("agentcore", "Bedrock AgentCore", "end_turn"),
+    ],
+)
+def test_demo_prints_a_table_with_real_content(host: str, label: str, stop_reason: str) -> None:
+    code, text = run_main(["demo", "--hosts", host])
     assert code == 0
     lines = text.splitlines()
-    header = next(line for line in lines if "Local" in line and "|" in line)
-    assert header.split("|")[1].strip() == "Local"
+    header = next(line for line in lines if label in line and "|" in line)
+    assert header.split("|")[1].strip() == label
     rows: dict[str, str] = {}
     last = ""
     for line in lines:  # wrapped cells continue on lines with an empty first column
@@ -51,7 +59,7 @@ def test_demo_prints_a_table_with_real_content() -> None:
         last = name or last
         rows[last] = f"{rows.get(last, '')} {value}".strip()
     assert rows["terminal"] == "end_turn"
-    assert rows["stop reason"] == "stop"
+    assert rows["stop reason"] == stop_reason
     assert rows["tokens"] == "30 in / 15 out"
     assert rows["turns"] == "3"
     assert rows["tool calls"] == (

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import threading
+from collections.abc import Sequence
 
 from managedloop.provisioning.specs import AgentSpec
 from managedloop.results import SessionResult
+from managedloop.testing.script import Step
 
 __all__ = ["LABEL", "add_run_arguments", "demo", "emulate", "provider_for_run"]
 
@@ -25,14 +27,15 @@ LABEL = "Bedrock AgentCore"
 DEMO_PROVISION_TIMEOUT = 30.0  # seconds; the emulator's harness is READY in ~50 ms
 
 
-def demo(agent: AgentSpec, prompt: str) -> SessionResult:
-    """Provision ``agent`` on a fresh emulator, run it once, tear it down."""
+def demo(agent: AgentSpec, prompt: str, script: Sequence[Step] | None = None) -> SessionResult:
+    """Provision ``agent`` on a fresh emulator playing ``script`` (default: the emulator's
+    own), run it once, tear it down."""
     from managedloop import provision_sync, teardown_sync
     from managedloop.providers.agentcore import BedrockAgentCore
     from managedloop.session import run_sync
     from managedloop.testing.agentcore import AgentCoreEmulator
 
-    with AgentCoreEmulator() as emu, BedrockAgentCore(**emu.client_kwargs) as provider:
+    with AgentCoreEmulator(script) as emu, BedrockAgentCore(**emu.client_kwargs) as provider:
         handle = provision_sync(
             provider,
             agent,

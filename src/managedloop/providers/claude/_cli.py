@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import threading
+from collections.abc import Sequence
 
 import anyio
 
@@ -20,18 +21,20 @@ from managedloop.config import MISSING
 from managedloop.providers.claude._provider import DEFAULT_MODEL, ClaudeManagedAgents
 from managedloop.provisioning.specs import AgentSpec
 from managedloop.results import SessionResult
+from managedloop.testing.script import Step
 
 __all__ = ["LABEL", "add_run_arguments", "demo", "emulate", "provider_for_run"]
 
 LABEL = "Claude Managed Agents"
 
 
-def demo(agent: AgentSpec, prompt: str) -> SessionResult:
-    """Run ``agent`` on a fresh loopback Claude emulator; provisions, runs, returns."""
+def demo(agent: AgentSpec, prompt: str, script: Sequence[Step] | None = None) -> SessionResult:
+    """Run ``agent`` on a fresh loopback Claude emulator playing ``script`` (default: the
+    emulator's own); provisions, runs, returns."""
     from managedloop.session import run_sync
     from managedloop.testing.claude import ClaudeEmulator
 
-    with ClaudeEmulator() as emu:
+    with ClaudeEmulator(script) as emu:
         provider = ClaudeManagedAgents(
             api_key=emu.api_key, bearer_token_file=None, base_url=emu.base_url
         )
