@@ -41,3 +41,21 @@ def test_agentcore_snippet_runs_against_the_emulator() -> None:
     result = namespace["result"]
     assert getattr(result, "terminal", None) == "end_turn"
     assert [u.name for u in getattr(result, "custom_tool_uses", [])] == ["get_weather"]
+
+
+def test_claude_snippet_runs_against_the_emulator() -> None:
+    import managedloop as ml
+    from managedloop.testing import ClaudeEmulator
+
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    snippet = next(b for b in blocks if "ClaudeManagedAgents()" in b)
+    namespace: dict[str, object] = {}
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(blocks[0], "README quickstart", "exec"), namespace)
+    with ClaudeEmulator() as emu:
+        ml.configure(api_key=emu.api_key, bearer_token_file=None, base_url=emu.base_url)
+        exec(compile(snippet, "README claude", "exec"), namespace)
+    result = namespace["result"]
+    assert getattr(result, "terminal", None) == "end_turn"
+    assert [u.name for u in getattr(result, "custom_tool_uses", [])] == ["get_weather"]
+    assert getattr(namespace["handle"], "agent_id", "").startswith("agent_")
