@@ -209,6 +209,38 @@ async def test_zero_tool_requires_action_ends_without_an_empty_resume() -> None:
     assert len(host.inputs) == 1  # nothing else was sent
 
 
+async def test_server_tools_held_for_confirmation_are_requires_action() -> None:
+    """A requires_action turn whose only tool uses are the host's own (held for a
+    confirmation only the caller can give) is not 'unresolved': it waits on the caller."""
+    host = FakeHost([[text("searching"), stop("requires_action")]])
+    original_open = host.open
+
+    async def open_with_server_tool(request: Any) -> Any:
+        conn = await original_open(request)
+        normalize = conn.normalize
+
+        def with_server_use(events: Any) -> ml.TurnResult:
+            turn = normalize(events)
+            return ml.TurnResult(
+                terminal=turn.terminal,
+                stop_reason=turn.stop_reason,
+                text=turn.text,
+                server_tool_uses=[ml.ToolUse(id="srv1", name="web_search")],
+                usage=turn.usage,
+                events=turn.events,
+            )
+
+        conn.normalize = with_server_use  # type: ignore[method-assign]
+        return conn
+
+    host.open = open_with_server_tool  # type: ignore[method-assign]
+    result = await ml.run(host, agent=AGENT, handler=Recorder())
+    assert result.terminal is ml.Terminal.REQUIRES_ACTION
+    assert result.reason == "tool_confirmation_required"
+    assert [u.id for u in result.server_tool_uses] == ["srv1"]
+    assert len(host.inputs) == 1  # nothing was sent on the caller's behalf
+
+
 async def test_tool_uses_telemetry_per_turn() -> None:
     seen: list[tuple[str, Any, Any]] = []
     handle = telemetry.attach(lambda n, m, md: seen.append((n, m, md)))

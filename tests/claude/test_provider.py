@@ -469,11 +469,10 @@ async def test_tool_confirmation_round_trip(emu: ClaudeEmulator, client: Any, al
         assert held.stop_reason == {"type": "requires_action", "event_ids": [ask["id"]]}
         assert [u.id for u in held.server_tool_uses] == [ask["id"]]
         assert held.custom_tool_uses == []
-        # The loop reads a requires_action with no custom tool use to run as "nothing it can
-        # resolve" (core rule, reference §1.5 step 3); the live session stays open for the
-        # confirmation.
-        assert held.terminal is ml.Terminal.TERMINATED
-        assert held.reason == "unresolved_requires_action"
+        # The host waits on a confirmation only the caller can give: still requires_action,
+        # with the reason saying what is needed; the live session stays open for it.
+        assert held.terminal is ml.Terminal.REQUIRES_ACTION
+        assert held.reason == "tool_confirmation_required"
         await live.send_event(tool_confirmation(ask["id"], allow=allow, deny_message="not now"))
         done = await live.result()
     assert done.terminal is ml.Terminal.END_TURN

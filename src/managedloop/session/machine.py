@@ -16,7 +16,9 @@ Order of checks after each turn (the first that applies wins):
 2. ``requires_action`` with tool uses → run them, unless ``max_turns`` is used up
    (→ ``terminated``, reason ``max_turns``);
 3. ``requires_action`` with none → ``terminated``, reason ``unresolved_requires_action``
-   (an empty tool-result resume is never sent);
+   (an empty tool-result resume is never sent) — unless the turn holds server tool uses,
+   which the host waits to have confirmed: ``requires_action``, reason
+   ``tool_confirmation_required``;
 4. ``end_turn`` while terminal-tool enforcement is on and the tool was not called: re-prompt
    while re-prompts and turns remain, else finish with reason ``no_terminal_tool``;
 5. otherwise finish with the turn's terminal.
@@ -156,6 +158,14 @@ class Machine:
                 return Finish(self.result(session_id, Terminal.TERMINATED, reason=str(halt)))
 
         if turn.terminal is Terminal.REQUIRES_ACTION:
+            if not turn.custom_tool_uses and turn.server_tool_uses:
+                # The host holds its own (server) tools for a confirmation only the caller
+                # can give (``send_event``): still waiting, but not on anything we can run.
+                return Finish(
+                    self.result(
+                        session_id, Terminal.REQUIRES_ACTION, reason="tool_confirmation_required"
+                    )
+                )
             if not turn.custom_tool_uses:
                 return Finish(
                     self.result(
