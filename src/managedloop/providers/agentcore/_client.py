@@ -1,38 +1,44 @@
-"""botocore plumbing: client construction, the thread-to-loop event pipe, error mapping.
+"""botocore plumbing: client construction, the data plane's async transport, error mapping.
 
-botocore does the wire: SigV4 signing, the AWS credential chain, endpoint resolution and
-event-stream decoding. It is synchronous, so each streamed call runs in a worker thread
-that pushes decoded events to the event loop through :class:`_Pipe`; the async side reads
-them with an *idle* watchdog (silence between events, not the whole call) and, when it
-stops early (cancellation, a ``run`` timeout, the watchdog), shuts the socket down so the
-blocked read in the worker returns at once and the HTTP stream is really torn down.
+botocore does the AWS work: the service model and request serialization, endpoint
+resolution, the AWS credential chain, SigV4 signing, event-stream decoding and error
+parsing. It is synchronous, so the control plane (provisioning, ``GetHarness``) runs its
+calls in a worker thread. The data plane (``InvokeHarness``, ``InvokeAgentRuntimeCommand``)
+does not: botocore's own client pipeline prepares and signs each request on the event loop
+(CPU only; its ``before-send`` hook hands us the signed request instead of sending it), and
+only the HTTP I/O is aiohttp's (already a core dependency): the response bytes are fed, as
+they arrive, to botocore's ``EventStreamBuffer`` and event parser. No worker thread, no
+thread switch per turn; cancelling the reader closes the connection itself.
 
 botocore behaviours relied on (``agentcore-wire.md`` §2.4-2.5, checked against 1.44.x):
 
-* ``response["stream"]`` is a ``botocore.eventstream.EventStream`` yielding one
-  single-key dict per event as its bytes arrive (chunked transfer is read incrementally);
-* an exception frame raises ``EventStreamError`` (a ``ClientError`` whose code is the
-  member name, e.g. ``runtimeClientError``) *during iteration*; a bad CRC raises
-  ``ChecksumMismatch``; a gap longer than ``read_timeout`` raises urllib3's raw
-  ``ReadTimeoutError``; a stream cut short ends *silently* (callers check ``messageStop``);
+* a ``before-send`` handler that returns a response replaces the send (documented event
+  semantics); what it receives is the final, signed ``AWSPreparedRequest``;
+* an exception frame is a message whose ``status_code`` is not 200: botocore's
+  ``EventStreamError`` (a ``ClientError`` whose code is the member name, e.g.
+  ``runtimeClientError``); a bad CRC raises ``ChecksumMismatch``; a stream cut short ends
+  *silently* (callers check ``messageStop``);
 * ``retries={"total_max_attempts": 1}`` means exactly one attempt (``max_attempts: 1``
-  would mean two): a stateful invoke is never replayed by botocore, only by our own loop,
-  which can tell the caller (``RESTART``).
+  would mean two). Control-plane calls use botocore's retries; a data-plane call is never
+  retried by botocore (the stand-in answer is a 200), only by our own loop, which can tell
+  the caller (``RESTART``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
+import contextvars
 import logging
-import queue
+import os
 import re
-import select
-import socket
+import ssl
 import threading
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from typing import Any
+
+import aiohttp
+import anyio
+import yarl
 
 from managedloop import telemetry
 from managedloop.config import MISSING, Secret, resolve, reveal
@@ -47,14 +53,12 @@ from managedloop.errors import (
     TransportError,
 )
 
-__all__ = ["Clients", "map_error", "stream_call"]
+__all__ = ["Clients", "EventDecoder", "map_error", "stream_call"]
 
 logger = logging.getLogger("managedloop.agentcore")
 
 SERVICE = "bedrock-agentcore"  # the signing name of both planes
 CONNECT_TIMEOUT = 10.0  # seconds; a TCP+TLS handshake to a regional endpoint takes well under 1 s
-IDLE_BACKSTOP = 5.0  # seconds added to botocore's read_timeout: our own watchdog fires first,
-# botocore's only frees a worker thread stuck before the response headers arrived.
 CONTROL_READ_TIMEOUT = 600.0  # seconds; reference default for control-plane calls outside a budget
 _INSTALL_HINT = "Bedrock AgentCore needs botocore: pip install 'managedloop[agentcore]'"
 
@@ -139,6 +143,8 @@ class Clients:
         self._client = client
         self._control = control_client
         self._owned: list[Any] = []
+        self._wire: Wire | None = None
+        self.http = HttpSessions()  # the data plane's aiohttp sessions, one per event loop
         self._session = session
         self._lock = threading.Lock()
         self.endpoint_url = endpoint_url
@@ -177,7 +183,7 @@ class Clients:
             return out
         if self._session is None and self._client is not None:
             # A caller-built data client: reuse its credentials for the control plane.
-            creds = getattr(getattr(self._client, "_request_signer", None), "_credentials", None)
+            creds, _verify = client_internals(self._client)
             if creds is not None:
                 frozen = creds.get_frozen_credentials()
                 out = {
@@ -224,13 +230,25 @@ class Clients:
             return make(service, **kwargs)
 
     def data(self) -> Any:
-        """The data-plane client (``bedrock-agentcore``), built once; no botocore retries."""
+        """The data-plane client (``bedrock-agentcore``), built once; no botocore retries.
+
+        It prepares and signs requests (see :func:`prepare_request`); a caller's
+        ``client=`` is used as is, with a ``before-send`` hook added that is inert outside
+        our own calls.
+        """
         if self._client is None:
-            self._client = self.build(
-                "bedrock-agentcore", read_timeout=self._read_timeout + IDLE_BACKSTOP
-            )
+            self._client = self.build("bedrock-agentcore", read_timeout=self._read_timeout)
             self._owned.append(self._client)
         return self._client
+
+    def wire(self) -> Wire:
+        """The data-plane client with its transport settings (read once per client)."""
+        client = self.data()
+        wire = self._wire
+        if wire is None or wire.client is not client:
+            install_capture(client)
+            wire = self._wire = Wire(client)
+        return wire
 
     def control(self, *, read_timeout: float | None = None) -> tuple[Any, bool]:
         """A control-plane client whose per-attempt read timeout is ``read_timeout``.
@@ -252,7 +270,7 @@ class Clients:
         for client in self._owned:
             client.close()
             if client is self._client:
-                self._client = None
+                self._client = self._wire = None
         self._owned.clear()
 
 
@@ -347,276 +365,334 @@ def retryable(exc: ManagedLoopError) -> bool:
     return False
 
 
-# ---------------------------------------------------------------------------- streaming
-
-_END = object()
+# ---------------------------------------------------------------------------- data plane
 
 
-class _Pipe:
-    """Worker thread → event loop hand-off. Streamed events are queued without a wake-up and
-    flushed (one wake-up, only if the loop is waiting) when the worker is about to wait on
-    the network (:class:`_Batching`) or the call ends; if the idle timer fires with events
-    queued, they are returned (the stream was not idle)."""
+def client_internals(client: Any) -> tuple[Any, Any]:
+    """The credentials object and the TLS ``verify`` setting of a botocore client.
 
-    __slots__ = ("_items", "_lock", "_loop", "_waiter")
-
-    def __init__(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._items: collections.deque[Any] = collections.deque()
-        self._lock = threading.Lock()
-        self._waiter: asyncio.Future[None] | None = None
-
-    def put(self, item: Any, *, wake: bool = True) -> None:
-        """Queue ``item``; with ``wake=False`` the loop is not woken yet (see :meth:`flush`)."""
-        with self._lock:
-            self._items.append(item)
-            if not wake:
-                return
-            waiter, self._waiter = self._waiter, None
-        if waiter is not None:
-            # RuntimeError: the loop is gone (the caller was torn down); nothing to wake.
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(_wake, waiter)
-
-    def flush(self) -> None:
-        """Wake the loop if it is waiting and items are queued."""
-        with self._lock:
-            if not self._items:
-                return
-            waiter, self._waiter = self._waiter, None
-        if waiter is not None:
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(_wake, waiter)
-
-    async def get(self, idle_timeout: float) -> Any:
-        """The next item; ``TimeoutError`` after ``idle_timeout`` seconds with none."""
-        while True:
-            with self._lock:
-                if self._items:
-                    return self._items.popleft()
-                waiter = self._loop.create_future()
-                self._waiter = waiter
-            # A timer handle rather than a cancel scope per wait: this is the hot path.
-            timer = self._loop.call_later(idle_timeout, _expire, waiter)
-            try:
-                await waiter
-            except TimeoutError:
-                with self._lock:
-                    if self._waiter is waiter:
-                        self._waiter = None
-                    if self._items:  # queued but not flushed: the stream was not idle
-                        return self._items.popleft()
-                raise
-            finally:
-                timer.cancel()
-
-
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError())
-
-
-class _Workers:
-    """A tiny pool of reusable *daemon* threads for blocking botocore calls.
-
-    Daemon, unlike ``concurrent.futures`` workers, so a call stuck before its response
-    headers (bounded only by botocore's read timeout) never holds up interpreter exit;
-    reused, because starting a thread per turn is measurable on a loopback turn.
+    botocore has no public accessor for either, and a caller's ``client=`` carries its own
+    (a profile, a role, a CA bundle): this is the one place that reads private attributes
+    (``client._request_signer._credentials``, ``client._endpoint.http_session._verify``).
+    ``tests/agentcore/test_transport.py`` fails loudly if botocore moves them; at run time
+    a missing attribute degrades to ``None`` (no credentials to lend the control plane, no
+    refresh ahead of signing) and ``True`` (verify with botocore's default CA bundle).
     """
-
-    IDLE_EXIT = 60.0  # seconds an idle worker waits for a job before exiting
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._idle = 0
-        self._lock = threading.Lock()
-
-    def submit(self, job: Callable[[], None]) -> None:
-        with self._lock:
-            reuse = self._idle > 0
-            if reuse:
-                self._idle -= 1  # reserve one waiting worker for this job
-        if reuse:
-            self._jobs.put(job)
-        else:
-            threading.Thread(
-                target=self._run, args=(job,), name="managedloop-agentcore", daemon=True
-            ).start()
-
-    def _run(self, job: Callable[[], None]) -> None:
-        while True:
-            job()
-            with self._lock:
-                self._idle += 1
-            while True:
-                try:
-                    job = self._jobs.get(timeout=self.IDLE_EXIT)
-                    break
-                except queue.Empty:
-                    with self._lock:
-                        if self._idle > 0 and self._jobs.empty():
-                            self._idle -= 1
-                            return
+    signer = getattr(client, "_request_signer", None)
+    credentials = getattr(signer, "_credentials", None)
+    http_session = getattr(getattr(client, "_endpoint", None), "http_session", None)
+    verify = getattr(http_session, "_verify", True)
+    return credentials, verify
 
 
-_workers = _Workers()
+_CAPTURE: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
+    "managedloop_agentcore_capture", default=None
+)
+_CAPTURE_ID = "managedloop-agentcore-capture"
 
 
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+def _capture(request: Any, **_: Any) -> Any:
+    """``before-send`` hook: take the serialized, signed request instead of sending it.
 
-
-class _Call:
-    """State shared between the worker thread and the async reader."""
-
-    __slots__ = ("cancelled", "lock", "response", "stream")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.cancelled = False
-        self.stream: Any = None
-        self.response: Any = None
-
-
-def abort_stream(stream: Any) -> None:
-    """Tear a botocore EventStream down so a read blocked in another thread returns now.
-
-    ``close()`` alone does not wake a thread blocked in ``recv``; shutting the socket down
-    does. Reaches urllib3's public ``HTTPResponse.connection.sock``.
+    Inert outside :func:`prepare_request` (a caller's own calls on a shared client are sent
+    by botocore as usual). The stand-in answer is an empty ``200``: botocore neither retries
+    nor reads it.
     """
-    raw = getattr(stream, "_raw_stream", None)
-    conn = getattr(raw, "connection", None) or getattr(raw, "_connection", None)
-    sock = getattr(conn, "sock", None)
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
+    box = _CAPTURE.get()
+    if box is None:
+        return None
+    box.append(request)
+    from botocore.awsrequest import AWSResponse
+    from botocore.compat import HTTPHeaders
+
+    return AWSResponse(request.url, 200, HTTPHeaders(), None)
+
+
+def install_capture(client: Any) -> None:
+    """Register :func:`_capture` last on ``client``'s ``before-send`` (idempotent).
+
+    Last, so a caller's own ``before-send`` hooks (e.g. a bearer token) still apply.
+    """
+    service_id = client.meta.service_model.service_id.hyphenize()
+    client.meta.events.register_last(f"before-send.{service_id}", _capture, unique_id=_CAPTURE_ID)
+
+
+def prepare_request(client: Any, operation: str, params: Mapping[str, Any]) -> Any:
+    """The ``AWSPreparedRequest`` botocore would send for ``client.<operation>(**params)``.
+
+    botocore's own pipeline runs (parameter validation, serialization, endpoint resolution,
+    user agent, the client's signer with its credentials and region); only the send is
+    skipped (:func:`_capture`). CPU only, unless the credentials are due for a refresh:
+    :func:`refresh_credentials` does that in a thread first.
+    """
+    box: list[Any] = []
+    token = _CAPTURE.set(box)
     try:
-        stream.close()
-    except Exception:  # a half-closed urllib3 response may raise on close; it is gone either way
-        logger.debug("closing an aborted event stream raised", exc_info=True)
-
-
-class _Batching:
-    """Wraps the urllib3 response botocore's ``EventStream`` reads: before each read of the
-    next chunk that would *wait* on the network, the events decoded so far are handed to the
-    loop in one wake-up. A burst of frames already received costs one cross-thread wake-up
-    instead of one per event, and no event waits for the network behind a read."""
-
-    __slots__ = ("_pipe", "_raw", "_sock")
-
-    def __init__(self, raw: Any, pipe: _Pipe) -> None:
-        self._raw = raw
-        self._pipe = pipe
-        conn = getattr(raw, "connection", None) or getattr(raw, "_connection", None)
-        self._sock = getattr(conn, "sock", None)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._raw, name)
-
-    def _ready(self) -> bool:
-        """Bytes of the next chunk are already here (reading them will not wait)."""
-        sock = self._sock
-        if sock is None:
-            return False
-        pending = getattr(sock, "pending", None)  # TLS: decrypted bytes held by the SSL object
-        if pending is not None and pending():
-            return True
-        try:
-            readable, _, _ = select.select([sock], [], [], 0)
-        except (OSError, ValueError):
-            return False
-        return bool(readable)
-
-    def stream(self, *args: Any, **kwargs: Any) -> Any:
-        chunks = self._raw.stream(*args, **kwargs)
-        while True:
-            if not self._ready():
-                self._pipe.flush()
-            try:
-                chunk = next(chunks)
-            except StopIteration:
-                return
-            yield chunk
-
-
-def _worker(call: Callable[[], Any], pipe: _Pipe, state: _Call) -> None:
-    stream: Any = None
-    try:
-        response = call()
-        stream = response["stream"]
-        with state.lock:
-            state.response = response
-            state.stream = stream
-            cancelled = state.cancelled
-        if cancelled:
-            return
-        stream._raw_stream = _Batching(stream._raw_stream, pipe)
-        for event in stream:
-            pipe.put(event, wake=False)  # woken by _Batching before the next blocking read
-        stream = None  # read to the end: urllib3 has released the connection to its pool
-        pipe.put(_END)
-    except BaseException as exc:  # handed to the reader, which maps and raises it
-        pipe.put(exc)
+        getattr(client, operation)(**params)
     finally:
-        if stream is not None:  # ended early (exception frame, bad CRC, abort): drop the socket
-            abort_stream(stream)
+        _CAPTURE.reset(token)
+    if not box:
+        raise ConfigError(
+            f"{operation}: the botocore client answered without sending a request (a stub or "
+            "a before-send hook returning a response?); the data plane needs the request",
+            code="unsupported_client",
+        )
+    return box[-1]
+
+
+async def refresh_credentials(credentials: Any) -> None:
+    """Refresh expiring credentials in a worker thread, so signing never blocks the loop.
+
+    botocore's chain is synchronous (STS, SSO, IMDS...); a refresh that is due would
+    otherwise run inside :func:`prepare_request` on the event loop.
+    """
+    due = getattr(credentials, "refresh_needed", None)
+    if due is not None and due():
+        await anyio.to_thread.run_sync(credentials.get_frozen_credentials)
+
+
+class EventDecoder:
+    """botocore's event-stream decoding, fed bytes as they arrive.
+
+    ``EventStreamBuffer`` splits and CRC-checks frames (``ChecksumMismatch``); each message
+    becomes a response dict parsed with botocore's ``EventStreamJSONParser`` against the
+    operation's event-stream shape, exactly as ``botocore.eventstream.EventStream`` does:
+    an exception frame raises ``EventStreamError``; an unknown event type parses to nothing
+    and is dropped.
+    """
+
+    __slots__ = ("_buffer", "_operation", "_parser", "_shape")
+
+    def __init__(self, operation_model: Any) -> None:
+        from botocore.eventstream import EventStreamBuffer
+        from botocore.parsers import EventStreamJSONParser
+
+        protocol = operation_model.service_model.resolved_protocol
+        if protocol not in ("rest-json", "json"):  # pragma: no cover - the model says rest-json
+            raise ConfigError(f"unsupported event-stream protocol {protocol!r}")
+        self._buffer = EventStreamBuffer()
+        self._parser = EventStreamJSONParser()
+        self._shape = operation_model.get_event_stream_output()
+        self._operation = operation_model.name
+
+    def feed(self, data: bytes) -> Iterator[dict[str, Any]]:
+        """The events completed by ``data`` (an incomplete frame waits for more bytes)."""
+        from botocore.exceptions import EventStreamError
+
+        self._buffer.add_data(data)
+        for message in self._buffer:
+            response = message.to_response_dict()
+            parsed = self._parser.parse(response, self._shape)
+            if response["status_code"] != 200:
+                raise EventStreamError(parsed, self._operation)
+            if parsed:
+                yield parsed
+
+
+def client_error(client: Any, operation_model: Any, status: int, headers: Any, body: bytes) -> Any:
+    """botocore's ``ClientError`` subclass for a non-2xx answer, as the client would raise."""
+    from botocore.awsrequest import HeadersDict
+    from botocore.parsers import create_parser
+
+    response = {
+        "status_code": status,
+        "headers": HeadersDict(list(headers.items())),
+        "body": body,
+        "context": {"operation_name": operation_model.name},
+    }
+    parser = create_parser(operation_model.service_model.resolved_protocol)
+    parsed = parser.parse(response, operation_model.output_shape)
+    code = parsed.get("Error", {}).get("Code")
+    return client.exceptions.from_code(code)(parsed, operation_model.name)
+
+
+class Wire:
+    """How to reach the data plane from a botocore client: its endpoint's TLS and proxy
+    settings and its connect timeout, read once (botocore resolves them per client)."""
+
+    __slots__ = ("_ops", "client", "connect_timeout", "credentials", "proxy", "ssl")
+
+    def __init__(self, client: Any) -> None:
+        from botocore.utils import get_environ_proxies
+
+        self.client = client
+        self.credentials, verify = client_internals(client)
+        config = client.meta.config
+        url = client.meta.endpoint_url
+        scheme = url.split(":", 1)[0]
+        proxies = config.proxies or get_environ_proxies(url)
+        self.proxy: str | None = proxies.get(scheme)
+        self.connect_timeout: float | None = config.connect_timeout
+        self.ssl: ssl.SSLContext | bool | None = None
+        if scheme == "https":
+            self.ssl = _ssl_context(verify, config.client_cert)
+        self._ops: dict[str, Any] = {}
+
+    def operation_model(self, operation: str) -> Any:
+        model = self._ops.get(operation)
+        if model is None:
+            meta = self.client.meta
+            model = meta.service_model.operation_model(meta.method_to_api_mapping[operation])
+            self._ops[operation] = model
+        return model
+
+
+def _ssl_context(verify: Any, client_cert: Any) -> ssl.SSLContext | bool:
+    if verify is False:
+        return False
+    from botocore.httpsession import get_cert_path
+
+    path: Any = get_cert_path(verify)
+    if not isinstance(path, str):
+        context = ssl.create_default_context()
+    elif os.path.isdir(path):
+        context = ssl.create_default_context(capath=path)
+    else:
+        context = ssl.create_default_context(cafile=path)
+    if isinstance(client_cert, str):
+        context.load_cert_chain(client_cert)
+    elif isinstance(client_cert, tuple):
+        context.load_cert_chain(*client_cert)
+    return context
+
+
+class HttpSessions:
+    """One aiohttp ``ClientSession`` per running event loop, open while something uses it.
+
+    A connection (or a command, or ``async with provider``) acquires it on its loop and
+    releases it when done; the last release closes it. Per loop, so ``run_sync`` (a fresh
+    loop per call) and ``run_sync`` from several threads at once never share sockets
+    across loops or leave a session behind on a dead loop.
+    """
+
+    __slots__ = ("_by_loop",)
+
+    def __init__(self) -> None:
+        self._by_loop: dict[asyncio.AbstractEventLoop, list[Any]] = {}  # loop: [session, users]
+
+    def __repr__(self) -> str:
+        return f"HttpSessions(loops={len(self._by_loop)})"
+
+    def acquire(self) -> None:
+        loop = asyncio.get_running_loop()
+        entry = self._by_loop.get(loop)
+        if entry is None or entry[0].closed:
+            connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=False)
+            session = aiohttp.ClientSession(
+                connector=connector,
+                # botocore's request carries its own User-Agent; it sends no Accept headers
+                # and reads the event stream as is.
+                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
+                auto_decompress=False,
+            )
+            entry = self._by_loop[loop] = [session, 0]
+        entry[1] += 1
+
+    def session(self) -> aiohttp.ClientSession:
+        session: aiohttp.ClientSession = self._by_loop[asyncio.get_running_loop()][0]
+        return session
+
+    async def release(self) -> None:
+        loop = asyncio.get_running_loop()
+        entry = self._by_loop.get(loop)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del self._by_loop[loop]
+            with anyio.CancelScope(shield=True):  # a cancelled caller still closes it
+                await entry[0].close()
+
+
+def _map_stream_error(
+    exc: Exception, *, operation: str, stream_code: str, idle_timeout: float
+) -> ManagedLoopError:
+    if isinstance(exc, aiohttp.SocketTimeoutError) or (
+        isinstance(exc, aiohttp.ServerTimeoutError)
+        and not isinstance(exc, aiohttp.ConnectionTimeoutError)
+    ):
+        return TransportError(
+            f"{operation}: no bytes for {idle_timeout}s (idle_timeout)",
+            code="stream_idle_timeout",
+            operation=operation,
+            idle_timeout=idle_timeout,
+        )
+    return map_error(exc, operation=operation, stream_code=stream_code)
 
 
 async def stream_call(
-    call: Callable[[], Any],
-    *,
+    clients: Clients,
     operation: str,
+    params: Mapping[str, Any],
+    *,
     idle_timeout: float,
     stream_code: str = "harness_stream_error",
     span_meta: dict[str, Any] | None = None,
     inflight: set[Callable[[], None]] | None = None,
 ) -> AsyncGenerator[dict[str, Any], None]:
-    """Run a blocking streamed botocore call in a thread; yield its events live.
+    """One streamed data-plane call (``operation`` is the client method name); yields its
+    events live, decoded as their bytes arrive.
 
-    Raises the mapped error of the call; ``TransportError(code="stream_idle_timeout")``
-    when nothing arrives for ``idle_timeout`` seconds. Stopping early aborts the stream;
-    so does calling the abort function registered in ``inflight`` while it runs (a
-    connection's ``aclose`` uses it when the consumer was torn down between events).
+    botocore prepares and signs the request (:func:`prepare_request`); aiohttp sends it on
+    the session of the running loop (:meth:`Clients.http`, acquired by the caller) and
+    reads the body; :class:`EventDecoder` decodes it. Raises the mapped error;
+    ``TransportError(code="stream_idle_timeout")`` when no bytes arrive for
+    ``idle_timeout`` seconds (headers included). Stopping early (cancellation, a ``run``
+    timeout, ``aclose``) closes the connection, and so does calling the abort function
+    registered in ``inflight`` while it runs (a connection's ``aclose`` uses it when the
+    consumer was torn down between events).
     """
-    pipe = _Pipe()
-    state = _Call()
-
-    def abort() -> None:
-        with state.lock:
-            state.cancelled = True
-            stream = state.stream
-        if stream is not None:
-            abort_stream(stream)
-
-    finished = False
     with telemetry.span("agent_core.request", span_meta or {"operation": operation}) as extra:
-        _workers.submit(lambda: _worker(call, pipe, state))
-        if inflight is not None:
-            inflight.add(abort)
         try:
-            while True:
-                try:
-                    item = await pipe.get(idle_timeout)
-                except TimeoutError:
-                    raise TransportError(
-                        f"{operation}: no event for {idle_timeout}s (idle_timeout)",
-                        code="stream_idle_timeout",
-                        operation=operation,
-                        idle_timeout=idle_timeout,
-                    ) from None
-                if item is _END:
-                    finished = True
-                    extra["status"] = 200
-                    return
-                if isinstance(item, BaseException):
-                    finished = True
-                    mapped = map_error(item, operation=operation, stream_code=stream_code)
-                    extra["status"] = mapped.context.get("status", 200 if state.stream else None)
-                    raise mapped from (item if isinstance(item, Exception) else None)
-                yield item
+            wire = clients.wire()
+            await refresh_credentials(wire.credentials)
+            request = prepare_request(wire.client, operation, params)
+            headers = {
+                k: v.decode() if isinstance(v, bytes) else v for k, v in request.headers.items()
+            }
+            response = await clients.http.session().request(
+                request.method,
+                yarl.URL(request.url, encoded=True),  # as signed: never re-quoted
+                data=request.body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(
+                    total=None, sock_connect=wire.connect_timeout, sock_read=idle_timeout
+                ),
+                ssl=wire.ssl if wire.ssl is not None else True,
+                proxy=wire.proxy,
+            )
+        except Exception as exc:
+            mapped = _map_stream_error(
+                exc, operation=operation, stream_code=stream_code, idle_timeout=idle_timeout
+            )
+            extra["status"] = mapped.context.get("status")
+            raise mapped from (None if mapped is exc else exc)
+        finished = False
+        if inflight is not None:
+            inflight.add(response.close)
+        try:
+            op_model = wire.operation_model(operation)
+            if response.status >= 300:
+                body = await response.read()
+                finished = True
+                raise client_error(wire.client, op_model, response.status, response.headers, body)
+            decoder = EventDecoder(op_model)
+            content = response.content
+            while chunk := await content.readany():
+                for event in decoder.feed(chunk):
+                    yield event
+            finished = True
+            extra["status"] = 200
+        except Exception as exc:
+            mapped = _map_stream_error(
+                exc, operation=operation, stream_code=stream_code, idle_timeout=idle_timeout
+            )
+            extra["status"] = mapped.context.get("status", response.status)
+            raise mapped from (None if mapped is exc else exc)
         finally:
             if inflight is not None:
-                inflight.discard(abort)
-            if not finished:
-                abort()
+                inflight.discard(response.close)
+            if finished:
+                response.release()
+            else:  # ended early: drop the connection, so the server sees us go
+                response.close()

@@ -315,9 +315,11 @@ class BedrockAgentCore:
         self.close()
 
     async def __aenter__(self) -> BedrockAgentCore:
+        self.clients.http.acquire()  # keep this loop's HTTP session open across runs
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        await self.clients.http.release()
         self.close()
 
     # -------------------------------------------------------------- sessions
@@ -444,34 +446,38 @@ class BedrockAgentCore:
         }
         if qualifier is not None:
             params["qualifier"] = qualifier
-        client = self.clients.data()
         stdout: list[str] = []
         stderr: list[str] = []
         exit_code: int | None = None
         stream = stream_call(
-            lambda: client.invoke_agent_runtime_command(**params),
-            operation="invoke_agent_runtime_command",
+            self.clients,
+            "invoke_agent_runtime_command",
+            params,
             idle_timeout=idle_timeout,
             stream_code="command_stream_error",
             span_meta=_request_meta("invoke_agent_runtime_command", params),
         )
-        async with contextlib.aclosing(stream) as events:
-            async for event in events:
-                body_ev = event.get("chunk", event)
-                delta = body_ev.get("contentDelta")
-                if isinstance(delta, Mapping):
-                    for key, sink in (("stdout", stdout), ("stderr", stderr)):
-                        text = delta.get(key)
-                        if isinstance(text, str) and text:
-                            sink.append(text)
-                            if on_output is not None:
-                                value = on_output(key, text)
-                                if inspect.isawaitable(value):
-                                    await value
-                stop = body_ev.get("contentStop")
-                if isinstance(stop, Mapping):
-                    code = stop.get("exitCode")
-                    exit_code = code if isinstance(code, int) else None
+        self.clients.http.acquire()
+        try:
+            async with contextlib.aclosing(stream) as events:
+                async for event in events:
+                    body_ev = event.get("chunk", event)
+                    delta = body_ev.get("contentDelta")
+                    if isinstance(delta, Mapping):
+                        for key, sink in (("stdout", stdout), ("stderr", stderr)):
+                            text = delta.get(key)
+                            if isinstance(text, str) and text:
+                                sink.append(text)
+                                if on_output is not None:
+                                    value = on_output(key, text)
+                                    if inspect.isawaitable(value):
+                                        await value
+                    stop = body_ev.get("contentStop")
+                    if isinstance(stop, Mapping):
+                        code = stop.get("exitCode")
+                        exit_code = code if isinstance(code, int) else None
+        finally:
+            await self.clients.http.release()
         return CommandResult(stdout="".join(stdout), stderr="".join(stderr), exit_code=exit_code)
 
     def artifact_store(
@@ -537,6 +543,7 @@ class _Connection(ConnectionBase):
         self._last_events: list[RawEvent] = []
         self._parsed: _converse.ParsedTurn | None = None
         self._inflight: set[Callable[[], None]] = set()
+        self._http_held = False  # this loop's HTTP session, acquired on the first turn
         p = provider
         params: dict[str, Any] = {"harnessArn": harness_arn, "runtimeSessionId": session_id}
         if p.endpoint_name is not None:
@@ -589,7 +596,9 @@ class _Connection(ConnectionBase):
     async def turn(self, input: TurnInput) -> AsyncIterator[RawEvent | TurnRestart]:
         params = self.request_params(input)
         p = self.provider
-        client = p.clients.data()
+        if not self._http_held:
+            p.clients.http.acquire()
+            self._http_held = True
         attempts = 1 + p.invoke_retries
         meta = _request_meta("invoke_harness", params)
         last: ManagedLoopError | None = None
@@ -612,8 +621,9 @@ class _Connection(ConnectionBase):
             events: list[RawEvent] = []
             stopped = False
             stream = stream_call(
-                lambda: client.invoke_harness(**params),
-                operation="invoke_harness",
+                p.clients,
+                "invoke_harness",
+                params,
                 idle_timeout=p.idle_timeout,
                 span_meta=meta,
                 inflight=self._inflight,
@@ -647,9 +657,13 @@ class _Connection(ConnectionBase):
         raise last
 
     async def aclose(self) -> None:
-        """Abort an invoke still streaming (a consumer torn down between two events)."""
+        """Abort an invoke still streaming (a consumer torn down between two events) and
+        release the loop's HTTP session (idempotent)."""
         for abort in list(self._inflight):
             abort()
+        if self._http_held:
+            self._http_held = False
+            await self.provider.clients.http.release()
 
     def normalize(self, events: Sequence[RawEvent]) -> TurnResult:
         # Pure in effect: the parse is kept only to build the next resume without a re-parse.
