@@ -107,10 +107,30 @@ async def test_design_snippet_with_a_client_on_one_loop() -> None:
     assert follow.text == "You said: more"
 
 
+def test_passed_client_serves_run_sync_calls_and_stays_unbound() -> None:
+    """DESIGN.md's snippet as written: ``client=`` an ``AsyncAnthropic`` and ``run_sync``
+    twice (``resume=``). Each sync call's loop is thrown away, so a copy of the caller's
+    client with its own pool serves it and is closed with it: the caller's client is never
+    bound to a dead loop, and no socket is left behind (warnings are errors here)."""
+    with ClaudeEmulator() as emu:
+        client = anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key)
+        provider = ClaudeManagedAgents(client=client)
+        first = ml.run_sync(provider, agent=WEATHER, prompt="Weather in Paris?")
+        again = ml.run_sync(provider, agent=WEATHER, prompt="And Rome?", resume=first)
+        other = ml.run_sync(ClaudeManagedAgents(client=client), agent=WEATHER, prompt="z")
+    assert first.terminal is ml.Terminal.END_TURN
+    assert again.session_id == first.session_id
+    assert again.text == "You said: And Rome?"
+    assert other.terminal is ml.Terminal.END_TURN
+    assert not client.is_closed()  # the caller's client is the caller's to close
+
+
 def test_passed_client_on_a_closed_loop_is_a_named_error() -> None:
-    """``run_sync`` twice with one passed client: its pool belongs to the first loop. We
-    say so up front instead of failing inside the HTTP pool. (The client here keeps no idle
-    socket, so the first loop's end leaks nothing; a default pool would keep one.)"""
+    """The caller's own client used on two loops by hand (two ``asyncio.run``): its pool
+    belongs to the first. We say so up front instead of failing inside the HTTP pool. (The
+    client here keeps no idle socket, so the first loop's end leaks nothing.)"""
+    import asyncio
+
     import httpx2
 
     with ClaudeEmulator() as emu:
@@ -120,13 +140,14 @@ def test_passed_client_on_a_closed_loop_is_a_named_error() -> None:
             http_client=httpx2.AsyncClient(limits=httpx2.Limits(max_keepalive_connections=0)),
         )
         provider = ClaudeManagedAgents(client=client)
-        assert ml.run_sync(provider, agent=WEATHER, prompt="x").terminal is ml.Terminal.END_TURN
+        first = asyncio.run(ml.run(provider, agent=WEATHER, prompt="x"))
+        assert first.terminal is ml.Terminal.END_TURN
         with pytest.raises(ml.InvalidOptionsError) as info:
-            ml.run_sync(provider, agent=WEATHER, prompt="y")
+            asyncio.run(ml.run(provider, agent=WEATHER, prompt="y"))
         assert info.value.code == "client_loop_closed"
         # tracked per client, not per provider: a second provider on it is refused too
         with pytest.raises(ml.InvalidOptionsError) as info:
-            ml.run_sync(ClaudeManagedAgents(client=client), agent=WEATHER, prompt="z")
+            asyncio.run(ml.run(ClaudeManagedAgents(client=client), agent=WEATHER, prompt="z"))
         assert info.value.code == "client_loop_closed"
         assert len(emu.state.sessions) == 1  # refused before any request
 

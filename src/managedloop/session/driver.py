@@ -23,6 +23,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from managedloop import telemetry
+from managedloop._loops import ephemeral_loop
 from managedloop.errors import (
     ManagedLoopError,
     ProviderError,
@@ -314,7 +315,11 @@ def syncify(fn: Callable[P, Awaitable[R]]) -> Callable[P, R]:
         async def call() -> R:
             return await fn(*args, **kwargs)
 
-        return anyio.run(call)
+        token = ephemeral_loop.set(True)  # hosts must not bind a caller's client to this loop
+        try:
+            return anyio.run(call)
+        finally:
+            ephemeral_loop.reset(token)
 
     wrapper.__name__ = f"{fn.__name__}_sync"
     wrapper.__qualname__ = wrapper.__name__

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from managedloop import telemetry
+from managedloop._loops import ephemeral_loop
 from managedloop.config import MISSING, Secret, resolve
 from managedloop.errors import (
     APIStatusError,
@@ -372,8 +373,10 @@ class ClientSource:
       closed (``AsyncAnthropic.close()``) when the last lease on that loop ends, or when the
       provider is exited (``async with provider:`` keeps it open across sessions).
     * **Passed by the user**: used as is and never closed: the caller owns it (``async
-      with client:``). Using it again after the loop it ran on has closed (``run_sync``
-      twice with one client) raises ``InvalidOptionsError(code="client_loop_closed")``
+      with client:``) — except inside a ``*_sync`` call, whose loop is thrown away: there
+      a copy of it with its own HTTP pool serves the call and is closed with it. Using the
+      client itself on a second loop after the first has closed (two ``asyncio.run``)
+      raises ``InvalidOptionsError(code="client_loop_closed")``
       instead of failing later inside the HTTP pool.
     """
 
@@ -402,7 +405,7 @@ class ClientSource:
     def current(self) -> anthropic.AsyncAnthropic:
         """The client for the running loop (built if needed; not counted as a lease)."""
         loop = asyncio.get_running_loop()
-        if self._user is not None:
+        if self._user is not None and not ephemeral_loop.get():
             # Tracked per client object, not per provider: several providers may share one.
             first = _CLIENT_LOOPS.get(self._user)
             if first is None or first.is_closed():
@@ -423,14 +426,24 @@ class ClientSource:
             self._clients.pop(other, None)
         entry = self._clients.get(loop)
         if entry is None:
-            entry = [build_client(self._settings, max_retries=self._max_retries), 0]
+            if self._user is not None:
+                # A *_sync call's loop ends with the call: serve it from a copy of the
+                # caller's client (same auth, base URL, headers, retries) with an HTTP pool
+                # of our own, closed with the call, so the caller's client is never bound
+                # to a dead loop and can serve the next call.
+                import anthropic
+
+                derived = self._user.copy(http_client=anthropic.DefaultAsyncHttpxClient())
+                entry = [derived, 0]
+            else:
+                entry = [build_client(self._settings, max_retries=self._max_retries), 0]
             self._clients[loop] = entry
         client: anthropic.AsyncAnthropic = entry[0]
         return client
 
     def acquire(self) -> anthropic.AsyncAnthropic:
         client = self.current()
-        if self._user is None:
+        if client is not self._user:
             self._clients[asyncio.get_running_loop()][1] += 1
         return client
 
@@ -439,7 +452,7 @@ class ClientSource:
         return Lease(self, self.acquire())
 
     async def release(self, client: anthropic.AsyncAnthropic) -> None:
-        if self._user is not None:
+        if client is self._user:
             return
         loop = asyncio.get_running_loop()
         entry = self._clients.get(loop)
