@@ -282,16 +282,13 @@ class ClaudeConnection(ConnectionBase):
             try:
                 response = await self._post(remaining)
             except (TransportError, APIStatusError) as exc:
-                if isinstance(exc, AuthenticationError):
-                    raise
-                status = exc.status if isinstance(exc, APIStatusError) else None
-                if status is not None and status < 500 and status not in (408, 429):
+                if not _retryable(exc):
                     raise
                 attempt += 1
                 if attempt >= SEND_ATTEMPTS:
                     raise
                 await self.options.sleep(self._retry_delay(exc, attempt))
-                if status == 429:
+                if isinstance(exc, APIStatusError) and exc.status == 429:
                     continue  # a 429 was not accepted: resend as is
                 landed, landed_ids = self._landed(remaining, await self.history(), marker)
                 ids.extend(landed_ids)
@@ -477,11 +474,8 @@ class ClaudeConnection(ConnectionBase):
             try:
                 self._stream = await self._open_stream()
                 history = await self.history()
-            except AuthenticationError:
-                raise
             except (TransportError, APIStatusError) as exc:
-                status = exc.status if isinstance(exc, APIStatusError) else None
-                if status is not None and status < 500 and status not in (408, 429):
+                if not _retryable(exc):
                     raise  # the session is gone or refused: reconnecting cannot help
                 if self._stream is not None:
                     await self._stream.aclose()
@@ -566,6 +560,15 @@ async def _raw_pages(
 
     items = await api.list_all(path, page)
     return [e for e in items if isinstance(e, dict)]
+
+
+def _retryable(exc: TransportError | APIStatusError) -> bool:
+    """Whether a failed send or reconnect may be tried again: a transport failure, a 5xx,
+    a 408 or a 429. Never an auth failure (a bearer-file one carries no status)."""
+    if isinstance(exc, AuthenticationError):
+        return False
+    status = exc.status if isinstance(exc, APIStatusError) else None
+    return status is None or status >= 500 or status in (408, 429)
 
 
 def _same_event(sent: Mapping[str, Any], echo: Mapping[str, Any]) -> bool:
