@@ -412,9 +412,10 @@ class ClientSource:
                 if first is not None and first is not loop:
                     raise InvalidOptionsError(
                         "this anthropic.AsyncAnthropic was used on an event loop that has "
-                        "closed (e.g. an earlier run_sync); its connection pool cannot be "
-                        "reused. With run_sync, let ClaudeManagedAgents build the client "
-                        "(api_key=/base_url= or config), or use one loop (await ml.run).",
+                        "closed (e.g. an earlier asyncio.run); its connection pool cannot be "
+                        "reused. Use one loop per client, ml.run_sync (which serves each "
+                        "call from a copy of it), or let ClaudeManagedAgents build the "
+                        "client (api_key=/base_url= or config).",
                         code="client_loop_closed",
                         option="client",
                     )

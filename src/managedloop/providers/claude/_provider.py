@@ -179,12 +179,13 @@ class ClaudeManagedAgents:
     :mod:`managedloop.config`). ``agent`` / ``environment`` take a :class:`ClaudeHandle`
     (or its dict) or raw ids; ``session_id`` reattaches to an existing session.
 
-    Client ownership: a ``client=`` you pass is used as is and never closed; you own it
-    (``async with client:``) and it serves one event loop. ``run_sync`` / ``*_sync`` run
-    each call on a fresh loop: there, let the provider build the client from config
-    (``api_key=`` / ``bearer_token_file=`` / ``base_url=`` or the environment); it builds
-    one per loop and closes it when the last session or call on that loop ends (``async
-    with provider:`` keeps it open across sessions).
+    Client ownership (see :class:`~managedloop.providers.claude._api.ClientSource`): a
+    ``client=`` you pass is never closed; you own it (``async with client:``) and it serves
+    one event loop. ``run_sync`` / ``*_sync`` run each call on a throwaway loop, served by a
+    copy of your client with its own HTTP pool, closed with the call. Without ``client=``
+    the provider builds one client per loop from config and closes it when the last
+    session or call on that loop ends (``async with provider:`` keeps it open across
+    sessions).
     """
 
     name: ClassVar[str] = "claude"
@@ -282,8 +283,9 @@ class ClaudeManagedAgents:
     @property
     def client(self) -> anthropic.AsyncAnthropic:
         """The SDK client for the running event loop: the one passed as ``client=`` (the
-        caller owns and closes it), or one built from config per event loop and closed
-        when the last session or call on that loop ends (or at ``aclose()``)."""
+        caller owns and closes it; inside a ``*_sync`` call, a per-call copy of it), or one
+        built from config per event loop and closed when the last session or call on that
+        loop ends (or at ``aclose()``)."""
         return self._clients.current()
 
     def _api(self, metadata: Mapping[str, Any] | None = None) -> Api:
