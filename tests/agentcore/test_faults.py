@@ -236,6 +236,16 @@ async def test_a_dropped_connection_is_retried_with_restart() -> None:
     assert len(rec.live) == sum(FRAMES) + 5
 
 
+async def test_a_connection_that_keeps_dropping_is_named_a_connection_failure() -> None:
+    faults = AgentCoreFaults(drop_after=2, times=None)
+    async with AgentCoreEmulator(SCRIPT, faults=faults) as emu:
+        with make_provider(emu) as provider, pytest.raises(ml.TransportError) as info:
+            await ml.run(provider, agent=AGENT, prompt="go")
+    assert info.value.code == "transport_error"
+    assert "connection failed" in str(info.value)
+    assert info.value.context["attempts"] == 3
+
+
 @pytest.mark.parametrize("status", [429, 500, 503])
 async def test_throttling_and_5xx_before_the_stream_are_retried(status: int) -> None:
     async with AgentCoreEmulator(SCRIPT, faults=AgentCoreFaults(status=status, times=2)) as emu:

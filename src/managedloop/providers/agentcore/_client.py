@@ -617,6 +617,14 @@ def _map_stream_error(
             operation=operation,
             idle_timeout=idle_timeout,
         )
+    if isinstance(exc, aiohttp.ClientError):
+        # A dropped or refused connection (``ClientPayloadError``, ``ServerDisconnectedError``,
+        # ...): most are not ``OSError``s, and ``map_error`` only knows botocore and urllib3.
+        return TransportError(
+            f"{operation}: connection failed ({type(exc).__name__}: {exc})",
+            code="transport_error",
+            operation=operation,
+        )
     return map_error(exc, operation=operation, stream_code=stream_code)
 
 
