@@ -31,12 +31,16 @@ from managedloop.errors import (
     TransportError,
 )
 from managedloop.providers.local._http import parse_retry_after
-from managedloop.providers.local._types import ChatRequest, ChatResponse, decode_arguments
+from managedloop.providers.local._types import (
+    ChatRequest,
+    ChatResponse,
+    decode_arguments,
+    excerpt,
+)
 
 __all__ = ["AnthropicChat", "from_messages_response", "to_messages_request"]
 
 DEFAULT_MAX_TOKENS = 4096  # the Messages API requires max_tokens; override in model_config
-_BODY_EXCERPT = 500
 
 _FINISH = {
     "end_turn": "stop",
@@ -199,7 +203,7 @@ class AnthropicChat:
             message = await self._client.messages.create(**to_messages_request(request))
         except sdk.APIStatusError as exc:
             kind = AuthenticationError if exc.status_code == 401 else APIStatusError
-            body = str(exc.body)[:_BODY_EXCERPT]
+            body = excerpt(str(exc.body))
             retry_after = exc.response.headers.get("retry-after")
             raise kind(
                 f"the Messages API answered HTTP {exc.status_code}: {body}",

@@ -43,12 +43,12 @@ from managedloop.providers.local._types import (
     ChatResponse,
     History,
     encode,
+    excerpt,
     parse_chat_completion,
 )
 
 __all__ = ["ClientPool", "OpenAIChat", "parse_retry_after"]
 
-_BODY_EXCERPT = 500  # characters of an error body kept in the exception context
 _MAX_SSE_LINE = 1 << 24  # one SSE line may carry a whole tool call's arguments; 16 MiB is ample
 _EXPECTED = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 
@@ -123,17 +123,13 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-def _excerpt(text: str) -> str:
-    return text if len(text) <= _BODY_EXCERPT else text[:_BODY_EXCERPT] + "..."
-
-
 def status_error(status: int, body: str, retry_after: float | None) -> APIStatusError:
     """The exception for a non-2xx answer (the body trimmed; never a header)."""
     kind = AuthenticationError if status == 401 else APIStatusError
     return kind(
-        f"the chat endpoint answered HTTP {status}: {_excerpt(body)}",
+        f"the chat endpoint answered HTTP {status}: {excerpt(body)}",
         status=status,
-        body=_excerpt(body),
+        body=excerpt(body),
         retry_after=retry_after,
     )
 
@@ -212,7 +208,7 @@ class OpenAIChat:
             raise MalformedResponseError(
                 "the chat response is not JSON",
                 code="malformed_chat_response",
-                body=_excerpt(raw.decode("utf-8", "replace")),
+                body=excerpt(raw.decode("utf-8", "replace")),
             ) from None
         return parse_chat_completion(decoded)
 
@@ -244,7 +240,7 @@ async def _read_stream(resp: aiohttp.ClientResponse, request: ChatRequest) -> Ch
             raise MalformedResponseError(
                 "a streamed chat chunk is not a JSON object",
                 code="malformed_chat_response",
-                body=_excerpt(data.decode("utf-8", "replace")),
+                body=excerpt(data.decode("utf-8", "replace")),
             ) from None
         if isinstance(chunk.get("usage"), Mapping):
             usage = chunk["usage"]

@@ -35,6 +35,7 @@ __all__ = [
     "History",
     "decode_arguments",
     "encode",
+    "excerpt",
     "parse_chat_completion",
 ]
 
@@ -110,7 +111,8 @@ class ChatFunction(Protocol):
     async def __call__(self, request: ChatRequest, /) -> ChatResponse | Mapping[str, Any]: ...
 
 
-def _excerpt(value: Any) -> str:
+def excerpt(value: Any) -> str:
+    """A bad body, trimmed for an exception's context (a non-string as its ``repr``)."""
     text = value if isinstance(value, str) else repr(value)
     return text if len(text) <= _BODY_EXCERPT else text[:_BODY_EXCERPT] + "..."
 
@@ -125,7 +127,7 @@ def parse_chat_completion(body: Any) -> ChatResponse:
         raise MalformedResponseError(
             "the chat response has no choices[0].message / finish_reason",
             code="malformed_chat_response",
-            body=_excerpt(body),
+            body=excerpt(body),
         ) from None
     if not isinstance(message, Mapping) or not (
         finish_reason is None or isinstance(finish_reason, str)
@@ -133,7 +135,7 @@ def parse_chat_completion(body: Any) -> ChatResponse:
         raise MalformedResponseError(
             "the chat response's choices[0].message is not an object",
             code="malformed_chat_response",
-            body=_excerpt(body),
+            body=excerpt(body),
         )
     usage = body.get("usage")
     return ChatResponse(
@@ -151,7 +153,7 @@ def coerce_response(value: Any) -> ChatResponse:
     raise MalformedResponseError(
         f"a chat function returned {type(value).__name__}, not a ChatResponse",
         code="malformed_chat_response",
-        body=_excerpt(value),
+        body=excerpt(value),
     )
 
 
