@@ -117,7 +117,7 @@ def test_outputs_dir_convention() -> None:
 
 
 def test_a_files_list_without_data_is_unexpected_response() -> None:
-    from managedloop.providers.claude._provider import _Page
+    from managedloop.providers.claude._api import Page as _Page
 
     with pytest.raises(ml.ProviderError) as info:
         _Page({"items": []})

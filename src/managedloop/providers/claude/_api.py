@@ -38,6 +38,7 @@ from managedloop.errors import (
     ConfigError,
     InvalidOptionsError,
     ManagedLoopError,
+    ProviderError,
     TransportError,
 )
 
@@ -45,7 +46,15 @@ if TYPE_CHECKING:
     import anthropic
     import httpx2
 
-__all__ = ["Api", "ClientSettings", "ClientSource", "build_client", "map_error", "settings"]
+__all__ = [
+    "Api",
+    "ClientSettings",
+    "ClientSource",
+    "Page",
+    "build_client",
+    "map_error",
+    "settings",
+]
 
 T = TypeVar("T")
 
@@ -279,6 +288,30 @@ def map_error(exc: BaseException) -> ManagedLoopError:
     return TransportError(f"unexpected client failure: {type(exc).__name__}", reason="unknown")
 
 
+class Page:
+    """One page of a list answer, read from its raw JSON ``body`` (SDK models would mis-type
+    event types they do not know). A body without a ``data`` list raises
+    ``ProviderError(code="unexpected_response")`` when ``strict``, else is an empty last page.
+    """
+
+    __slots__ = ("data", "next_page")
+
+    def __init__(self, body: Any, *, strict: bool = True) -> None:
+        mapping = body if isinstance(body, Mapping) else {}
+        data = mapping.get("data")
+        if not isinstance(data, list):
+            if strict:
+                raise ProviderError(
+                    "the list answer has no data list",
+                    code="unexpected_response",
+                    body=str(body)[:500],
+                )
+            data = []
+        self.data: list[Any] = data
+        nxt = mapping.get("next_page")
+        self.next_page = nxt if isinstance(nxt, str) else None
+
+
 class Api:
     """The calls this host makes, each a telemetry ``request`` span with mapped errors."""
 
@@ -338,6 +371,17 @@ class Api:
             seen.add(nxt)
             cursor = nxt
         return items
+
+    async def list_raw(
+        self, path: str, fetch: Callable[[str | None], Awaitable[Any]], *, strict: bool = True
+    ) -> list[dict[str, Any]]:
+        """Every item of a list endpoint as raw JSON dicts; ``fetch(cursor)`` returns the
+        SDK's raw response (``with_raw_response``) of one page (see :class:`Page`)."""
+
+        async def page(cursor: str | None) -> Page:
+            return Page((await fetch(cursor)).http_response.json(), strict=strict)
+
+        return [i for i in await self.list_all(path, page) if isinstance(i, dict)]
 
 
 _CLIENT_LOOPS: weakref.WeakKeyDictionary[Any, asyncio.AbstractEventLoop] = (

@@ -643,13 +643,11 @@ class ClaudeManagedAgents:
                 kwargs["scope_id"] = session_id
             if cursor is not None:
                 kwargs["page"] = cursor
-            raw = await self.client.beta.files.with_raw_response.list(
+            return await self.client.beta.files.with_raw_response.list(
                 **kwargs, extra_headers=api.files_headers, timeout=self._settings.receive_timeout
             )
-            return _Page(raw.http_response.json())
 
-        items = await api.list_all("/v1/files", page)
-        return [dict(i) for i in items if isinstance(i, Mapping)]
+        return await api.list_raw("/v1/files", page)
 
     @_leased
     async def download_file(self, file_id: str) -> bytes:
@@ -728,18 +726,3 @@ def _check_tools(request: OpenRequest, session: Any) -> None:
                 "schema); the spec's implementation serves it",
                 name,
             )
-
-
-class _Page:
-    __slots__ = ("data", "next_page")
-
-    def __init__(self, body: Any) -> None:
-        if not isinstance(body, Mapping) or not isinstance(body.get("data"), list):
-            raise ProviderError(
-                "the files list answer has no data list",
-                code="unexpected_response",
-                body=str(body)[:500],
-            )
-        self.data: list[Any] = body["data"]
-        nxt = body.get("next_page")
-        self.next_page = nxt if isinstance(nxt, str) else None
