@@ -19,9 +19,10 @@ botocore behaviours relied on (``agentcore-wire.md`` §2.4-2.5, checked against 
   ``runtimeClientError``); a bad CRC raises ``ChecksumMismatch``; a stream cut short ends
   *silently* (callers check ``messageStop``);
 * ``retries={"total_max_attempts": 1}`` means exactly one attempt (``max_attempts: 1``
-  would mean two). Control-plane calls use botocore's retries; a data-plane call is never
-  retried by botocore (the stand-in answer is a 200), only by our own loop, which can tell
-  the caller (``RESTART``).
+  would mean two), and every client built here has it. A data-plane call is never retried
+  by botocore (the stand-in answer is a 200), only by our own loop, which can tell the
+  caller (``RESTART``); provisioning retries its idempotent control-plane reads itself,
+  within its budget (``_provision._call``).
 """
 
 from __future__ import annotations
@@ -195,7 +196,7 @@ class Clients:
                 return out
         return {}
 
-    def build(self, service: str, *, read_timeout: float, attempts: int = 1) -> Any:
+    def build(self, service: str, *, read_timeout: float) -> Any:
         """A new client of ``service`` (the caller closes it, or :meth:`data` owns it)."""
         _botocore()
         from botocore.config import Config
@@ -203,7 +204,7 @@ class Clients:
         cfg = Config(
             read_timeout=read_timeout,
             connect_timeout=min(CONNECT_TIMEOUT, read_timeout),
-            retries={"mode": "standard", "total_max_attempts": attempts},
+            retries={"mode": "standard", "total_max_attempts": 1},
             tcp_keepalive=True,
             user_agent_extra="managedloop",
         )
@@ -237,6 +238,8 @@ class Clients:
         our own calls.
         """
         if self._client is None:
+            # It never sends, so its read timeout only caps the connect timeout that
+            # :class:`Wire` hands to aiohttp (``min(CONNECT_TIMEOUT, idle_timeout)``).
             self._client = self.build("bedrock-agentcore", read_timeout=self._read_timeout)
             self._owned.append(self._client)
         return self._client
