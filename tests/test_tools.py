@@ -17,7 +17,7 @@ import pydantic
 import pytest
 
 import managedloop as ml
-from managedloop.handler import error_payload, run_tool_calls
+from managedloop.handler import error_payload, is_error_payload, run_tool_calls
 
 pytestmark = pytest.mark.anyio
 
@@ -247,6 +247,13 @@ async def test_plain_object_handlers_sync_and_async() -> None:
 
 def test_error_payload_shape() -> None:
     assert error_payload("boom") == '{"error": "boom", "isError": true}'
+
+
+def test_is_error_payload_reads_back_error_payload_only() -> None:
+    assert is_error_payload(error_payload("boom"))
+    assert is_error_payload(' {"isError": true}')
+    for text in ("boom", "", "{", '{"isError": "true"}', '{"error": "x"}', "[1]"):
+        assert not is_error_payload(text)
 
 
 def test_toolset_protocol() -> None:

@@ -24,7 +24,7 @@ import contextlib
 import inspect
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import pydantic
@@ -34,10 +34,7 @@ from managedloop import telemetry
 from managedloop.errors import ToolError
 from managedloop.results import SessionInfo, ToolResult, ToolUse
 
-if TYPE_CHECKING:
-    from managedloop.tools import Toolset
-
-__all__ = ["Handler", "call_tool", "run_tool_calls"]
+__all__ = ["Handler", "error_payload", "is_error_payload", "run_tool_calls"]
 
 
 @runtime_checkable
@@ -50,11 +47,6 @@ class Handler(Protocol):
 
 class _UnknownToolError(Exception):
     """A toolset was asked for a tool it does not have (becomes an error result)."""
-
-
-async def call_tool(toolset: Toolset, name: str, input: dict[str, Any], info: SessionInfo) -> Any:
-    """Validate and run one tool of a toolset; errors propagate (see :func:`run_tool_calls`)."""
-    return await toolset.handle_tool_call(name, input, info)
 
 
 _NO_TIMEOUT = contextlib.nullcontext()
@@ -150,3 +142,14 @@ async def run_tool_calls(
 def error_payload(text: str) -> str:
     """The JSON an error result becomes where a wire has no ``is_error`` flag."""
     return json.dumps({"error": text, "isError": True})
+
+
+def is_error_payload(text: str) -> bool:
+    """Whether ``text`` is an :func:`error_payload` (a JSON object with ``"isError": true``)."""
+    if not text.lstrip().startswith("{"):
+        return False  # most results are plain text: skip the JSON parse
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and value.get("isError") is True

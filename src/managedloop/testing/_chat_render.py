@@ -21,6 +21,8 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from managedloop.handler import is_error_payload
+from managedloop.providers.local._types import text_of
 from managedloop.results import ToolResult
 from managedloop.testing.script import ModelRequest, Reply, ScriptedAgent, dumps_args
 from managedloop.tools import ToolDefinition
@@ -33,26 +35,6 @@ __all__ = [
     "render_messages_response",
     "sse_chunks",
 ]
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            p.get("text", "") for p in content if isinstance(p, Mapping) and p.get("type") == "text"
-        )
-    return ""
-
-
-def _is_error(content: str) -> bool:
-    if not content.startswith("{"):
-        return False
-    try:
-        value = json.loads(content)
-    except ValueError:
-        return False
-    return isinstance(value, dict) and value.get("isError") is True
 
 
 def _definitions(tools: Any) -> list[ToolDefinition]:
@@ -75,7 +57,7 @@ def model_request(body: Mapping[str, Any]) -> ModelRequest:
     """What a Chat Completions request body says the model was sent."""
     messages: Sequence[Mapping[str, Any]] = body.get("messages") or []
     turn = sum(1 for m in messages if m.get("role") == "assistant")
-    system = next((_text(m.get("content")) for m in messages if m.get("role") == "system"), None)
+    system = next((text_of(m.get("content")) for m in messages if m.get("role") == "system"), None)
     user_text: str | None = None
     results: list[ToolResult] = []
     for m in reversed(messages):
@@ -83,12 +65,14 @@ def model_request(body: Mapping[str, Any]) -> ModelRequest:
         if role == "assistant":
             break
         if role == "user" and user_text is None:
-            user_text = _text(m.get("content"))
+            user_text = text_of(m.get("content"))
         elif role == "tool":
-            text = _text(m.get("content"))
+            text = text_of(m.get("content"))
             results.append(
                 ToolResult(
-                    tool_use_id=str(m.get("tool_call_id")), text=text, is_error=_is_error(text)
+                    tool_use_id=str(m.get("tool_call_id")),
+                    text=text,
+                    is_error=is_error_payload(text),
                 )
             )
     results.reverse()
@@ -115,7 +99,7 @@ def messages_api_request(body: Mapping[str, Any]) -> ModelRequest:
         texts = []
         for block in blocks:
             if block.get("type") == "tool_result":
-                text = _text(block.get("content"))
+                text = text_of(block.get("content"))
                 results.append(
                     ToolResult(
                         tool_use_id=str(block.get("tool_use_id")),

@@ -30,6 +30,7 @@ from managedloop.errors import (
     ConfigError,
     TransportError,
 )
+from managedloop.handler import is_error_payload
 from managedloop.providers.local._http import parse_retry_after
 from managedloop.providers.local._types import (
     ChatRequest,
@@ -59,11 +60,7 @@ def _tool_result(message: Mapping[str, Any]) -> dict[str, Any]:
         "tool_use_id": message.get("tool_call_id"),
         "content": text,
     }
-    try:
-        decoded = json.loads(text)
-    except ValueError:
-        decoded = None
-    if isinstance(decoded, dict) and decoded.get("isError") is True:
+    if is_error_payload(text):
         block["is_error"] = True
     return block
 
