@@ -109,6 +109,18 @@ def _error(status: int, message: str, kind: str = "invalid_request_error") -> we
     return web.json_response(body, status=status, headers=headers)
 
 
+def _credential(headers: Mapping[str, str]) -> tuple[str | None, bool]:
+    """The secret a request presents and whether it came as a bearer token (an
+    ``x-api-key`` header wins over ``Authorization: Bearer``)."""
+    key = headers.get("x-api-key")
+    if key is not None:
+        return key, False
+    auth = headers.get("authorization", "")
+    if auth.startswith("Bearer "):
+        return auth[len("Bearer ") :], True
+    return None, False
+
+
 def credential_id(secret: str) -> str:
     """The fingerprint :attr:`RecordedRequest.credential` uses for ``secret``."""
     return hashlib.sha256(secret.encode()).hexdigest()[:16]
@@ -310,20 +322,16 @@ class ClaudeEmulator:
         r.add_delete("/v1/files/{id}", self._delete_file)
         return app
 
-    def _authorized(self, request: web.Request) -> bool:
-        key = request.headers.get("x-api-key")
-        if key is not None:
-            return secrets.compare_digest(key, self.api_key)
-        auth = request.headers.get("authorization", "")
-        if not auth.startswith("Bearer "):
+    def _authorized(self, secret: str | None, bearer: bool) -> bool:
+        if secret is None:
             return False
-        token = auth[len("Bearer ") :]
-        return secrets.compare_digest(token, self.api_key) or token in self.bearer_tokens
+        if secrets.compare_digest(secret, self.api_key):
+            return True
+        return bearer and secret in self.bearer_tokens
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         body: Any = None
-        filename: str | None = None
         ctype = request.headers.get("content-type", "")
         if request.can_read_body and ctype.startswith("application/json"):
             raw = await request.read()
@@ -331,25 +339,27 @@ class ClaudeEmulator:
                 body = json.loads(raw) if raw else None
             except ValueError:
                 return _error(400, "invalid JSON body")
-        headers = {k.lower(): v for k, v in request.headers.items()}
-        secret = headers.get("x-api-key")
-        if secret is None and headers.get("authorization", "").startswith("Bearer "):
-            secret = headers["authorization"][len("Bearer ") :]
-        record = {
-            "method": request.method,
-            "path": request.path,
-            "query": {k: request.query.getall(k) for k in request.query},
-            "headers": {k: v for k, v in headers.items() if k not in _SECRET_HEADERS},
-            "json": body,
-            "filename": filename,
-            "credential": credential_id(secret) if secret is not None else None,
-        }
+        secret, bearer = _credential(request.headers)
         request[_JSON] = body
         # Recorded on arrival (a stream's handler returns only when the stream ends), then
         # updated with the status once answered.
-        recorded = RecordedRequest(**record)
+        recorded = RecordedRequest(
+            method=request.method,
+            path=request.path,
+            query={k: request.query.getall(k) for k in request.query},
+            headers={
+                k.lower(): v for k, v in request.headers.items() if k.lower() not in _SECRET_HEADERS
+            },
+            json=body,
+            credential=credential_id(secret) if secret is not None else None,
+        )
         self.requests.append(recorded)
-        response = await self._dispatch(request, handler)
+        if not self._authorized(secret, bearer):
+            response: web.StreamResponse = _error(
+                401, "invalid x-api-key or bearer token", "authentication_error"
+            )
+        else:
+            response = await self._dispatch(request, handler)
         done = dataclasses.replace(
             recorded, status=response.status, applied=bool(request.get(_APPLIED))
         )
@@ -360,8 +370,6 @@ class ClaudeEmulator:
         return response
 
     async def _dispatch(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        if not self._authorized(request):
-            return _error(401, "invalid x-api-key or bearer token", "authentication_error")
         path = request.path
         needs_beta = path.startswith(("/v1/agents", "/v1/environments", "/v1/sessions"))
         beta = request.headers.get("anthropic-beta", "")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -502,6 +501,3 @@ class EmuSession:
         self.status = "idle"
         self.run_task = None
         self.emit({"type": "session.status_idle", "stop_reason": stop_reason})
-
-
-_ids = itertools.count(1)
