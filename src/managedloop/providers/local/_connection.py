@@ -276,14 +276,7 @@ class LocalConnection(ConnectionBase):
         if message is shown:  # the event this connection just yielded: already decoded
             uses = list(decoded)
         else:
-            uses = [
-                ToolUse(
-                    id=c.get("id"),
-                    name=str((c.get("function") or {}).get("name", "")),
-                    input=decode_arguments((c.get("function") or {}).get("arguments")),
-                )
-                for c in message.get("tool_calls") or ()
-            ]
+            uses = [_tool_use(c) for c in message.get("tool_calls") or ()]
         finish_reason = last.get("finish_reason")
         if uses or last.get("duplicates") or finish_reason == "tool_calls":
             terminal = Terminal.REQUIRES_ACTION
@@ -454,6 +447,14 @@ def _usage(raw: Any, total: Usage | None) -> Usage | None:
     return usage if total is None else total + usage
 
 
+def _tool_use(call: Mapping[str, Any]) -> ToolUse:
+    """A tool call read back from a stored message (a replayed event or a resumed history)."""
+    fn = call.get("function") or {}
+    return ToolUse(
+        id=call.get("id"), name=str(fn.get("name", "")), input=decode_arguments(fn.get("arguments"))
+    )
+
+
 def _unanswered(history: Sequence[Mapping[str, Any]]) -> list[ToolUse]:
     """Tool calls of the last assistant message that no tool message answers yet."""
     answered: set[Any] = set()
@@ -463,13 +464,7 @@ def _unanswered(history: Sequence[Mapping[str, Any]]) -> list[ToolUse]:
             answered.add(message.get("tool_call_id"))
         elif role == "assistant":
             return [
-                ToolUse(
-                    id=c.get("id"),
-                    name=str((c.get("function") or {}).get("name", "")),
-                    input=decode_arguments((c.get("function") or {}).get("arguments")),
-                )
-                for c in message.get("tool_calls") or ()
-                if c.get("id") not in answered
+                _tool_use(c) for c in message.get("tool_calls") or () if c.get("id") not in answered
             ]
         else:
             return []
