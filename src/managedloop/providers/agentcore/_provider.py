@@ -360,7 +360,6 @@ class BedrockAgentCore:
             tools=tools,
             allowed_tools=allowed,
             system_prompt=system,
-            metadata=request.metadata,
         )
 
     async def _harness_tools(self, arn: str) -> dict[str, Any]:
@@ -388,7 +387,7 @@ class BedrockAgentCore:
         self, operation: str, *, read_timeout: float | None = None, **params: Any
     ) -> dict[str, Any]:
         """One control-plane call in a worker thread, with ``agent_core.request`` telemetry."""
-        meta = _request_meta(operation, params)
+        meta = _request_meta(operation)
 
         def call() -> dict[str, Any]:
             client, owned = self.clients.control(read_timeout=read_timeout)
@@ -455,7 +454,7 @@ class BedrockAgentCore:
             params,
             idle_timeout=idle_timeout,
             stream_code="command_stream_error",
-            span_meta=_request_meta("invoke_agent_runtime_command", params),
+            span_meta=_request_meta("invoke_agent_runtime_command"),
         )
         self.clients.http.acquire()
         try:
@@ -503,7 +502,7 @@ class BedrockAgentCore:
         return await teardown(self, handle, **options)
 
 
-def _request_meta(operation: str, params: Mapping[str, Any]) -> dict[str, Any]:
+def _request_meta(operation: str) -> dict[str, Any]:
     method, template = _ROUTES.get(operation, ("post", "/"))
     return {"operation": operation, "service": SERVICE, "method": method, "path": template}
 
@@ -532,14 +531,12 @@ class _Connection(ConnectionBase):
         tools: list[dict[str, Any]] | None,
         allowed_tools: list[str] | None,
         system_prompt: str | None,
-        metadata: Mapping[str, Any],
     ) -> None:
         super().__init__()
         self.provider = provider
         self.harness_arn = harness_arn
         self.session_id = session_id
         self.resumed = resumed
-        self._metadata = dict(metadata)
         self._last_events: list[RawEvent] = []
         self._parsed: _converse.ParsedTurn | None = None
         self._inflight: set[Callable[[], None]] = set()
@@ -600,9 +597,9 @@ class _Connection(ConnectionBase):
             p.clients.http.acquire()
             self._http_held = True
         attempts = 1 + p.invoke_retries
-        meta = _request_meta("invoke_harness", params)
+        meta = _request_meta("invoke_harness")
         last: ManagedLoopError | None = None
-        dirty = False  # the previous failed attempt already yielded events
+        events: list[RawEvent] = []  # this attempt's, as yielded
         for attempt in range(attempts):
             if attempt:
                 delay = min(p.retry_backoff * 2 ** (attempt - 1), MAX_RETRY_BACKOFF)
@@ -615,10 +612,9 @@ class _Connection(ConnectionBase):
                 )
                 if delay > 0:
                     await anyio.sleep(delay)
-                if dirty:
+                if events:  # the failed attempt already yielded some: the loop drops them
                     yield RESTART
-                    dirty = False
-            events: list[RawEvent] = []
+            events = []
             stopped = False
             stream = stream_call(
                 p.clients,
@@ -634,7 +630,6 @@ class _Connection(ConnectionBase):
                         events.append(event)
                         if "messageStop" in event:
                             stopped = True
-                        dirty = True
                         yield event
             except ManagedLoopError as exc:
                 if not retryable(exc):
