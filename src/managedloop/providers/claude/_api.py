@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import time
@@ -323,9 +324,6 @@ class Api:
         caller: Mapping[str, Any] | None = None,
     ) -> None:
         self.client = client
-        # Event sends never use the SDK's automatic retry: a retried POST can deliver twice
-        # (no idempotency key). The connection retries itself after checking the history.
-        self.send_client = client.with_options(max_retries=0)
         self.s = s
         self.caller = dict(caller or {})
         self.headers = {"anthropic-beta": s.beta, "anthropic-version": s.anthropic_version}
@@ -337,6 +335,14 @@ class Api:
             "anthropic-beta": s.files_beta,
             "anthropic-version": s.anthropic_version,
         }
+
+    @functools.cached_property
+    def send_client(self) -> anthropic.AsyncAnthropic:
+        """The client for event sends, with the SDK's automatic retry off: a retried POST
+        can deliver twice (no idempotency key); the connection retries itself after
+        checking the history. Built on first use: provisioning and Files calls never send.
+        """
+        return self.client.with_options(max_retries=0)
 
     async def call(self, method: str, path: str, fn: Callable[[], Awaitable[T]]) -> T:
         with telemetry.span("request", {"method": method, "path": path}, caller=self.caller) as x:
