@@ -182,8 +182,8 @@ async def test_a_stall_longer_than_idle_timeout_is_retried() -> None:
 
 
 async def test_events_before_a_stall_reach_the_handler_during_the_stall() -> None:
-    # The worker thread hands events over in batches (one wake-up per wait on the network):
-    # the frames sent before a pause must still be delivered while the pause lasts.
+    # Events are decoded and delivered as their bytes arrive, not when the turn ends: the
+    # frames sent before a pause must reach the handler while the pause lasts.
     faults = AgentCoreFaults(stall_at=3, stall_seconds=0.5)
     async with AgentCoreEmulator(SCRIPT, faults=faults) as emu:
         seen: list[float] = []

@@ -289,7 +289,8 @@ class BedrockAgentCore:
             options=client_options,
         )
         self._harness_info: dict[str, dict[str, Any]] = {}
-        # Owned botocore clients hold pooled sockets: close them when the provider goes away.
+        # Close the data client this provider built when it goes away. It never sends (aiohttp
+        # carries the data plane), so this frees botocore's resources, not open sockets.
         self._finalizer = weakref.finalize(self, Clients.close, self.clients)
 
     def __repr__(self) -> str:
