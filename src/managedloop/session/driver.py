@@ -11,6 +11,7 @@ completes. The partial result is attached to every error raised mid-request.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import inspect
 import math
@@ -51,6 +52,8 @@ __all__ = ["TEXT_DELTA", "LiveSession", "run", "run_sync", "start", "syncify"]
 TEXT_DELTA = "managedloop.text_delta"
 DEFAULT_PROMPT = "Begin."
 DEFAULT_TIMEOUT = 600.0  # seconds; a run is bounded by default so a stuck host cannot hang a caller
+
+_NOTHING: Any = object()  # no kickoff input: a live session waits for send()
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -208,7 +211,7 @@ class _Driver:
     def _finish(self, result: SessionResult) -> SessionResult:
         transcript = self.conn.transcript()
         if transcript is not None:
-            result = _replace_transcript(result, transcript)
+            result = dataclasses.replace(result, transcript=transcript)
         telemetry.emit(
             "session.terminal",
             None,
@@ -228,12 +231,6 @@ def _host_failure(exc: Exception) -> ManagedLoopError:
     return ProviderError(f"the host failed: {type(exc).__name__}: {exc}", code="provider_error")
 
 
-def _replace_transcript(result: SessionResult, transcript: list[dict[str, Any]]) -> SessionResult:
-    import dataclasses
-
-    return dataclasses.replace(result, transcript=transcript)
-
-
 async def _open(prepared: Prepared) -> _Driver:
     conn = await prepared.provider.open(prepared.open_request)
     return _Driver(prepared, conn)
@@ -244,13 +241,22 @@ async def _aclose(conn: Connection) -> None:
         await conn.aclose()
 
 
-def _first_input(driver: _Driver, prompt: str | None, outcome: Outcome | None) -> TurnInput | None:
-    if driver.conn.resumed and driver.conn.pending_tool_uses:
-        return None  # finish what the host is waiting on; the prompt is not injected
+def _kickoff(conn: Connection, prompt: str | None, outcome: Outcome | None) -> Any:
+    """The first request's input: ``None`` redrives the tool uses a resumed host is waiting
+    on (the prompt is not injected); :data:`_NOTHING` when neither prompt nor outcome."""
+    if conn.resumed and conn.pending_tool_uses:
+        return None
     if outcome is not None:
         return DefineOutcome(outcome)
     if prompt is not None:
         return UserMessage(prompt)
+    return _NOTHING
+
+
+def _first_input(driver: _Driver, prompt: str | None, outcome: Outcome | None) -> TurnInput | None:
+    first: TurnInput | None = _kickoff(driver.conn, prompt, outcome)
+    if first is not _NOTHING:
+        return first
     if driver.conn.resumed:
         raise ManagedLoopError(
             "resumed session has nothing pending and no prompt was given",
@@ -365,16 +371,7 @@ class LiveSession:
             self._driver = await _open(self._prepared)
             self._stack.push_async_callback(_aclose, self._driver.conn)
             self._stack.callback(tg.cancel_scope.cancel)
-            first: TurnInput | None
-            if self._driver.conn.resumed and self._driver.conn.pending_tool_uses:
-                first = None
-            elif self._outcome is not None:
-                first = DefineOutcome(self._outcome)
-            elif self._first is not None:
-                first = UserMessage(self._first)
-            else:
-                first = _NOTHING
-            tg.start_soon(self._serve, first)
+            tg.start_soon(self._serve, _kickoff(self._driver.conn, self._first, self._outcome))
         except BaseException:
             await self._stack.__aexit__(None, None, None)
             raise
@@ -464,9 +461,6 @@ class LiveSession:
     def _check_open(self) -> None:
         if self._closed or self._driver is None:
             raise ManagedLoopError("the session is not open", code="session_closed")
-
-
-_NOTHING: Any = object()
 
 
 def start(
