@@ -124,26 +124,18 @@ def normalize_model_id(model: str) -> str:
     return model.split(":", 1)[1] if ":" in model else model
 
 
-def _agent_id_of(value: Any) -> str | None:
-    if isinstance(value, ClaudeHandle):
-        return value.agent_id
+def _id_of(value: Any, key: str) -> str | None:
+    """``key`` (``agent_id`` / ``environment_id``) of a :class:`ClaudeHandle` or its dict;
+    a string is taken as that id itself."""
     if isinstance(value, str):
         return value
-    if isinstance(value, Mapping):
-        found = value.get("agent_id")
-        return found if isinstance(found, str) else None
-    return None
-
-
-def _environment_id_of(value: Any) -> str | None:
     if isinstance(value, ClaudeHandle):
-        return value.environment_id
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping):
-        found = value.get("environment_id")
-        return found if isinstance(found, str) else None
-    return None
+        found = getattr(value, key)
+    elif isinstance(value, Mapping):
+        found = value.get(key)
+    else:
+        return None
+    return found if isinstance(found, str) else None
 
 
 def _coerce_environment(value: Any) -> EnvironmentSpec | None:
@@ -232,14 +224,14 @@ class ClaudeManagedAgents:
         )
         self._clients = ClientSource(self._settings, client=client, max_retries=max_retries)
         self.agent = agent
-        self.agent_id = _agent_id_of(agent)
+        self.agent_id = _id_of(agent, "agent_id")
         if agent is not None and self.agent_id is None and not isinstance(agent, AgentSpec):
             raise InvalidOptionsError(
                 "agent= takes a ClaudeHandle, its dict, an agent id or an AgentSpec",
                 option="agent",
             )
         self.environment = environment
-        self.environment_id = _environment_id_of(environment)
+        self.environment_id = _id_of(environment, "environment_id")
         self._environment_spec = (
             None if self.environment_id is not None else _coerce_environment(environment)
         )
@@ -305,8 +297,8 @@ class ClaudeManagedAgents:
 
     # -- sessions -----------------------------------------------------------------------
     async def _resolve_agent(self, request: OpenRequest) -> tuple[str, str]:
-        agent_id = _agent_id_of(request.agent) if request.spec is None else None
-        environment_id = _environment_id_of(request.agent) if request.spec is None else None
+        agent_id = _id_of(request.agent, "agent_id") if request.spec is None else None
+        environment_id = _id_of(request.agent, "environment_id") if request.spec is None else None
         if request.spec is None and agent_id is None:
             raise InvalidOptionsError(
                 "agent= takes an AgentSpec, a ClaudeHandle, its dict or an agent id",
@@ -432,7 +424,9 @@ class ClaudeManagedAgents:
                 exc.message, code="invalid_agent_spec", option="name"
             ) from None
         env_id = (
-            _environment_id_of(environment) if isinstance(environment, str | ClaudeHandle) else None
+            _id_of(environment, "environment_id")
+            if isinstance(environment, str | ClaudeHandle)
+            else None
         )
         env_spec = None if env_id is not None else _coerce_environment(environment)
         digest = spec.digest
