@@ -46,6 +46,7 @@ from managedloop.errors import (
 )
 from managedloop.provisioning.specs import AgentSpec
 from managedloop.results import SessionInfo, SessionResult
+from managedloop.session.driver import DEFAULT_TIMEOUT, TEXT_DELTA, run_sync
 from managedloop.testing.script import ModelRequest, Reply, Step, call, say
 from managedloop.tools import Toolset, tool
 
@@ -253,7 +254,7 @@ class _CliHandler:
         return await self.toolset.handle_tool_call(name, input, info)
 
     def handle_event(self, event: dict[str, Any], info: SessionInfo) -> None:
-        if event.get("type") == "managedloop.text_delta":
+        if event.get("type") == TEXT_DELTA:
             self.out.write(str(event.get("text", "")))
             self.out.flush()
             self.streamed = True
@@ -289,8 +290,6 @@ def load_tools(refs: Sequence[str]) -> list[Any]:
 
 
 def cmd_run(args: argparse.Namespace, module: ModuleType, out: TextIO) -> int:
-    from managedloop.session import run_sync
-
     tools = load_tools(args.tools or [])
     agent = AgentSpec(
         name=args.name,
@@ -349,7 +348,7 @@ def build_parser(run_module: ModuleType | None = None) -> argparse.ArgumentParse
     run.add_argument("--system", help="the system prompt")
     run.add_argument("--name", default="managedloop-cli", help="agent name (managed hosts)")
     run.add_argument("--max-turns", type=int, default=20)
-    run.add_argument("--timeout", type=float, default=600.0, help="seconds")
+    run.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds")
     if run_module is not None:
         run_module.add_run_arguments(run)
 
