@@ -363,6 +363,18 @@ async def test_agent_as_raw_ids_and_dict(emu: ClaudeEmulator, client: Any) -> No
     assert result2.terminal is ml.Terminal.END_TURN
 
 
+async def test_a_bare_agent_id_without_an_environment_is_refused(
+    emu: ClaudeEmulator, client: Any
+) -> None:
+    """An agent id names no environment: the run says so before creating a session
+    (it used to send the agent id as the environment id)."""
+    handle = await ml.provision(make_provider(client), WEATHER)
+    with pytest.raises(ml.InvalidOptionsError) as info:
+        await ml.run(make_provider(client), agent=handle.agent_id, prompt="x")
+    assert info.value.context["option"] == "environment"
+    assert emu.state.sessions == {}
+
+
 async def test_create_session_failure_is_named(emu: ClaudeEmulator, client: Any) -> None:
     provider = make_provider(client, agent="agent_missing", environment="env_missing")
     with pytest.raises(ml.ProviderError) as info:

@@ -298,7 +298,12 @@ class ClaudeManagedAgents:
     # -- sessions -----------------------------------------------------------------------
     async def _resolve_agent(self, request: OpenRequest) -> tuple[str, str]:
         agent_id = _id_of(request.agent, "agent_id") if request.spec is None else None
-        environment_id = _id_of(request.agent, "environment_id") if request.spec is None else None
+        # A bare agent id names no environment (only a handle or its dict carries one).
+        environment_id = (
+            _id_of(request.agent, "environment_id")
+            if request.spec is None and not isinstance(request.agent, str)
+            else None
+        )
         if request.spec is None and agent_id is None:
             raise InvalidOptionsError(
                 "agent= takes an AgentSpec, a ClaudeHandle, its dict or an agent id",
@@ -306,8 +311,8 @@ class ClaudeManagedAgents:
             )
         if agent_id is None:
             agent_id = self.agent_id
-        if environment_id is None or (isinstance(request.agent, str)):
-            environment_id = self.environment_id or environment_id
+        if environment_id is None:
+            environment_id = self.environment_id
         if agent_id is None and request.spec is not None:
             from managedloop.provisioning.facade import provision
 
