@@ -13,8 +13,9 @@ The event tree (names are dotted, prefixed ``managedloop.``)::
 Listeners are plain callables ``listener(name, measurements, metadata)``. With none attached,
 :func:`emit` costs one dict lookup, so the hot path pays nothing for telemetry it does not
 use. Caller tags (``telemetry_metadata=``) are merged under the library's own keys: library
-keys win. A raising listener is logged and detached from that one call, never breaking the
-session. The OpenTelemetry bridge (``managedloop.otel``) is one such listener.
+keys win. A raising listener is logged and the event goes on to the next listener; the
+listener stays attached and the session never breaks. There is no built-in OpenTelemetry
+bridge yet (the ``otel`` extra only installs the API): attach a listener that opens spans.
 """
 
 from __future__ import annotations
