@@ -48,55 +48,28 @@ def test_run_arguments_and_provider() -> None:
     provider.close()
 
 
+def _run(emu: AgentCoreEmulator, monkeypatch: pytest.MonkeyPatch, *extra: str) -> tuple[int, str]:
+    """``managedloop run --provider agentcore`` against ``emu``, keys from the environment."""
+    kw = emu.client_kwargs
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", kw["aws_access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", kw["aws_secret_access_key"])
+    out = io.StringIO()
+    argv = ["run", "--provider", "agentcore", "--prompt", "hi"]
+    argv += ["--endpoint-url", emu.endpoint_url, "--region", "us-east-1", *extra]
+    return main(argv, out=out), out.getvalue()
+
+
 def test_run_drives_a_harness_through_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
     with AgentCoreEmulator([ml.testing.say("Hello from the harness.")]) as emu:  # type: ignore[attr-defined]
-        kw = emu.client_kwargs
-        monkeypatch.setenv("AWS_ACCESS_KEY_ID", kw["aws_access_key_id"])
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", kw["aws_secret_access_key"])
-        out = io.StringIO()
-        code = main(
-            [
-                "run",
-                "--provider",
-                "agentcore",
-                "--prompt",
-                "hi",
-                "--endpoint-url",
-                emu.endpoint_url,
-                "--region",
-                "us-east-1",
-                "--harness-arn",
-                emu.harness_arn,
-            ],
-            out=out,
-        )
-    assert code == 0, out.getvalue()
-    assert "Hello from the harness." in out.getvalue()
+        code, out = _run(emu, monkeypatch, "--harness-arn", emu.harness_arn)
+    assert code == 0, out
+    assert "Hello from the harness." in out
 
 
 def test_run_can_provision_from_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
     with AgentCoreEmulator() as emu:
-        kw = emu.client_kwargs
-        monkeypatch.setenv("AWS_ACCESS_KEY_ID", kw["aws_access_key_id"])
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", kw["aws_secret_access_key"])
-        out = io.StringIO()
-        code = main(
-            [
-                "run",
-                "--provider",
-                "agentcore",
-                "--prompt",
-                "hi",
-                "--endpoint-url",
-                emu.endpoint_url,
-                "--region",
-                "us-east-1",
-                "--execution-role-arn",
-                emu.execution_role_arn,
-            ],
-            out=out,
-        )
-        assert code == 0, out.getvalue()
+        code, out = _run(emu, monkeypatch, "--execution-role-arn", emu.execution_role_arn)
+        assert code == 0, out
         assert len(emu.operations("CreateHarness")) == 1
 
 
