@@ -1,4 +1,5 @@
-"""The Bedrock AgentCore harness host: one ``InvokeHarness`` per turn, over botocore.
+"""The Bedrock AgentCore harness host: one ``InvokeHarness`` per turn (botocore prepares,
+signs and decodes it; aiohttp carries the bytes: see ``_client``).
 
 Protocol invariants this provider relies on (``agentcore-wire.md``, reference §3.3-3.7):
 
@@ -7,9 +8,9 @@ Protocol invariants this provider relies on (``agentcore-wire.md``, reference §
   (bounded), ending in ``TransportError(code="early_termination")``;
 * exception frames mean the harness itself failed the turn: they become
   ``HostStreamError(code="harness_stream_error")`` and are never retried;
-* botocore never retries the invoke (``total_max_attempts=1``): replaying a stateful turn
-  can duplicate work, so only this loop retries, and it tells the session loop to drop the
-  failed attempt's events (``RESTART``);
+* botocore never retries the invoke (it only prepares it; the send is ours): replaying a
+  stateful turn can duplicate work, so only this loop retries, and it tells the session
+  loop to drop the failed attempt's events (``RESTART``);
 * the harness keeps the conversation server-side per runtime session id (33-100 chars,
   ``[a-zA-Z0-9][a-zA-Z0-9-_]*``); resuming after inline tools re-sends the assistant
   ``toolUse`` message plus the user ``toolResult`` message;
