@@ -301,3 +301,13 @@ def test_run_timeout_tears_down_the_in_flight_request(stream: bool) -> None:
         assert time.monotonic() - start < 1.5
     assert info.value.partial_result is not None
     gc.collect()
+
+
+def test_a_password_in_base_url_never_reaches_a_transport_error() -> None:
+    provider = Local(model="m", base_url="http://user:pw-secret@127.0.0.1:9/v1", max_retries=0)
+    with pytest.raises(ml.TransportError) as failed:
+        ml.run_sync(provider, agent=AGENT, prompt="q")
+    assert "127.0.0.1:9" in str(failed.value)
+    for text in (str(failed.value), repr(failed.value), repr(failed.value.context)):
+        assert "pw-secret" not in text
+    assert "pw-secret" not in repr(provider._http)

@@ -12,7 +12,8 @@ Invariants:
   while the provider is entered (``async with Local(...)``) and closed when neither holds
   it, so ``run_sync`` (a fresh event loop per call) never leaves a session on a dead loop.
 * The API key is a :class:`~managedloop.config.Secret` revealed only into the
-  ``Authorization`` header of one request; it never reaches an exception or a log.
+  ``Authorization`` header of one request; it never reaches an exception or a log. Nor
+  does a password in ``base_url``'s userinfo: reprs and errors show :func:`redact_url`.
 * Non-streaming: ``POST {base_url}/chat/completions`` and read one JSON body. Streaming:
   ``stream: true`` with ``stream_options.include_usage``; SSE ``data:`` lines carry chunks
   until ``data: [DONE]``; a stream that ends without ``[DONE]`` was dropped
@@ -27,6 +28,7 @@ import json
 import time
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
@@ -47,7 +49,7 @@ from managedloop.providers.local._types import (
     parse_chat_completion,
 )
 
-__all__ = ["ClientPool", "OpenAIChat", "parse_retry_after"]
+__all__ = ["ClientPool", "OpenAIChat", "parse_retry_after", "redact_url"]
 
 _MAX_SSE_LINE = 1 << 24  # one SSE line may carry a whole tool call's arguments; 16 MiB is ample
 _EXPECTED = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
@@ -107,6 +109,18 @@ class ClientPool:
             await session.close()
 
 
+def redact_url(url: str) -> str:
+    """The URL without a password in its userinfo (safe for a repr or an error)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable url>"
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
     """``Retry-After`` as seconds: delta-seconds or an HTTP date; ``None`` if absent/bad."""
     if not value:
@@ -138,7 +152,7 @@ class OpenAIChat:
     """A chat function speaking Chat Completions to ``base_url`` (which ends before
     ``/chat/completions``, e.g. ``http://127.0.0.1:11434/v1``)."""
 
-    __slots__ = ("_api_key", "_headers", "_pool", "_url", "base_url")
+    __slots__ = ("_api_key", "_headers", "_pool", "_shown", "_url", "base_url")
 
     def __init__(
         self,
@@ -149,12 +163,13 @@ class OpenAIChat:
     ) -> None:
         self.base_url = base_url
         self._url = base_url.rstrip("/") + "/chat/completions"
+        self._shown = redact_url(base_url)  # for reprs and errors
         self._api_key = api_key
         self._pool = pool
         self._headers = dict(headers or {})
 
     def __repr__(self) -> str:
-        return f"OpenAIChat(base_url={self.base_url!r})"
+        return f"OpenAIChat(base_url={self._shown!r})"
 
     def _request_headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", **self._headers}
@@ -199,7 +214,7 @@ class OpenAIChat:
                 raw = await resp.read()
         except _EXPECTED as exc:
             raise TransportError(
-                f"the chat request to {self.base_url} failed: {type(exc).__name__}: {exc}",
+                f"the chat request to {self._shown} failed: {type(exc).__name__}: {exc}",
                 cause=type(exc).__name__,
             ) from None
         try:

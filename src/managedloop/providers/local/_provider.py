@@ -16,7 +16,7 @@ import math
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar, Self
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import anyio
 
@@ -25,7 +25,7 @@ from managedloop.config import MISSING, Secret
 from managedloop.errors import InvalidOptionsError
 from managedloop.providers.base import OpenRequest
 from managedloop.providers.local._connection import LocalConnection, RetryPolicy
-from managedloop.providers.local._http import ClientPool, OpenAIChat
+from managedloop.providers.local._http import ClientPool, OpenAIChat, redact_url
 from managedloop.providers.local._types import ChatFunction, History, encode
 
 __all__ = ["ANTHROPIC_PREFIX", "DEFAULT_BASE_URL", "Local", "set_testing"]
@@ -65,24 +65,12 @@ def _check_url(value: Any) -> str:
         port_ok = False
     if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
         raise InvalidOptionsError(
-            f"base_url must be an http(s) URL with a host, got {_redact_url(value)!r}",
+            f"base_url must be an http(s) URL with a host, got {redact_url(value)!r}",
             option="base_url",
         )
     if parts.query or parts.fragment:
         raise InvalidOptionsError("base_url must not carry a query or fragment", option="base_url")
     return value
-
-
-def _redact_url(url: str) -> str:
-    """The URL without a password in its userinfo (safe for a repr or an error)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _number(name: str, value: Any, *, positive: bool) -> float:
@@ -212,7 +200,7 @@ class Local:
         if self._chat is not None:
             parts.append(f"chat={self._chat!r}")
         elif self.base_url is not None:
-            parts.append(f"base_url={_redact_url(self.base_url)!r}")
+            parts.append(f"base_url={redact_url(self.base_url)!r}")
         if isinstance(self._api_key, Secret):
             parts.append(f"api_key={self._api_key!r}")
         if self.stream:
