@@ -113,3 +113,22 @@ async def test_credentials_appear_nowhere(caplog: pytest.LogCaptureFixture) -> N
     for where, text in haystacks.items():
         assert secret not in text, f"the secret access key leaked into {where}"
         assert TOKEN not in text, f"the session token leaked into {where}"
+
+
+async def test_a_dropped_data_plane_connection_leaks_no_credentials(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The aiohttp path: its errors (and their causes) and the retry log lines.
+    faults = AgentCoreFaults(drop_after=1, times=None)
+    with caplog.at_level(logging.DEBUG), AgentCoreEmulator([say("x")], faults=faults) as emu:
+        secret = emu.client_kwargs["aws_secret_access_key"]
+        with make_provider(emu, aws_session_token=TOKEN) as provider:
+            with pytest.raises(ml.TransportError) as dropped:
+                await ml.run(provider, agent=ml.AgentSpec(name="secrets"), prompt="hi")
+            reprs = [repr(provider.clients), repr(provider.clients.wire())]
+    logs = "\n".join(f"{r.name} {r.getMessage()} {r.args!r}" for r in caplog.records)
+    for text in (_everything(dropped.value), logs, "\n".join(reprs)):
+        assert secret not in text
+        assert TOKEN not in text
+    assert "connection failed" in str(dropped.value)
+    assert any("invoke retry" in r.getMessage() for r in caplog.records)  # the logs were seen
