@@ -143,7 +143,7 @@ class Clients:
     ) -> None:
         self._client = client
         self._control = control_client
-        self._owned: list[Any] = []
+        self._owns_client = False  # the data client is ours to close (not a caller's client=)
         self._wire: Wire | None = None
         self.http = HttpSessions()  # the data plane's aiohttp sessions, one per event loop
         self._session = session
@@ -241,7 +241,7 @@ class Clients:
             # It never sends, so its read timeout only caps the connect timeout that
             # :class:`Wire` hands to aiohttp (``min(CONNECT_TIMEOUT, idle_timeout)``).
             self._client = self.build("bedrock-agentcore", read_timeout=self._read_timeout)
-            self._owned.append(self._client)
+            self._owns_client = True
         return self._client
 
     def wire(self) -> Wire:
@@ -270,11 +270,10 @@ class Clients:
         )
 
     def close(self) -> None:
-        for client in self._owned:
-            client.close()
-            if client is self._client:
-                self._client = self._wire = None
-        self._owned.clear()
+        if self._owns_client:
+            self._client.close()
+            self._client = self._wire = None
+            self._owns_client = False
 
 
 def _get_config(session: Any) -> str | None:
