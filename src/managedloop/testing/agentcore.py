@@ -728,15 +728,17 @@ class AgentCoreEmulator:
         qualifier = request.query.get("qualifier", "DEFAULT")
         with self._lock:
             harness = next((h for h in self._harnesses.values() if h.arn == arn), None)
-        if harness is None or harness.status(now) is None:
+        status = harness.status(now) if harness is not None else None
+        if harness is None or status is None:
             return _error(404, "ResourceNotFoundException", f"harness {arn} not found")
-        if harness.status(now) != "READY":
-            return _error(409, "ConflictException", f"harness is {harness.status(now)}")
+        if status != "READY":
+            return _error(409, "ConflictException", f"harness is {status}")
         ep = harness.endpoints.get(qualifier)
-        if ep is None or ep.status(now) is None:
+        status = ep.status(now) if ep is not None else None
+        if status is None:
             return _error(404, "ResourceNotFoundException", f"endpoint {qualifier} not found")
-        if ep.status(now) != "READY":
-            return _error(409, "ConflictException", f"endpoint {qualifier} is {ep.status(now)}")
+        if status != "READY":
+            return _error(409, "ConflictException", f"endpoint {qualifier} is {status}")
         faults = self._take_faults()
         if faults is not None and faults.status is not None:
             return _error(
@@ -1073,8 +1075,10 @@ def _definition(tool: Mapping[str, Any]) -> ToolDefinition:
 
 
 def _is_resume(messages: list[dict[str, Any]]) -> bool:
-    return any("toolResult" in block for m in messages for block in m.get("content", [])) or any(
-        "toolUse" in block for m in messages for block in m.get("content", [])
+    return any(
+        "toolResult" in block or "toolUse" in block
+        for m in messages
+        for block in m.get("content", [])
     )
 
 
