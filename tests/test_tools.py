@@ -269,3 +269,16 @@ def test_toolset_protocol() -> None:
 def lambda_tool(a: int) -> int:
     """Plain functions are wrapped as tools."""
     return a
+
+
+def test_agent_spec_wraps_a_plain_function_once() -> None:
+    def plain(city: str) -> str:
+        """Weather."""
+        return city
+
+    spec = ml.AgentSpec(tools=[plain])
+    assert spec.tools == (plain,)  # the spec keeps what it was given
+    first, second = spec.toolset().get("plain"), spec.toolset().get("plain")
+    assert first is not None
+    assert first is second  # no schema derivation per run
+    assert spec.tool_definitions() == [first.definition]

@@ -8,6 +8,7 @@ encoding (sorted keys, no whitespace, UTF-8) of the content that defines behavio
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from managedloop.errors import InvalidOptionsError
-from managedloop.tools import Tool, ToolDefinition, Toolset, definitions_of
+from managedloop.tools import Tool, ToolDefinition, Toolset, as_tool, definitions_of
 
 __all__ = ["AgentSpec", "EnvironmentSpec", "canonical_json", "digest_of"]
 
@@ -52,19 +53,26 @@ class AgentSpec:
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
             raise InvalidOptionsError("AgentSpec.name must be a non-empty string", option="name")
         object.__setattr__(self, "tools", tuple(self.tools))
-        defs = definitions_of(self.tools)  # fails early on bad or duplicate tools
+        defs = definitions_of(self._tools)  # fails early on bad or duplicate tools
         if self.terminal_tool is not None and self.terminal_tool not in {d.name for d in defs}:
             raise InvalidOptionsError(
                 f"terminal_tool {self.terminal_tool!r} is not one of the agent's tools",
                 option="terminal_tool",
             )
 
+    @functools.cached_property
+    def _tools(self) -> tuple[Tool[..., Any] | ToolDefinition, ...]:
+        # Plain functions wrapped once: deriving a schema costs ~0.3 ms, and every run asks
+        # for the definitions and the toolset. (cached_property writes the instance dict,
+        # which a frozen dataclass allows; it is no field, so eq, hash and repr ignore it.)
+        return tuple(t if isinstance(t, ToolDefinition) else as_tool(t) for t in self.tools)
+
     def tool_definitions(self) -> list[ToolDefinition]:
-        return definitions_of(self.tools)
+        return definitions_of(self._tools)
 
     def toolset(self) -> Toolset:
         """The implementations among ``tools`` (bare definitions have none)."""
-        return Toolset([t for t in self.tools if not isinstance(t, ToolDefinition)])
+        return Toolset([t for t in self._tools if not isinstance(t, ToolDefinition)])
 
     def has_implementations(self) -> bool:
         return any(isinstance(t, Tool) or callable(t) for t in self.tools)
