@@ -83,7 +83,11 @@ async def _traced(
 async def _call(
     handler: Any, use: ToolUse, info: SessionInfo, timeout: float | None, caller: Any = None
 ) -> ToolResult:
-    """One call as a result; a tool's failure never escapes (see the module docstring)."""
+    """One call as a result; a tool's failure never escapes (see the module docstring).
+
+    ``caller`` is unused: it keeps the signature of :func:`_traced`, so
+    :func:`run_tool_calls` picks either one without a wrapper on the untraced hot path.
+    """
     uid = use.id or ""
     try:
         # No cancel scope without a timeout: entering one costs ~5 µs per call.
