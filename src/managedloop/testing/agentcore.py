@@ -355,6 +355,7 @@ class AgentCoreEmulator:
         return self
 
     async def _serve(self, ready: threading.Event) -> None:
+        # aiohttp's 1 MiB default would refuse a long resumed history or large tool results.
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_GRACE, access_log=None)

@@ -77,7 +77,7 @@ logger = logging.getLogger("managedloop.agentcore")
 DEFAULT_IDLE_TIMEOUT = 300.0  # seconds of silence between chunks; a turn may last longer
 DEFAULT_INVOKE_RETRIES = 2  # 3 attempts: transient drops are common on long streams, but each
 # retry re-runs a stateful turn, so keep it small
-DEFAULT_RETRY_BACKOFF = 0.5  # seconds, doubled per retry (capped below)
+DEFAULT_RETRY_BACKOFF = 0.5  # seconds, doubled per retry (capped below): drops are blips
 MAX_RETRY_BACKOFF = 4.0  # seconds; a retry is for a blip, not for an outage
 DEFAULT_COMMAND_IDLE_TIMEOUT = 300.0  # seconds; matches the service's default command timeout
 

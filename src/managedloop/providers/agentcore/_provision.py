@@ -76,7 +76,7 @@ logger = logging.getLogger("managedloop.agentcore.provision")
 DEFAULT_TIMEOUT = 365.0  # seconds: the reference default (5 s x 73 observations); a harness is
 # typically READY in ~11 s but its DEFAULT endpoint took 2 m 31 s live
 DEFAULT_POLL = 5.0  # seconds between polls when no timeout is given (legacy count semantics)
-DEFAULT_MAX_POLLS = 72
+DEFAULT_MAX_POLLS = 72  # polls after the first look: 73 looks x 5 s = DEFAULT_TIMEOUT
 MIN_POLL = 0.05  # seconds; a derived cadence never hammers the control plane faster
 MAX_POLL = 5.0  # seconds; ... nor sleeps so long that a short budget only looks once
 MIN_ATTEMPT = 0.05  # seconds; a spent budget still gets one short attempt, never a zero timeout
@@ -84,7 +84,7 @@ ROLLBACK_ATTEMPT = 10.0  # seconds per DeleteHarness attempt during rollback (3 
 # independent of the spent budget, since rollback runs exactly when that budget is gone
 READ_ATTEMPTS = 3  # GET/LIST/DELETE are idempotent: up to 3 attempts within the budget
 WRITE_ATTEMPTS = 1  # CreateHarness is not: one attempt (a retry could create twice)
-HARNESS_NAME_MAX = 40
+HARNESS_NAME_MAX = 40  # the service's harnessName limit ([a-zA-Z][a-zA-Z0-9_]{0,39})
 _NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,39}$")
 _ROLE_RE = re.compile(r"^arn:aws(-[^:]+)?:iam::\d{12}:role/.+$")
 _MODEL_UNIONS = (
