@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, TypedDict
 
 from managedloop.errors import InvalidOptionsError
@@ -132,43 +133,31 @@ def prepare(
             f"unknown option {name!r} (host-specific options go to the provider's constructor)",
             option=name,
         )
-    opts: dict[str, Any] = {**DEFAULTS, **options}
-    handler = opts["handler"]
-    resume = opts["resume"]
-    max_turns = opts["max_turns"]
-    turn_guard = opts["turn_guard"]
-    terminal_tool = opts["terminal_tool"]
-    require_terminal_tool = opts["require_terminal_tool"]
-    max_reprompts = opts["max_reprompts"]
-    max_concurrent_tools = opts["max_concurrent_tools"]
-    tool_timeout = opts["tool_timeout"]
-    telemetry_metadata = opts["telemetry_metadata"]
-    max_total_tokens = opts["max_total_tokens"]
-    max_input_tokens = opts["max_input_tokens"]
-    max_output_tokens = opts["max_output_tokens"]
+    # Every option by name, defaults filled in (the keys are checked just above).
+    o = SimpleNamespace(**{**DEFAULTS, **options})
     if not _is_provider(provider):
         raise InvalidOptionsError(
             f"{provider!r} is not a provider (Local, ClaudeManagedAgents, BedrockAgentCore)",
             option="provider",
         )
-    if turn_guard is not None and not callable(turn_guard):
+    if o.turn_guard is not None and not callable(o.turn_guard):
         raise InvalidOptionsError(
-            f"turn_guard must be callable, got {turn_guard!r}",
+            f"turn_guard must be callable, got {o.turn_guard!r}",
             code="invalid_turn_guard",
             option="turn_guard",
         )
     spec = agent if isinstance(agent, AgentSpec) else None
     if agent is None:
         raise InvalidOptionsError("agent= is required (an AgentSpec or a handle)", option="agent")
-    if terminal_tool is None and spec is not None:
-        terminal_tool = spec.terminal_tool
-    if require_terminal_tool and not isinstance(terminal_tool, str):
+    if o.terminal_tool is None and spec is not None:
+        o.terminal_tool = spec.terminal_tool
+    if o.require_terminal_tool and not isinstance(o.terminal_tool, str):
         raise InvalidOptionsError(
             "require_terminal_tool needs a terminal_tool (on the AgentSpec or as an option)",
             code="terminal_tool_required",
             option="terminal_tool",
         )
-    coerced = coerce_outcome(opts["outcome"])
+    coerced = coerce_outcome(o.outcome)
     if coerced is not None and not provider.supports_outcomes:
         raise InvalidOptionsError(
             f"the {provider.name} host does not support outcomes",
@@ -176,58 +165,64 @@ def prepare(
             option="outcome",
         )
     for name, value in (
-        ("max_turns", max_turns),
-        ("max_concurrent_tools", max_concurrent_tools),
-        ("max_total_tokens", max_total_tokens),
-        ("max_input_tokens", max_input_tokens),
-        ("max_output_tokens", max_output_tokens),
+        ("max_turns", o.max_turns),
+        ("max_concurrent_tools", o.max_concurrent_tools),
+        ("max_total_tokens", o.max_total_tokens),
+        ("max_input_tokens", o.max_input_tokens),
+        ("max_output_tokens", o.max_output_tokens),
     ):
         _positive(name, value, integer=True)
-    if max_turns is None:
+    if o.max_turns is None:
         raise InvalidOptionsError("max_turns must be a positive integer", option="max_turns")
-    if isinstance(max_reprompts, bool) or not isinstance(max_reprompts, int) or max_reprompts < 0:
+    if (
+        isinstance(o.max_reprompts, bool)
+        or not isinstance(o.max_reprompts, int)
+        or o.max_reprompts < 0
+    ):
         raise InvalidOptionsError("max_reprompts must be an integer >= 0", option="max_reprompts")
-    _positive("tool_timeout", tool_timeout, integer=False)
+    _positive("tool_timeout", o.tool_timeout, integer=False)
     _positive("timeout", timeout, integer=False)
-    if telemetry_metadata is not None and not isinstance(telemetry_metadata, Mapping):
+    if o.telemetry_metadata is not None and not isinstance(o.telemetry_metadata, Mapping):
         raise InvalidOptionsError(
             "telemetry_metadata must be a mapping", option="telemetry_metadata"
         )
 
-    if handler is None:
-        handler = spec.toolset() if spec is not None else Toolset()
-    elif not callable(getattr(handler, "handle_tool_call", None)):
+    if o.handler is None:
+        o.handler = spec.toolset() if spec is not None else Toolset()
+    elif not callable(getattr(o.handler, "handle_tool_call", None)):
         raise InvalidOptionsError(
             "handler must have a handle_tool_call(name, input, info) method", option="handler"
         )
     tools = spec.tool_definitions() if spec is not None else []
-    if isinstance(handler, Toolset) and spec is None:
-        tools = handler.definitions()
+    if isinstance(o.handler, Toolset) and spec is None:
+        tools = o.handler.definitions()
 
     session_id: str | None = None
     transcript: list[dict[str, Any]] | None = None
-    if isinstance(resume, SessionResult):
-        session_id, transcript = resume.session_id, resume.transcript
+    if isinstance(o.resume, SessionResult):
+        session_id, transcript = o.resume.session_id, o.resume.transcript
         if session_id is None and transcript is None:
             raise InvalidOptionsError(
                 "resume= needs a result with a session_id or a transcript", option="resume"
             )
-    elif isinstance(resume, str):
-        session_id = resume
-    elif resume is not None:
+    elif isinstance(o.resume, str):
+        session_id = o.resume
+    elif o.resume is not None:
         raise InvalidOptionsError(
             "resume= takes a SessionResult or a session id string", option="resume"
         )
 
-    caller = dict(telemetry_metadata or {})
+    caller = dict(o.telemetry_metadata or {})
     model_meta = spec.model_config.get("metadata") if spec is not None else None
     info_metadata = {**caller, **(model_meta if isinstance(model_meta, Mapping) else {})}
     loop = LoopOptions(
-        max_turns=max_turns,
-        turn_guard=_budget_guard(turn_guard, max_total_tokens, max_input_tokens, max_output_tokens),
-        terminal_tool=terminal_tool,
-        require_terminal_tool=require_terminal_tool,
-        max_reprompts=max_reprompts,
+        max_turns=o.max_turns,
+        turn_guard=_budget_guard(
+            o.turn_guard, o.max_total_tokens, o.max_input_tokens, o.max_output_tokens
+        ),
+        terminal_tool=o.terminal_tool,
+        require_terminal_tool=o.require_terminal_tool,
+        max_reprompts=o.max_reprompts,
     )
     request = OpenRequest(
         spec=spec,
@@ -235,16 +230,16 @@ def prepare(
         tools=tools,
         session_id=session_id,
         transcript=transcript,
-        max_turns=max_turns,
+        max_turns=o.max_turns,
         metadata=info_metadata,
     )
     prepared = Prepared(
         provider=provider,
-        handler=handler,
+        handler=o.handler,
         open_request=request,
         loop=loop,
-        max_concurrent_tools=max_concurrent_tools,
-        tool_timeout=tool_timeout,
+        max_concurrent_tools=o.max_concurrent_tools,
+        tool_timeout=o.tool_timeout,
         # Library keys win over caller tags: the host's name rides on every loop event.
         caller={**info_metadata, "provider": provider.name},
         info_metadata=info_metadata,
