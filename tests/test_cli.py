@@ -36,6 +36,12 @@ def run_main(argv: list[str]) -> tuple[int, str]:
     return cli.main(argv, out=out), out.getvalue()
 
 
+def run_local(emu: ChatEmulator, prompt: str, *extra: str) -> tuple[int, str]:
+    """``managedloop run`` on the Local host against ``emu`` with model ``m``."""
+    base = ["run", "--base-url", emu.base_url, "--api-key", emu.api_key or ""]
+    return run_main([*base, "--model", "m", "--prompt", prompt, *extra])
+
+
 @pytest.mark.parametrize(
     ("host", "label", "stop_reason"),
     [
@@ -201,22 +207,7 @@ def test_run_writes_each_delta_as_it_arrives() -> None:
 
 def test_run_without_stream(capsys: pytest.CaptureFixture[str]) -> None:
     with ChatEmulator([say("whole")]) as emu:
-        code, text = run_main(
-            [
-                "run",
-                "--base-url",
-                emu.base_url,
-                "--api-key",
-                emu.api_key or "",
-                "--model",
-                "m",
-                "--prompt",
-                "q",
-                "--no-stream",
-                "--tools",
-                "test_cli:shout",
-            ]
-        )
+        code, text = run_local(emu, "q", "--no-stream", "--tools", "test_cli:shout")
     assert code == 0
     assert "stream" not in emu.received[0]
     assert "whole" in text
@@ -227,22 +218,7 @@ def test_run_without_stream(capsys: pytest.CaptureFixture[str]) -> None:
 )
 def test_run_tools_takes_a_tool_a_list_a_tuple_or_a_toolset(ref: str) -> None:
     with ChatEmulator([call("shout", {"text": "hi"}), say("ok")]) as emu:
-        code, _ = run_main(
-            [
-                "run",
-                "--base-url",
-                emu.base_url,
-                "--api-key",
-                emu.api_key or "",
-                "--model",
-                "m",
-                "--prompt",
-                "q",
-                "--no-stream",
-                "--tools",
-                ref,
-            ]
-        )
+        code, _ = run_local(emu, "q", "--no-stream", "--tools", ref)
     assert code == 0
     assert emu.received[0]["tools"][0]["function"]["name"] == "shout"
     assert emu.requests[1].tool_results[0].text == "HI"
