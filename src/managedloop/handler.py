@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import anyio
@@ -34,7 +34,7 @@ from managedloop import telemetry
 from managedloop.errors import ToolError
 from managedloop.results import SessionInfo, ToolResult, ToolUse
 
-__all__ = ["Handler", "error_payload", "is_error_payload", "run_tool_calls"]
+__all__ = ["Handler", "decode_tool_input", "error_payload", "is_error_payload", "run_tool_calls"]
 
 
 @runtime_checkable
@@ -50,6 +50,78 @@ class _UnknownToolError(Exception):
 
 
 _NO_TIMEOUT = contextlib.nullcontext()
+
+# Deeper JSON than this is refused before it reaches json.loads (a 100k-deep array raises
+# RecursionError there) or pydantic; no real tool schema nests anywhere near this far.
+MAX_INPUT_DEPTH = 64
+
+
+def decode_tool_input(raw: Any) -> tuple[dict[str, Any], str | None]:
+    """A model's raw tool arguments as ``(input, error)``; the one decoder every host uses.
+
+    ``raw`` is a JSON text (Chat Completions, Converse fragments) or an already-decoded
+    mapping (Claude, Anthropic Messages). An empty string means "no arguments" (``{}``, no
+    error). Anything else that is not a JSON object — invalid JSON, ``null``, a list, a
+    number, nesting deeper than :data:`MAX_INPUT_DEPTH` — is ``({}, reason)``: the call is
+    answered with an error result and the tool does not run (it must never run with its
+    defaults because the arguments were unreadable).
+    """
+    if isinstance(raw, Mapping):
+        value: Any = raw
+    elif isinstance(raw, str | bytes | bytearray):
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes | bytearray) else raw
+        if not text.strip():
+            return {}, None
+        if _too_deep(text):
+            return {}, f"arguments are nested deeper than {MAX_INPUT_DEPTH} levels"
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            return {}, f"arguments were not valid JSON: {exc}"
+    elif raw is None:
+        return {}, "arguments were null, not a JSON object"
+    else:
+        value = raw
+    if not isinstance(value, Mapping):
+        kind = "null" if value is None else type(value).__name__
+        return {}, f"arguments must be a JSON object, got {kind}"
+    if _too_deep(value):
+        return {}, f"arguments are nested deeper than {MAX_INPUT_DEPTH} levels"
+    return dict(value), None
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether JSON text or a decoded value nests deeper than :data:`MAX_INPUT_DEPTH`."""
+    if isinstance(value, str):
+        depth = 0
+        in_string = escaped = False
+        for ch in value:  # a bracket count that skips string contents: O(n), no recursion
+            if in_string:
+                if escaped:
+                    escaped = False
+                elif ch == "\\":
+                    escaped = True
+                elif ch == '"':
+                    in_string = False
+            elif ch == '"':
+                in_string = True
+            elif ch in "[{":
+                depth += 1
+                if depth > MAX_INPUT_DEPTH:
+                    return True
+            elif ch in "]}":
+                depth -= 1
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:  # iterative, so a deep mapping cannot exhaust the interpreter stack
+        item, depth = stack.pop()
+        if depth > MAX_INPUT_DEPTH:
+            return True
+        if isinstance(item, Mapping):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend((v, depth + 1) for v in item)
+    return False
 
 
 def _to_text(value: Any) -> str:
@@ -89,6 +161,12 @@ async def _call(
     :func:`run_tool_calls` picks either one without a wrapper on the untraced hot path.
     """
     uid = use.id or ""
+    if use.input_error is not None:  # unreadable arguments: answer, never run the tool
+        return ToolResult(
+            tool_use_id=uid,
+            text=f"invalid input for tool {use.name!r}: {use.input_error}",
+            is_error=True,
+        )
     try:
         # No cancel scope without a timeout: entering one costs ~5 µs per call.
         with anyio.fail_after(timeout) if timeout is not None else _NO_TIMEOUT:

@@ -94,9 +94,14 @@ class ToolUse(_Json):
     id: str | None = None
     """The host's id for this call; tool results reference it."""
     input: dict[str, Any] = field(default_factory=dict)
-    """Decoded arguments."""
+    """Decoded arguments (``{}`` when ``input_error`` is set)."""
     thread_id: str | None = None
     """Multiagent thread the call came from (Claude), else ``None``."""
+    input_error: str | None = None
+    """Why the model's raw arguments could not be decoded (invalid JSON, ``null``, not an
+    object, nested too deeply), else ``None``. A call with an ``input_error`` never runs:
+    the model gets an error result naming the problem
+    (:func:`managedloop.handler.decode_tool_input`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -22,11 +22,11 @@ Protocol invariants this module relies on (``agentcore-wire.md`` §2, reference 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from managedloop.handler import decode_tool_input
 from managedloop.results import RawEvent, Terminal, ToolResult, ToolUse, TurnResult, Usage
 from managedloop.tools import ToolDefinition
 
@@ -63,12 +63,9 @@ class _Block:
     fragments: list[str] = field(default_factory=list)
 
     def tool_use(self) -> ToolUse:
-        raw = "".join(self.fragments)
-        try:
-            value = json.loads(raw) if raw else {}
-        except ValueError:
-            value = {}  # an unparsable input still gets answered (with the tool's own error)
-        return ToolUse(id=self.id, name=self.name, input=value if isinstance(value, dict) else {})
+        # An unreadable input still gets answered: with an error result naming the problem.
+        value, error = decode_tool_input("".join(self.fragments))
+        return ToolUse(id=self.id, name=self.name, input=value, input_error=error)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

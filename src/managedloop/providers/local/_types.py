@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from managedloop.errors import MalformedResponseError
+from managedloop.handler import decode_tool_input
 
 __all__ = [
     "ChatFunction",
@@ -158,16 +159,10 @@ def coerce_response(value: Any) -> ChatResponse:
 
 
 def decode_arguments(arguments: Any) -> dict[str, Any]:
-    """A tool call's arguments as a dict: a JSON object string or a mapping; else ``{}``."""
-    if isinstance(arguments, Mapping):
-        return dict(arguments)
-    if isinstance(arguments, str | bytes) and arguments:
-        try:
-            value = json.loads(arguments)
-        except ValueError:
-            return {}
-        return value if isinstance(value, dict) else {}
-    return {}
+    """A tool call's arguments as a dict, ``{}`` when unreadable (for echoing history only:
+    a call the loop runs is decoded by :func:`managedloop.handler.decode_tool_input`, which
+    keeps the reason)."""
+    return decode_tool_input(arguments)[0]
 
 
 def text_of(content: Any) -> str:
