@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest fuzz bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ pytest: $(STAMP_DEV)
 	$(BIN)/python -m pytest --cov --cov-branch --cov-report=term -q
 
 test: lint typecheck pytest
+
+# The hypothesis properties with the "fuzz" profile: 10,000 examples per property.
+fuzz: $(STAMP_DEV)
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q -m fuzz --timeout=0
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python -m bench

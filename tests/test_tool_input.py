@@ -7,12 +7,20 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import managedloop as ml
 from managedloop.handler import MAX_INPUT_DEPTH, decode_tool_input, run_tool_calls
 from managedloop.results import SessionInfo, ToolUse
 
 pytestmark = pytest.mark.anyio
+
+
+def _json_children(children: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    return st.lists(children, max_size=4) | st.dictionaries(
+        st.text(max_size=5), children, max_size=4
+    )
 
 
 @pytest.mark.parametrize(
@@ -78,3 +86,24 @@ async def test_a_call_with_an_input_error_is_answered_and_never_runs() -> None:
     assert result.is_error
     assert result.tool_use_id == "t1"
     assert "arguments were null" in result.text
+
+
+@pytest.mark.fuzz
+@given(st.recursive(st.none() | st.booleans() | st.floats() | st.text(), _json_children))
+def test_any_json_value_decodes_to_an_object_or_a_reason(value: object) -> None:
+    text = json.dumps(value)
+    decoded, error = decode_tool_input(text)
+    if isinstance(value, dict):
+        assert error is None
+        assert decoded == json.loads(text)
+    else:
+        assert decoded == {}
+        assert error
+
+
+@pytest.mark.fuzz
+@given(st.binary() | st.text())
+def test_arbitrary_bytes_never_raise(raw: bytes | str) -> None:
+    decoded, error = decode_tool_input(raw)
+    assert isinstance(decoded, dict)
+    assert error is None or isinstance(error, str)
