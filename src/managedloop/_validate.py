@@ -53,10 +53,8 @@ def integer(name: str, value: Any, *, minimum: int = 0, allow_none: bool = False
     return value
 
 
-def text(name: str, value: Any, *, allow_none: bool = False, allow_empty: bool = False) -> str:
+def text(name: str, value: Any, *, allow_empty: bool = False) -> str:
     """``value`` as a string (non-empty unless ``allow_empty``)."""
-    if value is None and allow_none:
-        return value  # type: ignore[no-any-return]
     if not isinstance(value, str) or (not value and not allow_empty):
         raise InvalidOptionsError(f"{name} must be a non-empty string, got {value!r}", option=name)
     return value
