@@ -41,7 +41,7 @@ import aiohttp
 import anyio
 import yarl
 
-from managedloop import telemetry
+from managedloop import _retry, telemetry
 from managedloop.config import MISSING, Secret, resolve, reveal
 from managedloop.errors import (
     APIStatusError,
@@ -358,13 +358,9 @@ def map_error(
 
 
 def retryable(exc: ManagedLoopError) -> bool:
-    """Transport failures, undecodable frames, throttling and 5xx (but not 424)."""
-    if isinstance(exc, TransportError | MalformedResponseError):
-        return True
-    if type(exc) is APIStatusError:
-        status = exc.status
-        return status is not None and (status == 429 or (status >= 500))
-    return False
+    """Whether a failed call may be tried again: :func:`managedloop._retry.retryable`
+    (transport failures, damaged frames, 408, 429 and 5xx; never 424 or another 4xx)."""
+    return _retry.retryable(exc)
 
 
 # ---------------------------------------------------------------------------- data plane

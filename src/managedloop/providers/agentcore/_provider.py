@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 import anyio
 
-from managedloop import telemetry
+from managedloop import _retry, telemetry
 from managedloop.config import MISSING
 from managedloop.errors import (
     InvalidOptionsError,
@@ -602,18 +602,21 @@ class _Connection(ConnectionBase):
         meta = _request_meta("invoke_harness")
         last: ManagedLoopError | None = None
         events: list[RawEvent] = []  # this attempt's, as yielded
+        policy = _retry.Policy(
+            retries=p.invoke_retries, base=p.retry_backoff, cap=MAX_RETRY_BACKOFF
+        )
         for attempt in range(attempts):
             if attempt:
-                delay = min(p.retry_backoff * 2 ** (attempt - 1), MAX_RETRY_BACKOFF)
+                assert last is not None  # set by the failed attempt before this one
+                delay = policy.wait(last, attempt - 1)  # Retry-After, else jittered backoff
                 logger.warning(
                     "agentcore invoke retry session_id=%s attempt=%d/%d reason=%s",
                     self.session_id,
                     attempt + 1,
                     attempts,
-                    last.code if last else None,
+                    last.code,
                 )
-                if delay > 0:
-                    await anyio.sleep(delay)
+                await _retry.sleep(delay)
                 if events:  # the failed attempt already yielded some: the loop drops them
                     yield RESTART
             events = []

@@ -16,9 +16,10 @@ Invariants this connection keeps (the loop relies on them, see ``providers/base.
   not delivered: the idle ends the turn and those uses are answered again
   (at-least-once). Unknown ids also make us page the history before deciding.
 * **Reconnect inside the turn.** A dropped stream (an error, a read timeout, or a clean end
-  of body mid-turn) is reopened with capped exponential backoff (``base x 2^min(n, 7)``,
-  ``n`` reset when a turn ends); the event history is paged and every event not yet
-  yielded is yielded, in history order, before the new stream is read. Nothing is re-sent:
+  of body mid-turn) is reopened with capped exponential backoff (jittered, at most
+  ``base x 2^min(n, 7)``, ``n`` reset when a turn ends; see :mod:`managedloop._retry`);
+  the event history is paged and every event not yet yielded is yielded, in history
+  order, before the new stream is read. Nothing is re-sent:
   the kickoff prompt is never repeated and tool results are only sent for tool uses that
   have none.
 * **Idempotent sends.** Event sends go out with the SDK's retries disabled. After an
@@ -26,8 +27,9 @@ Invariants this connection keeps (the loop relies on them, see ``providers/base.
   the events) the history is checked and only what is not there is sent again: a tool
   result matches on ``custom_tool_use_id``; any other event matches an event of the same
   type and content *after the last event this connection had seen when the send began*
-  (user messages carry no client id, so position is the idempotency key). A 429 or 408
-  was not accepted and is retried after ``retry-after``.
+  (user messages carry no client id, so position is the idempotency key). A 429 was not
+  accepted and is re-sent as is after ``retry-after``; a 408 is history-checked like a 5xx.
+  What is retried at all is :func:`managedloop._retry.retryable`.
 """
 
 from __future__ import annotations
@@ -40,13 +42,13 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from managedloop import telemetry
+from managedloop import _retry, telemetry
 from managedloop.errors import (
     APIStatusError,
-    AuthenticationError,
     HostStreamError,
     InvalidOptionsError,
     ManagedLoopError,
+    ProviderError,
     TransportError,
     UnsupportedError,
 )
@@ -68,7 +70,7 @@ from managedloop.results import RawEvent, TurnResult
 if TYPE_CHECKING:
     import httpx2
 
-__all__ = ["ClaudeConnection", "StreamOptions", "backoff_delay"]
+__all__ = ["ClaudeConnection", "StreamOptions"]
 
 BACKOFF_EXP_CAP = 7  # 2^7: the reference's cap, ≤ 64 s with the default 0.5 s base
 SEND_ATTEMPTS = 5  # an event send that fails 5 times in a row is a real outage
@@ -76,15 +78,11 @@ RETRY_AFTER_CAP = 60.0  # seconds; never park a turn longer than this on one ret
 HISTORY_PAGE = 100
 
 
-def backoff_delay(attempt: int, base: float) -> float:
-    """Seconds before reconnect ``attempt`` (0-based): ``base x 2^min(attempt, 7)``."""
-    return float(base * (2 ** min(attempt, BACKOFF_EXP_CAP)))
-
-
 class StreamOptions:
-    """Connection tuning (immutable per provider)."""
+    """Connection tuning (immutable per provider). ``reconnect`` and ``send`` are the
+    retry policies (:mod:`managedloop._retry`) of stream reconnects and event sends."""
 
-    __slots__ = ("backoff", "idle_timeout", "max_reconnects", "sleep")
+    __slots__ = ("backoff", "idle_timeout", "max_reconnects", "reconnect", "send", "sleep")
 
     def __init__(
         self,
@@ -97,7 +95,14 @@ class StreamOptions:
         self.backoff = backoff
         self.max_reconnects = max_reconnects
         self.idle_timeout = idle_timeout
-        self.sleep = sleep or anyio.sleep
+        self.sleep = sleep or _retry.sleep
+        cap = backoff * 2**BACKOFF_EXP_CAP
+        self.reconnect = _retry.Policy(
+            retries=max_reconnects, base=backoff, cap=cap, retry_after_cap=RETRY_AFTER_CAP
+        )
+        self.send = _retry.Policy(
+            retries=SEND_ATTEMPTS - 1, base=backoff, cap=cap, retry_after_cap=RETRY_AFTER_CAP
+        )
 
 
 class _DropError(Exception):
@@ -277,17 +282,12 @@ class ClaudeConnection(ConnectionBase):
         marker = self._last_id
         remaining = list(events)
         ids: list[str] = []
-        attempt = 0
+        attempts = _retry.Attempts(self.options.send, sleep=self.options.sleep)
         while True:
             try:
                 response = await self._post(remaining)
-            except (TransportError, APIStatusError) as exc:
-                if not _retryable(exc):
-                    raise
-                attempt += 1
-                if attempt >= SEND_ATTEMPTS:
-                    raise
-                await self.options.sleep(self._retry_delay(exc, attempt))
+            except ProviderError as exc:
+                await attempts.failed(exc)  # re-raises unless retried
                 if isinstance(exc, APIStatusError) and exc.status == 429:
                     continue  # a 429 was not accepted: resend as is
                 landed, landed_ids = self._landed(remaining, await self.history(), marker)
@@ -317,19 +317,6 @@ class ClaudeConnection(ConnectionBase):
             )
 
         return await api.call("post", f"/v1/sessions/{sid}/events", post)
-
-    def _retry_delay(self, exc: ManagedLoopError, attempt: int) -> float:
-        delay = backoff_delay(attempt - 1, self.options.backoff)
-        headers = None
-        cause = exc.__cause__
-        response = getattr(cause, "response", None)
-        if response is not None:
-            headers = getattr(response, "headers", None)
-        if headers is not None:
-            value = headers.get("retry-after")
-            with contextlib.suppress(ValueError):
-                delay = float(value) if value is not None else delay
-        return max(0.0, min(delay, RETRY_AFTER_CAP))
 
     def _landed(
         self, sent: list[dict[str, Any]], history: list[RawEvent], marker: str | None
@@ -467,14 +454,14 @@ class ClaudeConnection(ConnectionBase):
                     reason=reason,
                     session_id=self.session_id,
                 )
-            delay = backoff_delay(self._attempts, self.options.backoff)
+            delay = self.options.reconnect.backoff(self._attempts)
             self._attempts += 1
             if delay > 0:
                 await self.options.sleep(delay)
             try:
                 self._stream = await self._open_stream()
                 history = await self.history()
-            except (TransportError, APIStatusError) as exc:
+            except ProviderError as exc:
                 if not _retryable(exc):
                     raise  # the session is gone or refused: reconnecting cannot help
                 if self._stream is not None:
@@ -537,13 +524,10 @@ class ClaudeConnection(ConnectionBase):
         return await api.list_raw(f"/v1/sessions/{sid}/events", page, strict=False)
 
 
-def _retryable(exc: TransportError | APIStatusError) -> bool:
-    """Whether a failed send or reconnect may be tried again: a transport failure, a 5xx,
-    a 408 or a 429. Never an auth failure (a bearer-file one carries no status)."""
-    if isinstance(exc, AuthenticationError):
-        return False
-    status = exc.status if isinstance(exc, APIStatusError) else None
-    return status is None or status >= 500 or status in (408, 429)
+def _retryable(exc: ProviderError) -> bool:
+    """Whether a failed reconnect may be tried again: :func:`managedloop._retry.retryable`
+    (never an auth failure, a status error without a status or an invalid request)."""
+    return _retry.retryable(exc)
 
 
 def _same_event(sent: Mapping[str, Any], echo: Mapping[str, Any]) -> bool:

@@ -22,11 +22,13 @@ Guards (every counter is per request: a user message resets them all):
 * a tool that fails twice in a row gets a corrective user message;
 * the model call that would reach ``max_turns`` is preceded by a final-turn directive.
 
-Retry: a transient failure (:class:`~managedloop.TransportError`, HTTP 408, 429 or >= 500)
-is retried ``max_retries`` times after ``retry_backoff * 2**n`` seconds, or after the
-server's ``Retry-After`` (capped). **Deliberate change**: the reference never retried 429.
-Raw events are only yielded once a model call has succeeded, so a retry never needs
-``RESTART``; streamed text deltas of a failed attempt were delivered (at-least-once).
+Retry: the one policy of :mod:`managedloop._retry` (a transport failure, a malformed
+response, HTTP 408, 429 or >= 500, unless the body says the request was invalid) is retried
+``max_retries`` times after the server's ``Retry-After`` (capped at ``max_retry_after``) or
+a jittered backoff ``<= min(60 s, retry_backoff * 2**n)``. **Deliberate change**: the
+reference never retried 429. Raw events are only yielded once a model call has succeeded,
+so a retry never needs ``RESTART``; streamed text deltas of a failed attempt were delivered
+(at-least-once).
 """
 
 from __future__ import annotations
@@ -39,11 +41,9 @@ from typing import Any
 
 import anyio
 
+from managedloop import _retry
 from managedloop.errors import (
-    APIStatusError,
-    AuthenticationError,
     ProviderError,
-    TransportError,
     UnsupportedError,
 )
 from managedloop.handler import error_payload
@@ -105,34 +105,28 @@ def final_turn_text(terminal_tool: str | None) -> str:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Retry transport failures and HTTP 408, 429 and >= 500; nothing else."""
-    if isinstance(exc, TransportError):
-        return True
-    if isinstance(exc, APIStatusError) and not isinstance(exc, AuthenticationError):
-        status = exc.status
-        return status is not None and (status in (408, 429) or status >= 500)
-    return False
+    """Whether a failed model call is retried: :func:`managedloop._retry.retryable`."""
+    return _retry.retryable(exc)
 
 
 Sleep = Callable[[float], Awaitable[None]]
 
+MAX_BACKOFF = 60.0  # seconds; one backoff never waits longer (the Retry-After cap's default)
+
 
 class RetryPolicy:
-    __slots__ = ("backoff", "max_retries", "max_retry_after", "sleep")
+    """Local's retry settings: a :class:`managedloop._retry.Policy` and the sleep to use."""
+
+    __slots__ = ("max_retries", "policy", "sleep")
 
     def __init__(
         self, *, max_retries: int, backoff: float, max_retry_after: float, sleep: Sleep
     ) -> None:
         self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_retry_after = max_retry_after
+        self.policy = _retry.Policy(
+            retries=max_retries, base=backoff, cap=MAX_BACKOFF, retry_after_cap=max_retry_after
+        )
         self.sleep = sleep
-
-    def delay(self, exc: ProviderError, attempt: int) -> float:
-        retry_after = exc.context.get("retry_after")
-        if isinstance(retry_after, int | float):
-            return float(min(max(retry_after, 0.0), self.max_retry_after))
-        return float(self.backoff * (2**attempt))
 
 
 # Canonical arguments (sorted keys) so a reordered repeat still counts as a duplicate.
@@ -355,42 +349,42 @@ class LocalConnection(ConnectionBase):
 
     async def _call(self) -> ChatResponse:
         """One model call, retried on transient failures."""
-        attempt = 0
+        attempts = self._attempts()
         while True:
             try:
                 return coerce_response(await self._chat(self._request(None)))
             except ProviderError as exc:
-                await self._backoff(exc, attempt)
-                attempt += 1
+                await attempts.failed(exc)
 
     async def _call_streaming(self, box: list[ChatResponse]) -> AsyncIterator[TextDelta]:
         """One streamed model call, retried on transient failures; the response lands in
         ``box``. Deltas of a failed attempt were already delivered (at-least-once)."""
-        attempt = 0
+        attempts = self._attempts()
         while True:
             try:
                 async for delta in self._streamed(box):
                     yield delta
                 return
             except ProviderError as exc:
-                await self._backoff(exc, attempt)
-                attempt += 1
+                await attempts.failed(exc)
 
-    async def _backoff(self, exc: ProviderError, attempt: int) -> None:
-        """Re-raise ``exc`` unless it is transient and retries remain; else wait."""
-        if attempt >= self._retry.max_retries or not is_transient(exc):
-            raise exc
-        delay = self._retry.delay(exc, attempt)
-        logger.warning(
-            "local chat call failed (%s, code=%s, status=%s); retry %d/%d in %.3gs",
-            type(exc).__name__,
-            exc.code,
-            exc.context.get("status"),
-            attempt + 1,
-            self._retry.max_retries,
-            delay,
-        )
-        await self._retry.sleep(delay)
+    def _attempts(self) -> _retry.Attempts:
+        """One model call's retries (``failed`` re-raises unless retried, else waits)."""
+        retry = self._retry
+
+        def log(exc: BaseException, n: int, delay: float) -> None:
+            context = getattr(exc, "context", {})
+            logger.warning(
+                "local chat call failed (%s, code=%s, status=%s); retry %d/%d in %.3gs",
+                type(exc).__name__,
+                getattr(exc, "code", None),
+                context.get("status"),
+                n,
+                retry.max_retries,
+                delay,
+            )
+
+        return _retry.Attempts(retry.policy, sleep=retry.sleep, on_retry=log)
 
     async def _streamed(self, box: list[ChatResponse]) -> AsyncIterator[TextDelta]:
         # The chat function pushes chunks through a callback; a queue turns them into this

@@ -23,9 +23,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
-import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -33,6 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from managedloop import telemetry
+from managedloop._retry import parse_retry_after  # re-exported: Local's Retry-After parser
 from managedloop.config import Secret
 from managedloop.errors import (
     APIStatusError,
@@ -119,22 +118,6 @@ def redact_url(url: str) -> str:
         return url
     netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
-
-
-def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """``Retry-After`` as seconds: delta-seconds or an HTTP date; ``None`` if absent/bad."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def status_error(status: int, body: str, retry_after: float | None) -> APIStatusError:
