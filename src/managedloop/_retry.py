@@ -46,54 +46,41 @@ equal jitter: retry ``n`` (0-based) waits a uniform draw from ``[c x (1 - jitter
 where ``c = min(cap, base x 2^n)``. So a wait never exceeds its cap, is never negative,
 and a herd of clients that failed together does not come back together.
 
-**Each host's deliberate differences** (``tests/test_retry.py::test_host_retry_table``
-runs every row through the host's real code and pins it):
+**Each host's deliberate differences**, one table (``tests/test_retry.py::TABLE`` holds a
+row for each line and ``test_host_retry_table`` runs it through the host's real code):
 
-=========  =============================================  ==========  =====================
-host       situation                                      retried?    wait
-=========  =============================================  ==========  =====================
-every      transport / damaged / 408 / 429 / 5xx          yes         Retry-After, else
-                                                                      backoff
-every      invalid-request body, malformed, other 4xx,    no          --
-           auth, no status, host-reported error
-Local      a model call (``max_retries``, default 3)      yes         backoff base
-                                                                      ``retry_backoff`` (1 s),
-                                                                      cap 60 s; Retry-After
-                                                                      cap ``max_retry_after``
-Local      a streamed call that fails part-way            yes         as above; the failed
-                                                                      attempt's text deltas
-                                                                      were delivered
-                                                                      (at-least-once)
-AgentCore  ``InvokeHarness`` failure, before or after     yes (whole  backoff base
-           events (``invoke_retries``, default 2)         turn)       ``retry_backoff``
-                                                                      (0.5 s), cap 4 s;
-                                                                      events already
-                                                                      yielded are dropped
-                                                                      (``RESTART``)
-AgentCore  stream ended without ``messageStop``           yes         as above; then
-                                                                      ``early_termination``
-AgentCore  exception frame (``harness_stream_error``)     no          --
-AgentCore  control-plane reads (provisioning)             yes         none (each attempt's
-                                                                      timeout is cut from
-                                                                      the wait budget)
-AgentCore  ``CreateHarness``                              no          one attempt: a retry
-                                                                      could create twice
-Claude     event send refused with 429                    yes, resent Retry-After, else
-                                                          as is       backoff
-Claude     event send failing ambiguously (transport,     yes, after  backoff base
-           408, 5xx, malformed)                           a history   ``reconnect_backoff``
-                                                          check:      (0.5 s), cap
-                                                          only what   base x 2^7; Retry-After
-                                                          did not     cap 60 s
-                                                          land
-Claude     stream drop / reconnect (``max_reconnects``,   yes         backoff, counted per
-           counted across the turn, reset at a terminal)              drop run, reset at a
-                                                                      terminal; before every
-                                                                      reconnect
-Claude     every other API call                           by the      the SDK's own
-                                                          anthropic   (``max_retries``, its
-                                                          SDK         408/409/429/5xx rule)
-=========  =============================================  ==========  =====================
+=========  ====================================  ========  ================================
+host       situation                             retried?  wait before the retry
+=========  ====================================  ========  ================================
+every      transport, damaged, 408, 429, 5xx     yes       Retry-After (capped), else
+                                                           the backoff below
+every      invalid request, malformed, other     no        --
+           4xx, auth, no status, host error
+Local      a model call (``max_retries`` 3)      yes       base ``retry_backoff`` 1 s, cap
+                                                           60 s; Retry-After cap
+                                                           ``max_retry_after`` 60 s
+Local      a streamed call failing part-way      yes       as above; that attempt's deltas
+                                                           were delivered (at-least-once)
+AgentCore  ``InvokeHarness``, even after events  yes       base ``retry_backoff`` 0.5 s,
+           were yielded (``invoke_retries`` 2)   (turn)    cap 4 s; the loop drops the
+                                                           yielded events (``RESTART``)
+AgentCore  a stream without ``messageStop``      yes       as above; when retries run out,
+                                                           ``early_termination``
+AgentCore  an exception frame                    no        --
+Claude     an event send refused with 429        yes       Retry-After (cap 60 s), else
+                                                           backoff; re-sent as is
+Claude     an event send failing otherwise (it   yes       base ``reconnect_backoff``
+           may have landed): transport, 408,               0.5 s, cap base x 2^7; the
+           5xx; 5 attempts                                 history decides what is re-sent
+Claude     a dropped stream (``max_reconnects``  yes       backoff before each reconnect,
+           10)                                             counted until a terminal
+=========  ====================================  ========  ================================
+
+Outside this module's loop, and so outside the table: the anthropic SDK retries Claude's
+other API calls itself (its ``max_retries``; its rule also retries 409), and AgentCore's
+provisioning retries its control-plane reads at once within its wait budget, classified by
+:func:`retryable` (``_provision._call``), while ``CreateHarness`` gets one attempt (a retry
+could create twice).
 
 **The loop** (:class:`Attempts`): ``await attempts.failed(exc)`` inside a call's ``except``
 re-raises ``exc`` unless it is retryable and retries remain, else waits. It is a plain

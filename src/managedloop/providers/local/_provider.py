@@ -97,7 +97,8 @@ class Local:
         model_config: Extra request-body parameters (``temperature``, ``max_tokens``...),
             merged over the agent spec's ``model_config``.
         max_retries: Retries of a transient failure per model call.
-        retry_backoff: Seconds before the first retry; doubles each retry.
+        retry_backoff: Seconds before the first retry; doubles each retry (at most 60 s;
+            jittered: each wait is between half of that and all of it).
         max_retry_after: Cap on a server's ``Retry-After``, in seconds.
         timeout: Seconds to wait for any byte from the endpoint.
         connect_timeout: Seconds to establish a connection.

@@ -15,8 +15,9 @@ neutral and shaped like OpenAI Chat Completions, with string keys:
 A chat function may also return a Chat Completions response body (a mapping with
 ``choices``); only ``choices[0]`` is read. Failures are exceptions from
 :mod:`managedloop.errors`: :class:`~managedloop.TransportError` and
-:class:`~managedloop.APIStatusError` with a transient status (408, 429, >= 500) are retried
-by the connection; anything else is not.
+:class:`~managedloop.APIStatusError` with a transient status (408, 429, >= 500, unless its
+body says the request was invalid) are retried by the connection; anything else is not
+(:func:`managedloop._retry.retryable`).
 """
 
 from __future__ import annotations
