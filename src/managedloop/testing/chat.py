@@ -32,7 +32,7 @@ import secrets
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from aiohttp import web
 
@@ -130,6 +130,9 @@ class ChatFaults:
     delay: float = 0.0
     chunk_delay: float = 0.0
     """Seconds between streamed frames (every stream)."""
+    stream_names: Literal["once", "every_chunk", "split"] = "once"
+    """How a streamed tool call's ``id`` and name arrive (every stream): once in its first
+    chunk (OpenAI), whole in every chunk (llama.cpp's server) or split in two parts."""
 
 
 class _FaultState:
@@ -360,6 +363,7 @@ class ChatEmulator:
                 model,
                 chunk_size=self.chunk_size,
                 include_usage=bool(options.get("include_usage")),
+                name_style=self.faults.stream_names,
             )
             return await self._stream(request, frames, fault)
         if fault == "malformed":

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import itertools
 import json
 import time
 from collections.abc import Mapping
@@ -233,7 +234,7 @@ async def _read_stream(resp: aiohttp.ClientResponse, request: ChatRequest) -> Ch
     on_delta = request.on_delta
     assert on_delta is not None
     text: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
+    calls: dict[int, _StreamedCall] = {}
     finish_reason: str | None = None
     usage: Mapping[str, Any] | None = None
     done = False
@@ -266,22 +267,74 @@ async def _read_stream(resp: aiohttp.ClientResponse, request: ChatRequest) -> Ch
                 text.append(piece)
                 on_delta(piece)
             for tc in delta.get("tool_calls") or ():
-                slot = calls.setdefault(
-                    tc.get("index", len(calls)),
-                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
-                )
-                if tc.get("id"):
-                    slot["id"] = tc["id"]
-                fn = tc.get("function") or {}
-                if fn.get("name"):
-                    slot["function"]["name"] += fn["name"]
-                if fn.get("arguments"):
-                    slot["function"]["arguments"] += fn["arguments"]
+                index = tc.get("index")
+                if not isinstance(index, int):  # no index: continue the last call
+                    index = max(calls) if calls and not tc.get("id") else len(calls)
+                calls.setdefault(index, _StreamedCall()).add(tc)
             if choice.get("finish_reason"):
                 finish_reason = choice["finish_reason"]
     if not done:
         raise TransportError("the chat stream ended before data: [DONE]", cause="stream_dropped")
     message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
     if calls:
-        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+        known = {
+            str((t.get("function") or {}).get("name"))
+            for t in request.tools
+            if isinstance(t, Mapping)
+        }
+        message["tool_calls"] = [calls[i].message(known) for i in sorted(calls)]
     return ChatResponse(message=message, finish_reason=finish_reason, usage=usage)
+
+
+class _StreamedCall:
+    """One tool call assembled from stream chunks.
+
+    Servers disagree on how the ``id`` and ``function.name`` of a streamed call arrive:
+    once in the first chunk (OpenAI), whole again in every chunk (llama.cpp), or split
+    across chunks. The pieces are kept and resolved once the stream ends (:func:`_joined`);
+    ``arguments`` are always deltas and are concatenated.
+    """
+
+    __slots__ = ("arguments", "ids", "names")
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.names: list[str] = []
+        self.arguments: list[str] = []
+
+    def add(self, tc: Mapping[str, Any]) -> None:
+        if isinstance(tc.get("id"), str) and tc["id"]:
+            self.ids.append(tc["id"])
+        fn = tc.get("function") or {}
+        if isinstance(fn.get("name"), str) and fn["name"]:
+            self.names.append(fn["name"])
+        if isinstance(fn.get("arguments"), str) and fn["arguments"]:
+            self.arguments.append(fn["arguments"])
+
+    def message(self, known: set[str]) -> dict[str, Any]:
+        return {
+            "id": _joined(self.ids, set()) or None,
+            "type": "function",
+            "function": {"name": _joined(self.names, known), "arguments": "".join(self.arguments)},
+        }
+
+
+def _joined(pieces: list[str], known: set[str]) -> str:
+    """The value that a server sent as ``pieces``: the same value repeated (once or in
+    every chunk), a growing prefix (each piece the whole value so far), or split parts.
+
+    The readings can disagree only for odd values (``"abab"`` sent as ``"ab"``, ``"ab"``);
+    then a reading that names a known tool wins, and repetition is assumed otherwise.
+    """
+    if not pieces:
+        return ""
+    concatenated = "".join(pieces)
+    if all(p == pieces[0] for p in pieces):
+        reading = pieces[0]
+    elif all(b.startswith(a) for a, b in itertools.pairwise(pieces)):
+        reading = pieces[-1]
+    else:
+        return concatenated
+    if reading not in known and concatenated in known:
+        return concatenated
+    return reading
