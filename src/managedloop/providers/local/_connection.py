@@ -105,9 +105,13 @@ def final_turn_text(terminal_tool: str | None) -> str:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Retry transport failures and HTTP 408, 429 and >= 500; nothing else."""
+    """Retry transport failures and HTTP 408, 429 and >= 500; nothing else, and never an
+    answer whose body says the request was invalid (``context["invalid_request"]``: the
+    same body would fail again, e.g. llama.cpp's HTTP 500 for a pydantic validation error)."""
     if isinstance(exc, TransportError):
         return True
+    if isinstance(exc, ProviderError) and exc.context.get("invalid_request"):
+        return False
     if isinstance(exc, APIStatusError) and not isinstance(exc, AuthenticationError):
         status = exc.status
         return status is not None and (status in (408, 429) or status >= 500)
@@ -162,6 +166,7 @@ class LocalConnection(ConnectionBase):
         stream: bool,
         retry: RetryPolicy,
         on_close: Callable[[], Awaitable[None]] | None = None,
+        null_content: bool = False,
     ) -> None:
         super().__init__()
         self.session_id = session_id
@@ -177,6 +182,7 @@ class LocalConnection(ConnectionBase):
         self._stream = stream
         self._retry = retry
         self._on_close = on_close
+        self._null_content = null_content
         self._closed = False
         # per-request guard state
         self.polls = 0
@@ -214,7 +220,7 @@ class LocalConnection(ConnectionBase):
                 response = box[0]
             else:  # a plain await: no generator frames between the loop and the socket
                 response = await self._call()
-            message = _assistant_message(response.message)
+            message = _assistant_message(response.message, self._null_content)
             self.history.append(message)
             uses: list[ToolUse] = []
             fresh: list[dict[str, Any]] = []
@@ -409,10 +415,19 @@ class LocalConnection(ConnectionBase):
                     await asyncio.wait({task})
 
 
-def _assistant_message(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The neutral assistant message kept in history (unknown vendor fields dropped)."""
-    message: dict[str, Any] = {"role": "assistant", "content": raw.get("content")}
+def _assistant_message(raw: Mapping[str, Any], null_content: bool = False) -> dict[str, Any]:
+    """The neutral assistant message kept in history (unknown vendor fields dropped).
+
+    No content is kept as ``""``, not ``null``: the history is sent back verbatim, and
+    llama.cpp's server answers HTTP 500 to an assistant message whose content is ``null``
+    (OpenAI takes either). ``null_content`` keeps ``null`` on tool-call messages for a
+    server known to want it.
+    """
     calls = raw.get("tool_calls")
+    content = raw.get("content")
+    if content is None and not (null_content and calls):
+        content = ""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:
         message["tool_calls"] = [
             {

@@ -18,6 +18,12 @@ Invariants:
   ``stream: true`` with ``stream_options.include_usage``; SSE ``data:`` lines carry chunks
   until ``data: [DONE]``; a stream that ends without ``[DONE]`` was dropped
   (:class:`~managedloop.TransportError`, retried by the connection).
+* A non-2xx answer is an :class:`~managedloop.APIStatusError` whose message leads with the
+  server's own error message (``error.message``, ``detail``, ``message``), up to 4 KiB:
+  the cause is often deep in a long body. ``context["invalid_request"]`` marks a body that
+  says the request was invalid (never retried, whatever the status).
+* A streamed tool call's ``id`` and name may come once, whole in every chunk or split
+  (:class:`_StreamedCall`); its arguments are always deltas.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import asyncio
 import email.utils
 import itertools
 import json
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -138,13 +145,67 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
+_ERROR_EXCERPT = 4096  # characters of an error body kept: pydantic's messages run long
+# A server error that says the *request* was invalid: retrying the same body cannot help.
+# llama.cpp's Python server answers HTTP 500 with pydantic's text ("1 validation error for
+# ...", "Input should be a valid string"); OpenAI-style servers name the error type.
+_INVALID_TEXT = re.compile(r"validation errors? for |Input should be |Field required", re.I)
+_INVALID_KINDS = frozenset({"invalid_request_error", "invalid_request", "validation_error"})
+
+
+def server_message(body: str) -> str | None:
+    """The error message a server put in its JSON error body, if any: ``error.message``
+    (OpenAI), ``error`` as a string, ``detail`` (FastAPI), or a top-level ``message``."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, Mapping):
+        return None
+    error = data.get("error")
+    candidates = [
+        error.get("message") if isinstance(error, Mapping) else error,
+        data.get("detail"),
+        data.get("message"),
+    ]
+    for value in candidates:
+        if isinstance(value, str) and value.strip():
+            return value
+        if isinstance(value, list | Mapping) and value:  # FastAPI's list of field errors
+            return json.dumps(value, ensure_ascii=False)
+    return None
+
+
+def _says_invalid(body: str, message: str | None) -> bool:
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        data = None
+    error = data.get("error") if isinstance(data, Mapping) else None
+    if isinstance(error, Mapping) and any(
+        isinstance(error.get(k), str) and error[k].lower() in _INVALID_KINDS
+        for k in ("type", "code")
+    ):
+        return True
+    return _INVALID_TEXT.search(message if message is not None else body) is not None
+
+
 def status_error(status: int, body: str, retry_after: float | None) -> APIStatusError:
-    """The exception for a non-2xx answer (the body trimmed; never a header)."""
+    """The exception for a non-2xx answer: the server's own error message first (it names
+    the cause), up to a few KiB, never a header.
+
+    ``context["invalid_request"]`` is true when the body says the request itself was
+    invalid (any status): the connection never retries such an answer.
+    """
     kind = AuthenticationError if status == 401 else APIStatusError
+    message = server_message(body)
+    shown = excerpt(message if message is not None else body, _ERROR_EXCERPT)
     return kind(
-        f"the chat endpoint answered HTTP {status}: {excerpt(body)}",
+        f"the chat endpoint answered HTTP {status}: {shown}",
         status=status,
-        body=excerpt(body),
+        body=excerpt(body, _ERROR_EXCERPT),
+        server_message=message and excerpt(message, _ERROR_EXCERPT),
+        invalid_request=_says_invalid(body, message),
         retry_after=retry_after,
     )
 
