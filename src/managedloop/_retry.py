@@ -143,6 +143,7 @@ __all__ = [
     "rejected_as_invalid",
     "retry_after",
     "retryable",
+    "says_invalid",
     "set_testing",
     "sleep",
     "testing",
@@ -182,20 +183,16 @@ _DAMAGED_CODES = frozenset({"bad_frame"})  # MalformedResponseError codes of byt
 # violation with a 500 carrying one), AWS's ValidationException. Specific phrases only: a
 # real server fault must not read as the caller's.
 _INVALID_BODY = re.compile(
-    r"invalid[ _-]request|validation ?error|validationexception|input should be|field required",
+    r"invalid[ _-]request|validation[ _]?errors?\b|validationexception|input should be"
+    r"|field required",
     re.IGNORECASE,
 )
 _INVALID_CODES = frozenset({"ValidationException", "invalid_request_error"})
 
 
-def rejected_as_invalid(exc: APIStatusError) -> bool:
-    """Whether the server said the request itself was invalid (so resending it is futile)."""
-    context = exc.context
-    if context.get("invalid_request") is True:
-        return True
-    if context.get("error_code") in _INVALID_CODES:
-        return True
-    body = context.get("body")
+def says_invalid(body: object) -> bool:
+    """Whether an error body (text, or the JSON a client decoded) says the request itself
+    was invalid (see ``_INVALID_BODY``); only its first 64 KiB are read."""
     if body is None:
         return False
     if isinstance(body, str):
@@ -208,10 +205,21 @@ def rejected_as_invalid(exc: APIStatusError) -> bool:
     return _INVALID_BODY.search(text[:_MAX_SCAN]) is not None
 
 
+def rejected_as_invalid(exc: APIStatusError) -> bool:
+    """Whether the server said the request itself was invalid (so resending it is futile)."""
+    context = exc.context
+    if context.get("invalid_request") is True or context.get("error_code") in _INVALID_CODES:
+        return True
+    return says_invalid(context.get("body"))
+
+
 def classify(exc: BaseException) -> Situation:
     """The :class:`Situation` of one failure."""
     if isinstance(exc, AuthenticationError):
         return Situation.AUTH  # before the status: a bearer-file failure has none
+    context = getattr(exc, "context", None)
+    if isinstance(context, Mapping) and context.get("invalid_request") is True:
+        return Situation.INVALID_REQUEST  # a host marked it (e.g. an error inside a stream)
     if isinstance(exc, APIStatusError):
         if rejected_as_invalid(exc):
             return Situation.INVALID_REQUEST

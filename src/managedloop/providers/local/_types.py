@@ -113,10 +113,10 @@ class ChatFunction(Protocol):
     async def __call__(self, request: ChatRequest, /) -> ChatResponse | Mapping[str, Any]: ...
 
 
-def excerpt(value: Any) -> str:
+def excerpt(value: Any, limit: int = _BODY_EXCERPT) -> str:
     """A bad body, trimmed for an exception's context (a non-string as its ``repr``)."""
     text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= _BODY_EXCERPT else text[:_BODY_EXCERPT] + "..."
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def parse_chat_completion(body: Any) -> ChatResponse:
