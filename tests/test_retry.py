@@ -64,6 +64,8 @@ def status(code: int | None, **context: Any) -> ml.APIStatusError:
         ),
         (status(400, error_code="ValidationException"), Situation.INVALID_REQUEST),
         (status(503, invalid_request=True), Situation.INVALID_REQUEST),
+        (ml.ProviderError("in-stream", invalid_request=True), Situation.INVALID_REQUEST),
+        (status(502, body='{"error": {"code": "validation_error"}}'), Situation.INVALID_REQUEST),
         (status(503, body="upstream connect error"), Situation.SERVER),
         (status(400), Situation.CLIENT),
         (status(404), Situation.CLIENT),
