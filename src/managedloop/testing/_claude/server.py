@@ -109,6 +109,40 @@ def _error(status: int, message: str, kind: str = "invalid_request_error") -> we
     return web.json_response(body, status=status, headers=headers)
 
 
+_SNAPSHOT_KEYS = (  # the agent fields a session's agent snapshot carries (SDK type)
+    "id",
+    "name",
+    "description",
+    "model",
+    "system",
+    "tools",
+    "mcp_servers",
+    "skills",
+    "multiagent",
+    "execution_identity",
+    "version",
+)
+_PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
+
+
+def _environment_config(config: Any) -> dict[str, Any]:
+    """An environment ``config`` as the API returns it: a cloud config always carries
+    ``networking`` and ``packages`` with every package manager's list (the SDK's
+    ``BetaCloudConfig`` requires them), whatever subset the create request gave."""
+    out = dict(config) if isinstance(config, Mapping) else {}
+    out.setdefault("type", "cloud")
+    if out["type"] != "cloud":
+        return out
+    out.setdefault("networking", {"type": "unrestricted"})
+    given = out.get("packages")
+    packages = dict(given) if isinstance(given, Mapping) else {}
+    out["packages"] = {
+        "type": "packages",
+        **{name: list(packages.get(name) or []) for name in _PACKAGE_MANAGERS},
+    }
+    return out
+
+
 def _credential(headers: Mapping[str, str]) -> tuple[str | None, bool]:
     """The secret a request presents and whether it came as a bearer token (an
     ``x-api-key`` header wins over ``Authorization: Bearer``)."""
@@ -291,6 +325,17 @@ class ClaudeEmulator:
             return result
         return make()
 
+    def routes(self) -> list[tuple[str, str]]:
+        """Every ``(method, path template)`` the emulator serves, e.g. ``("GET",
+        "/v1/sessions/{id}/events")`` (the implicit ``HEAD`` of each ``GET`` left out), so a
+        conformance test can cover each one and a new route cannot be missed."""
+        app = self._app()  # a fresh app: the route table does not need the server running
+        return [
+            (route.method, route.resource.canonical)
+            for route in app.router.routes()
+            if route.method != "HEAD" and route.resource is not None
+        ]
+
     # -- HTTP -------------------------------------------------------------------------
     def _app(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
@@ -410,7 +455,8 @@ class ClaudeEmulator:
             "skills": body.get("skills") or [],
             "multiagent": body.get("multiagent"),
             "metadata": body.get("metadata") or {},
-            "execution_identity": {"type": "agent"},
+            # The SDK's union: service_account (no customer-named principal) or aws_role.
+            "execution_identity": body.get("execution_identity") or {"type": "service_account"},
             "created_at": now,
             "updated_at": now,
             "archived_at": None,
@@ -461,8 +507,7 @@ class ClaudeEmulator:
             "id": self.mint("env_"),
             "type": "environment",
             "name": body["name"],
-            "config": body.get("config")
-            or {"type": "cloud", "networking": {"type": "unrestricted"}},
+            "config": _environment_config(body.get("config")),
             "description": body.get("description"),
             "metadata": body.get("metadata") or {},
             "scope": body.get("scope"),
@@ -511,7 +556,7 @@ class ClaudeEmulator:
         env = self.state.environments.get(env_id) if isinstance(env_id, str) else None
         if env is None:
             return _error(404, f"environment {env_id!r} not found", "not_found_error")
-        snapshot = {k: agent[k] for k in ("id", "name", "model", "system", "tools", "version")}
+        snapshot = {k: agent[k] for k in _SNAPSHOT_KEYS}
         snapshot["type"] = "agent"
         session = EmuSession(
             session_id=self.mint("sesn_"),
