@@ -40,6 +40,7 @@ from managedloop.errors import (
     AuthenticationError,
     ConfigError,
     InvalidOptionsError,
+    MalformedResponseError,
     ManagedLoopError,
     ProviderError,
     TransportError,
@@ -415,7 +416,19 @@ class Api:
         SDK's raw response (``with_raw_response``) of one page (see :class:`Page`)."""
 
         async def page(cursor: str | None) -> Page:
-            return Page((await fetch(cursor)).http_response.json(), strict=strict)
+            response = (await fetch(cursor)).http_response
+            try:
+                body = response.json()
+            except (ValueError, RecursionError):
+                # Not JSON, or nested too deeply for the decoder: a named error, never a
+                # raw RecursionError out of a history read.
+                raise MalformedResponseError(
+                    "a list page is not decodable JSON",
+                    code="malformed_response",
+                    path=path,
+                    size=len(response.content),
+                ) from None
+            return Page(body, strict=strict)
 
         return [i for i in await self.list_all(path, page) if isinstance(i, dict)]
 

@@ -50,7 +50,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
@@ -197,7 +197,8 @@ class ClaudeConnection(ConnectionBase):
         self.options = options
         self.metadata = dict(metadata)
         self._stream: _Stream | None = None
-        self._seen: set[str] = set()
+        self._seen: set[Hashable] = set()
+        """Keys (``_wire.event_key``) of every event yielded: each is yielded once."""
         self._backlog: collections.deque[RawEvent] = collections.deque()
         self._tool_uses: dict[str, RawEvent] = {}
         self._answered: set[str] = set()
@@ -269,7 +270,7 @@ class ClaudeConnection(ConnectionBase):
         while True:
             event = await self._next_event()
             eid = event.get("id")
-            if isinstance(eid, str) and eid in self._seen:
+            if _wire.event_key(event) in self._seen:
                 continue
             self._remember(event)
             if isinstance(eid, str) and eid in self._turn_ids:
@@ -280,8 +281,7 @@ class ClaudeConnection(ConnectionBase):
             final = await self._judge(event)
             while self._backlog and final:  # history paged while judging: older events first
                 older = self._backlog.popleft()
-                oid = older.get("id")
-                if isinstance(oid, str) and oid in self._seen:
+                if _wire.event_key(older) in self._seen:
                     continue
                 self._remember(older)
                 yield older
@@ -460,8 +460,8 @@ class ClaudeConnection(ConnectionBase):
     # -- reading ------------------------------------------------------------------------
     def _remember(self, event: RawEvent) -> None:
         eid = event.get("id")
-        if isinstance(eid, str):
-            self._seen.add(eid)
+        self._seen.add(_wire.event_key(event))
+        if isinstance(eid, str) and eid:
             self._last_id = eid
         kind = event.get("type")
         if kind == _wire.CUSTOM_TOOL_USE and isinstance(eid, str):
@@ -503,14 +503,18 @@ class ClaudeConnection(ConnectionBase):
     async def _catch_up(self) -> list[RawEvent]:
         """Page the history; queue every event not yet seen (yielded before the boundary)."""
         history = await self.history()
-        queued = {e.get("id") for e in self._backlog}
-        for past in history:
+        for past in self._queue_unseen(history):
             pid = past.get("id")
-            if isinstance(pid, str) and pid not in self._seen and pid not in queued:
-                self._backlog.append(past)
-                if past.get("type") == _wire.CUSTOM_TOOL_USE:
-                    self._tool_uses[pid] = past
+            if past.get("type") == _wire.CUSTOM_TOOL_USE and isinstance(pid, str):
+                self._tool_uses[pid] = past
         return history
+
+    def _queue_unseen(self, history: Sequence[RawEvent]) -> list[RawEvent]:
+        """Queue (after what is already queued) each history event not yet yielded."""
+        queued = {_wire.event_key(e) for e in self._backlog}
+        new = _wire.fresh(history, self._seen | queued)
+        self._backlog.extend(new)
+        return new
 
     async def _next_event(self) -> RawEvent:
         if self._backlog:
@@ -567,12 +571,7 @@ class ClaudeConnection(ConnectionBase):
                     self._stream = None
                 self._last_drop = _DropError(exc.code)
                 continue
-            queued = {e.get("id") for e in self._backlog}
-            for event in history:
-                eid = event.get("id")
-                if isinstance(eid, str) and (eid in self._seen or eid in queued):
-                    continue
-                self._backlog.append(event)
+            self._queue_unseen(history)
             await self._reconcile(history)  # what the host holds against what we sent
             return
 

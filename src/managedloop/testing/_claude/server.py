@@ -302,6 +302,19 @@ class ClaudeEmulator:
                 out.extend(r.json.get("events", []))
         return out
 
+    def inject_frame(self, frame: bytes, session_id: str | None = None) -> None:
+        """Write ``frame`` verbatim to every live stream of a session (e.g. a malformed SSE
+        frame a hostile server could send); it is not recorded in the history."""
+
+        def put() -> None:
+            for queue in self.session(session_id).subscribers:
+                queue.put_nowait(frame)
+
+        if self._loop is not None and threading.current_thread() is not self._thread:
+            self.call(put)
+        else:
+            put()
+
     def write_output(self, session_id: str, name: str, data: bytes | str) -> dict[str, Any]:
         """Simulate the agent writing ``/mnt/session/outputs/<name>``: a session-scoped,
         downloadable file appears in the Files API."""
@@ -688,6 +701,9 @@ class ClaudeEmulator:
                     return resp
                 if item is CLOSE:
                     break
+                if isinstance(item, bytes):  # a raw frame (inject_frame): sent verbatim
+                    await resp.write(item)
+                    continue
                 data = json.dumps(item, separators=(",", ":"))
                 await resp.write(
                     f"event: {item['type']}\nid: {item['id']}\ndata: {data}\n\n".encode()
