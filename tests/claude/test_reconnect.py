@@ -478,3 +478,32 @@ async def test_the_connection_itself_yields_each_event_once_across_a_drop() -> N
         assert emu.faults.used_drops == {3}
         ids = [e["id"] for e in got if isinstance(e, dict)]
         assert ids == [e["id"] for e in emu.events()]  # each once, in history order
+
+
+async def test_events_without_an_id_are_neither_merged_nor_repeated() -> None:
+    """The docs warn an event's id may be empty (an interrupt). Deduped by id alone, two
+    such events were one: the second was dropped as "seen". Keyed by type and
+    processed_at, each is yielded once, including across the reconnect's history page."""
+    from managedloop.providers.base import OpenRequest, UserMessage
+
+    with ClaudeEmulator() as emu:
+
+        def idless_then_reply(request: Any) -> Any:
+            for stamp in ("2026-01-01T00:00:00.000001Z", "2026-01-01T00:00:00.000002Z"):
+                emu.session().emit({"type": "agent.thinking", "id": "", "processed_at": stamp})
+            return say("x")
+
+        emu.agent.script = [idless_then_reply]
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as client:
+            handle = await ml.provision(make_provider(client), SPEC)
+            provider = make_provider(client, agent=handle, environment=handle)
+            emu.faults = ClaudeFaults(drop_stream_after=(5,))  # after both id-less events
+            conn = await provider.open(OpenRequest(agent=handle))
+            try:
+                got = [e async for e in conn.turn(UserMessage("Go"))]
+            finally:
+                await conn.aclose()
+        assert emu.faults.used_drops == {5}
+        kinds = [e["type"] for e in got if isinstance(e, dict)]
+        assert kinds == [e["type"] for e in emu.events()]
+        assert kinds.count("agent.thinking") == 2
