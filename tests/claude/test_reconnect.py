@@ -507,3 +507,29 @@ async def test_events_without_an_id_are_neither_merged_nor_repeated() -> None:
         kinds = [e["type"] for e in got if isinstance(e, dict)]
         assert kinds == [e["type"] for e in emu.events()]
         assert kinds.count("agent.thinking") == 2
+
+
+async def test_a_landed_result_leaves_nothing_outstanding() -> None:
+    """Once every result's echo is seen, nothing is held for re-sending and no echo
+    deadline stays armed (a stale one would reopen the stream right after the next batch
+    of results, however promptly their echoes came)."""
+    from managedloop.providers.base import OpenRequest, ToolResults, UserMessage
+    from managedloop.results import ToolResult
+
+    with ClaudeEmulator() as emu:
+        emu.agent.script = list(SCRIPT)
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as client:
+            handle = await ml.provision(make_provider(client), SPEC)
+            provider = make_provider(client, agent=handle, environment=handle)
+            conn = await provider.open(OpenRequest(agent=handle))
+            try:
+                first = conn.normalize([e async for e in conn.turn(UserMessage("Go"))])
+                uses = first.custom_tool_uses
+                results = [ToolResult(tool_use_id=u.id, text="ok") for u in uses]
+                last = conn.normalize([e async for e in conn.turn(ToolResults(uses, results))])
+            finally:
+                await conn.aclose()
+    assert len(uses) == 3
+    assert last.terminal is ml.Terminal.END_TURN
+    assert conn._results == {}
+    assert conn._echo_deadline is None

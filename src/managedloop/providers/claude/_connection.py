@@ -16,10 +16,10 @@ Invariants this connection keeps (the loop relies on them, see ``providers/base.
   not recorded: it is re-sent (see *Results are computed once*) and the turn goes on.
   Unknown ids also make us page the history before deciding.
 * **Results are computed once, and recorded once.** Every tool result this connection
-  sends is stored by tool-use id for the life of the connection (one session), so a
-  result the host lost is re-sent from the store, never recomputed: a tool runs at most
-  once per tool-use id, and the loop is never asked to answer a use that already has a
-  stored result. Lost results are found by reconciling what we sent against the
+  sends is stored by tool-use id until it is seen landed (the id stays in the answered
+  set for the life of the connection, one session), so a result the host lost is re-sent
+  from the store, never recomputed: a tool runs at most once per tool-use id, and the
+  loop is never asked to answer a use that already has a result. Lost results are found by reconciling what we sent against the
   session's history (what the host recorded): after every reconnect, when a
   ``requires_action`` idle names a result we sent, and when no echo of a sent result has
   arrived within ``result_echo_timeout`` (:data:`RESULT_ECHO_TIMEOUT`; the stream is
@@ -206,7 +206,9 @@ class ClaudeConnection(ConnectionBase):
         self._confirmed: set[str] = set()
         """Tool uses whose result was seen on the stream or in the history."""
         self._results: dict[str, dict[str, Any]] = {}
-        """Every tool result this connection sent, by tool-use id (re-sent, never redone)."""
+        """Tool results sent but not yet seen landed, by tool-use id (re-sent, never
+        redone). A landed one is dropped: ``_answered`` keeps its id, so the use is never
+        answered again, and memory stays bounded by the results in flight."""
         self._resends: collections.Counter[str] = collections.Counter()
         self._echo_deadline: float | None = None
         """When a sent result still unechoed makes us check the history (``None``: none)."""
@@ -313,7 +315,8 @@ class ClaudeConnection(ConnectionBase):
             return []  # the API rejects an empty send; an empty resume is never sent
         for event in events:
             tid = event.get("custom_tool_use_id")
-            if event.get("type") == _wire.CUSTOM_TOOL_RESULT and isinstance(tid, str):
+            is_result = event.get("type") == _wire.CUSTOM_TOOL_RESULT
+            if is_result and isinstance(tid, str) and tid not in self._confirmed:
                 # Stored before the POST: an ambiguous failure must not lose a result.
                 self._results.setdefault(tid, event)
         marker = self._last_id
@@ -350,10 +353,16 @@ class ClaudeConnection(ConnectionBase):
     # -- results: stored, reconciled, re-sent ----------------------------------------------
     def _outstanding(self) -> list[str]:
         """Results we sent whose landing we have not seen yet (in send order)."""
-        return [i for i in self._results if i not in self._confirmed]
+        return list(self._results)
+
+    def _landed_result(self, tool_use_id: str) -> None:
+        self._confirmed.add(tool_use_id)
+        self._results.pop(tool_use_id, None)
+        if not self._results:
+            self._echo_deadline = None
 
     def _arm_echo_deadline(self) -> None:
-        if not self._outstanding():
+        if not self._results:
             self._echo_deadline = None
         elif self._echo_deadline is None:
             self._echo_deadline = anyio.current_time() + self.options.result_echo_timeout
@@ -365,7 +374,8 @@ class ClaudeConnection(ConnectionBase):
             for e in history
             if e.get("type") == _wire.CUSTOM_TOOL_RESULT
         }
-        self._confirmed.update(i for i in self._results if i in recorded)
+        for tid in [i for i in self._results if i in recorded]:
+            self._landed_result(tid)
         self._echo_deadline = None
         for tid in self._outstanding():
             if self._resends[tid] >= RESULT_RESENDS:
@@ -388,7 +398,7 @@ class ClaudeConnection(ConnectionBase):
                 if exc.status not in (400, 409) or isinstance(exc, AuthenticationError):
                     raise
                 # The host no longer awaits this use: it has a result after all.
-                self._confirmed.add(tid)
+                self._landed_result(tid)
                 continue
             self._turn_ids.update(ids)
             if self._turn_ids & self._seen:
@@ -470,7 +480,7 @@ class ClaudeConnection(ConnectionBase):
             tid = event.get("custom_tool_use_id")
             if isinstance(tid, str):
                 self._answered.add(tid)
-                self._confirmed.add(tid)
+                self._landed_result(tid)
 
     async def _judge(self, event: RawEvent) -> bool:
         """Whether a boundary candidate ends this turn (see the module docstring)."""
@@ -543,7 +553,7 @@ class ClaudeConnection(ConnectionBase):
         echo is overdue, so the reconnect pages the history and reconciles."""
         assert self._stream is not None
         deadline = self._echo_deadline
-        if deadline is None or not self._outstanding():
+        if deadline is None or not self._results:
             return await self._stream.next()
         with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
             return await self._stream.next()
