@@ -19,8 +19,9 @@ Invariants this connection keeps (the loop relies on them, see ``providers/base.
   sends is stored by tool-use id until it is seen landed (the id stays in the answered
   set for the life of the connection, one session), so a result the host lost is re-sent
   from the store, never recomputed: a tool runs at most once per tool-use id, and the
-  loop is never asked to answer a use that already has a result. Lost results are found by reconciling what we sent against the
-  session's history (what the host recorded): after every reconnect, when a
+  loop is never asked to answer a use that already has a result. Lost results are found
+  by reconciling what we sent against the session's history (what the host recorded):
+  after every reconnect, when a
   ``requires_action`` idle names a result we sent, and when no echo of a sent result has
   arrived within ``result_echo_timeout`` (:data:`RESULT_ECHO_TIMEOUT`; the stream is
   then reopened, which pages the history). Only results missing from the history are
