@@ -16,27 +16,26 @@ Invariants this connection keeps (the loop relies on them, see ``providers/base.
   not recorded: it is re-sent (see *Results are computed once*) and the turn goes on.
   Unknown ids also make us page the history before deciding.
 * **Results are computed once, and recorded once.** Every tool result this connection
-  sends is stored by tool-use id until it is seen landed (the id stays in the answered
-  set for the life of the connection, one session), so a result the host lost is re-sent
-  from the store, never recomputed: a tool runs at most once per tool-use id, and the
-  loop is never asked to answer a use that already has a result. Lost results are found
-  by reconciling what we sent against the session's history (what the host recorded):
-  after every reconnect, when a
-  ``requires_action`` idle names a result we sent, and when no echo of a sent result has
-  arrived within ``result_echo_timeout`` (:data:`RESULT_ECHO_TIMEOUT`; the stream is
-  then reopened, which pages the history). Only results missing from the history are
-  re-sent, each in a POST of its own, so a result the host did record is never sent
-  twice, and a 400/409 on a re-send (the host no longer awaits that use) counts as
-  recorded. A result re-sent :data:`RESULT_RESENDS` times and still not recorded raises
-  ``ProviderError(code="result_not_recorded")``. So a POST whose every result was lost
-  costs at most ``(RESULT_RESENDS + 1) x result_echo_timeout`` plus the requests, instead
-  of waiting out the stream idle timeout on every reconnect.
+  sends is stored by tool-use id until it is seen landed (the id stays in the answered set
+  for the life of the connection, one session), so a result the host lost is re-sent from
+  the store, never recomputed: a tool runs at most once per tool-use id, and the loop is
+  never asked to answer a use that already has a result. Lost results are found by
+  reconciling what we sent against the session's history (what the host recorded): after
+  every reconnect, when a ``requires_action`` idle names a result we sent, and when no
+  echo of a sent result has arrived within ``result_echo_timeout``
+  (:data:`RESULT_ECHO_TIMEOUT`; the stream is then reopened, which pages the history).
+  Only results missing from the history are re-sent, each in a POST of its own, so a
+  result the host did record is never sent twice, and a 400/409 on a re-send (the host no
+  longer awaits that use) counts as recorded. A result re-sent :data:`RESULT_RESENDS`
+  times and still not recorded raises ``ProviderError(code="result_not_recorded")``. So a
+  POST whose every result was lost costs at most ``(RESULT_RESENDS + 1) x
+  result_echo_timeout`` plus the requests, instead of waiting out the stream idle timeout
+  on every reconnect.
 * **Reconnect inside the turn.** A dropped stream (an error, a read timeout, or a clean end
   of body mid-turn) is reopened with capped exponential backoff (``base x 2^min(n, 7)``,
   ``n`` reset when a turn ends); the event history is paged and every event not yet
-  yielded is yielded, in history order, before the new stream is read. Nothing is re-sent:
-  the kickoff prompt is never repeated and tool results are only sent for tool uses that
-  have none.
+  yielded is yielded, in history order, before the new stream is read. The kickoff prompt
+  is never repeated; the only thing re-sent is a stored result the history lacks.
 * **Idempotent sends.** Event sends go out with the SDK's retries disabled. After an
   ambiguous failure (a timeout, a dropped connection, a 5xx: the server may have accepted
   the events) the history is checked and only what is not there is sent again: a tool
