@@ -533,3 +533,33 @@ async def test_a_landed_result_leaves_nothing_outstanding() -> None:
     assert last.terminal is ml.Terminal.END_TURN
     assert conn._results == {}
     assert conn._echo_deadline is None
+
+
+async def test_a_resend_the_host_refuses_counts_as_recorded() -> None:
+    """A lost result is answered by someone else before our re-send lands: the host answers
+    the re-send 400 (that use no longer awaits a result). That is "recorded", not a
+    failure: the session goes on and the tool ran once."""
+    posts = Counter[str]()
+
+    def answer_elsewhere(method: str, path: str) -> None:
+        if method == "POST" and path.endswith("/events"):
+            posts["events"] += 1
+            if posts["events"] == 3:  # message, results (one lost), then our re-send
+                session = emu.state.sessions[path.split("/")[3]]
+                (lost,) = session.open_calls
+                other = {
+                    "type": "user.custom_tool_result",
+                    "custom_tool_use_id": lost,
+                    "content": [{"type": "text", "text": "answered elsewhere"}],
+                }
+                session.accept([other])
+
+    with ClaudeEmulator() as emu:
+        faults = ClaudeFaults(lose_results=1, before_request=answer_elsewhere)
+        result, session, runs = await _run_counting(emu, faults)
+    assert result.terminal is ml.Terminal.END_TURN, result
+    assert runs == Counter({"A": 1, "B": 1, "C": 1})
+    uses = [e["id"] for e in session.events if e["type"] == "agent.custom_tool_use"]
+    assert _recorded_results(session) == Counter(uses)
+    statuses = [r.status for r in emu.requests if r.method == "POST" and r.path.endswith("/events")]
+    assert statuses == [200, 200, 400]
