@@ -76,10 +76,11 @@ __all__ = ["AgentCoreEmulator", "AgentCoreFaults", "RecordedRequest"]
 
 ACCOUNT = "123456789012"
 SERVICE = "bedrock-agentcore"  # both planes sign with this name
-_SESSION_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9-_]*$")
-_HARNESS_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,39}$")
-_ENDPOINT_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,47}$")
-_ROLE_RE = re.compile(r"^arn:aws(-[^:]+)?:iam::\d{12}:role/.+$")
+# Applied with fullmatch, as the service does (``$`` would accept a trailing newline).
+_SESSION_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9-_]*")
+_HARNESS_NAME_RE = re.compile(r"[a-zA-Z][a-zA-Z0-9_]{0,39}")
+_ENDPOINT_NAME_RE = re.compile(r"[a-zA-Z][a-zA-Z0-9_]{0,47}")
+_ROLE_RE = re.compile(r"arn:aws(-[^:]+)?:iam::\d{12}:role/[\w+=,.@/-]+")
 _MOUNT_RE = re.compile(r"/mnt/([A-Za-z0-9._-]+)")
 _EXCEPTION_STATUS = {
     "validationException": 400,
@@ -599,7 +600,7 @@ class AgentCoreEmulator:
                 return _error(404, "ResourceNotFoundException", f"harness {parts[1]} not found")
             if op == "CreateHarnessEndpoint":
                 name = body.get("endpointName", "")
-                if not isinstance(name, str) or not _ENDPOINT_NAME_RE.match(name):
+                if not isinstance(name, str) or not _ENDPOINT_NAME_RE.fullmatch(name):
                     return _error(400, "ValidationException", "invalid endpointName")
                 with self._lock:
                     if name in harness.endpoints:
@@ -636,7 +637,7 @@ class AgentCoreEmulator:
         if f.create_status is not None and not f.create_commits:
             return _create_failure(f.create_status)
         name = body.get("harnessName")
-        if not isinstance(name, str) or not _HARNESS_NAME_RE.match(name):
+        if not isinstance(name, str) or not _HARNESS_NAME_RE.fullmatch(name):
             return _error(
                 400,
                 "ValidationException",
@@ -645,7 +646,7 @@ class AgentCoreEmulator:
                 "[a-zA-Z][a-zA-Z0-9_]{0,39}",
             )
         role = body.get("executionRoleArn")
-        if not isinstance(role, str) or not _ROLE_RE.match(role):
+        if not isinstance(role, str) or not _ROLE_RE.fullmatch(role):
             return _error(
                 400, "ValidationException", f"Value {role!r} at 'executionRoleArn' is invalid"
             )
@@ -717,7 +718,7 @@ class AgentCoreEmulator:
         self._record("InvokeHarness", request, headers, body)
         lower = {k.lower(): v for k, v in headers.items()}
         sid = lower.get("x-amzn-bedrock-agentcore-runtime-session-id", "")
-        if not (33 <= len(sid) <= 100) or not _SESSION_RE.match(sid):
+        if not (33 <= len(sid) <= 100) or not _SESSION_RE.fullmatch(sid):
             return _error(
                 400,
                 "ValidationException",

@@ -42,7 +42,7 @@ from typing import Any
 
 import anyio
 
-from managedloop import telemetry
+from managedloop import _validate, telemetry
 from managedloop.config import MISSING
 from managedloop.errors import (
     APIStatusError,
@@ -85,8 +85,7 @@ ROLLBACK_ATTEMPT = 10.0  # seconds per DeleteHarness attempt during rollback (3 
 READ_ATTEMPTS = 3  # GET/LIST/DELETE are idempotent: up to 3 attempts within the budget
 WRITE_ATTEMPTS = 1  # CreateHarness is not: one attempt (a retry could create twice)
 HARNESS_NAME_MAX = 40  # the service's harnessName limit ([a-zA-Z][a-zA-Z0-9_]{0,39})
-_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,39}$")
-_ROLE_RE = re.compile(r"^arn:aws(-[^:]+)?:iam::\d{12}:role/.+$")
+_ROLE_RE = re.compile(r"arn:aws(-[^:]+)?:iam::\d{12}:role/[\w+=,.@/-]+")  # fullmatch
 _MODEL_UNIONS = (
     "bedrockModelConfig",
     "openAiModelConfig",
@@ -132,13 +131,8 @@ class WaitBudget:
         cannot cap the caller) and derives the cadence ``clamp(timeout / 12, 0.05, 5)``.
         Without one, ``poll_interval`` (5 s) / ``max_polls`` (72) keep count semantics and
         the deadline is ``max(poll * (max_polls + 1), 365 s)``."""
-        for name, value in (("poll_interval", poll_interval), ("max_polls", max_polls)):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | float) or value < 0
-            ):
-                raise InvalidOptionsError(f"{name} must be a number >= 0", option=name)
-        if max_polls is not None and not isinstance(max_polls, int):
-            raise InvalidOptionsError("max_polls must be an integer >= 0", option="max_polls")
+        _validate.duration("poll_interval", poll_interval, allow_zero=True)
+        _validate.integer("max_polls", max_polls, allow_none=True)
         now = clock()
         if timeout is not MISSING:
             if (
@@ -532,7 +526,7 @@ async def provision(
             option="execution_role_arn",
         )
     role = execution_role_arn.strip()
-    if _ROLE_RE.match(role) is None:
+    if _ROLE_RE.fullmatch(role) is None:
         raise InvalidOptionsError(
             f"execution_role_arn must look like arn:aws:iam::<12 digits>:role/<name>, got {role!r}",
             option="execution_role_arn",
