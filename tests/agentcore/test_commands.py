@@ -174,11 +174,28 @@ async def test_unsafe_names_are_refused_before_any_command(
     assert emu.operations("InvokeAgentRuntimeCommand") == []
 
 
-@pytest.mark.parametrize("mount", ["/mnt/da'ta", "/tmp/x", "/mnt/a/b", "mnt/x"])
-def test_unsafe_mounts_are_refused(provider: BedrockAgentCore, mount: str) -> None:
-    with pytest.raises(ml.InvalidOptionsError):
+@pytest.mark.parametrize(
+    "mount",
+    [
+        "/mnt/da'ta",
+        "/tmp/x",
+        "/mnt/a/b",
+        "mnt/x",
+        "/mnt/..",  # the mount's parent: a put wrote outside the mount
+        "/mnt/../",
+        "/mnt/.",
+        "/mnt/data\n",
+        "/mnt/data//",
+        "/mnt/",
+        3,
+    ],
+)
+def test_unsafe_mounts_are_refused(provider: BedrockAgentCore, mount: Any) -> None:
+    with pytest.raises(ml.InvalidOptionsError) as info:
         provider.artifact_store("s" * 40, mount=mount)
+    assert info.value.context["option"] == "mount"
     assert provider.artifact_store("s" * 40, mount="/mnt/out/").mount == "/mnt/out"
+    assert provider.artifact_store("s" * 40, mount="/mnt/a..b").mount == "/mnt/a..b"
 
 
 class FakeProvider:
