@@ -49,6 +49,7 @@ from managedloop.providers.agentcore._client import (
     SERVICE,
     Clients,
     map_error,
+    raise_mapped,
     retryable,
     stream_call,
 )
@@ -472,13 +473,17 @@ class BedrockAgentCore:
                 if owned:
                     client.close()
 
+        secrets = self.clients.secrets()
         with telemetry.span("agent_core.request", meta) as extra:
+            failure: tuple[ManagedLoopError, Exception] | None = None
             try:
                 result = await anyio.to_thread.run_sync(call)
             except Exception as exc:
-                mapped = map_error(exc, operation=operation)
+                mapped = map_error(exc, operation=operation, secrets=secrets)
                 extra["status"] = mapped.context.get("status")
-                raise mapped from exc
+                failure = (mapped, exc)
+            if failure is not None:
+                raise_mapped(*failure, secrets)  # outside the except: no __context__ leak
             extra["status"] = result.get("ResponseMetadata", {}).get("HTTPStatusCode", 200)
             return result
 
