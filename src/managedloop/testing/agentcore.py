@@ -119,6 +119,14 @@ class AgentCoreFaults:
     """Answer the invoke with this HTTP error before any frame (429: ThrottlingException)."""
     reuse_block_index: bool = False
     """Put every tool block of a turn at ``contentBlockIndex`` 0 (observed live)."""
+    duplicate_frame: int | None = None
+    """Send frame N twice in a row (a replaying proxy). The client got a corrupted turn,
+    so a retry with the same body is served the same turn again."""
+    duplicate_every_frame: bool = False
+    """Send every frame twice in a row."""
+    raw_tool_input: str | None = None
+    """Stream this text as every tool block's input instead of the call's JSON (e.g.
+    ``"null"`` or ``'{"city": '``): what a model emitting invalid arguments sends."""
     skip: int = 0
     times: int | None = 1
     """How many invokes (after ``skip``) the data-plane faults hit; ``None``: all."""
@@ -859,6 +867,8 @@ class AgentCoreEmulator:
                 )
             )
             raw = json.dumps(dict(call.input))
+            if faults is not None and faults.raw_tool_input is not None:
+                raw = faults.raw_tool_input
             cut = max(1, len(raw) // 2)
             for fragment in (raw[:cut], raw[cut:]):
                 if fragment:
@@ -904,6 +914,7 @@ class AgentCoreEmulator:
         )
         resp.enable_chunked_encoding()
         f = faults
+        duplicated = False
         try:
             await resp.prepare(request)
             for i, data in enumerate(frames):
@@ -930,13 +941,16 @@ class AgentCoreEmulator:
                         await resp.write(es.corrupt(data))
                         await resp.write_eof()
                         return resp, False
+                    if f.duplicate_every_frame or f.duplicate_frame == i:
+                        await resp.write(data)
+                        duplicated = True
                 await resp.write(data)
             await resp.write_eof()
         except (ConnectionError, RuntimeError):
             with self._lock:
                 self.disconnects += 1
             return resp, False
-        return resp, True
+        return resp, not duplicated
 
     # ---------------------------------------------------------------- data plane: commands
 

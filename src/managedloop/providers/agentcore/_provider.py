@@ -728,9 +728,11 @@ class _Connection(ConnectionBase):
                 span_meta=meta,
                 inflight=self._inflight,
             )
+            check = _converse.StreamCheck()  # a frame delivered twice is named, not merged
             try:
                 async with contextlib.aclosing(stream) as live:
                     async for event in live:
+                        check.feed(event)
                         events.append(event)
                         if "messageStop" in event:
                             stopped = True
