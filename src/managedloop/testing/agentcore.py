@@ -53,6 +53,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
 import re
 import secrets
 import shutil
@@ -72,7 +73,7 @@ from managedloop.testing._agentcore.sigv4 import SignatureError, verify
 from managedloop.testing.script import Fail, Grade, ModelRequest, Reply, ScriptedAgent, Step
 from managedloop.tools import ToolDefinition
 
-__all__ = ["AgentCoreEmulator", "AgentCoreFaults", "RecordedRequest"]
+__all__ = ["AgentCoreEmulator", "AgentCoreFaults", "ManualClock", "RecordedRequest"]
 
 ACCOUNT = "123456789012"
 SERVICE = "bedrock-agentcore"  # both planes sign with this name
@@ -89,6 +90,37 @@ _EXCEPTION_STATUS = {
 }
 _RECORD_INDEX = web.RequestKey("managedloop_record_index", int)
 SHUTDOWN_GRACE = 0.5  # seconds; stalled handlers are cancelled on exit, not waited for
+_STALL_TICK = 0.01  # seconds; how often a stall looks whether its client went away
+
+
+class ManualClock:
+    """A monotonic clock that moves only when told to, or when something sleeps on it.
+
+    Share one between the emulator (``AgentCoreEmulator(clock=...)``: harness and endpoint
+    status timings and ``control_latency`` run on it) and the code under test (e.g.
+    ``provider.provision(..., clock=clock, sleep=clock.sleep)``), and every deadline,
+    poll and latency is exact: no test depends on how fast the machine is. ``sleep``
+    advances the clock at once and yields to the event loop (asyncio or anyio).
+    """
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self._now = start
+        self._lock = threading.Lock()  # the emulator reads it from its own thread
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += max(0.0, seconds)
+
+    async def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+        await asyncio.sleep(0)
+
+    def __repr__(self) -> str:
+        return f"ManualClock(now={self():.3f})"
 
 
 @dataclass(kw_only=True)
@@ -111,7 +143,8 @@ class AgentCoreFaults:
     exception_type: str = "internalServerException"
     exception_message: str = "emulated failure"
     stall_at: int | None = None
-    """Sleep ``stall_seconds`` before frame N."""
+    """Sleep ``stall_seconds`` before frame N (``math.inf``: until :meth:`AgentCoreEmulator.
+    release_stalls` or until the client goes away, which counts as a disconnect)."""
     stall_seconds: float = 0.0
     chunk_delay: float = 0.0
     """Sleep this long before every frame (a slow but live stream)."""
@@ -155,7 +188,8 @@ class AgentCoreFaults:
     command_exception: str | None = None
     """Answer every command with this exception frame after ``contentStart``."""
     command_stall: float = 0.0
-    """Seconds to wait after ``contentStart`` before running a command."""
+    """Seconds to wait after ``contentStart`` before running a command (``math.inf``: until
+    released or the client goes away)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -275,8 +309,13 @@ class AgentCoreEmulator:
         commands: CommandFn | str | None = "shell",
         verify_signatures: bool = True,
         port: int = 0,
+        clock: ManualClock | None = None,
     ) -> None:
         self.agent = agent if agent is not None else ScriptedAgent(script)
+        self.clock: Callable[[], float] = clock if clock is not None else time.monotonic
+        """Status timings (and, with a :class:`ManualClock`, ``control_latency``) use it."""
+        self._manual = clock
+        self._release = threading.Event()
         self.region = region
         self.commands = commands
         self.verify_signatures = verify_signatures
@@ -410,6 +449,31 @@ class AgentCoreEmulator:
 
         await anyio.to_thread.run_sync(self.stop)
 
+    # ---------------------------------------------------------------- timing helpers
+
+    async def _latency(self, seconds: float) -> None:
+        """A request's latency: on the manual clock if there is one (instant, exact)."""
+        if self._manual is not None:
+            await self._manual.sleep(seconds)
+        else:
+            await asyncio.sleep(seconds)
+
+    async def _stall(self, request: web.Request, seconds: float) -> bool:
+        """Wait ``seconds`` of real time (or, for ``inf``, until :meth:`release_stalls`);
+        ``False`` as soon as the client has gone away."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds if math.isfinite(seconds) else math.inf
+        while loop.time() < deadline and not self._release.is_set():
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                return False
+            await asyncio.sleep(min(_STALL_TICK, max(0.0, deadline - loop.time())))
+        return True
+
+    def release_stalls(self) -> None:
+        """End every current and future stall (``stall_seconds``/``command_stall``) now."""
+        self._release.set()
+
     # ---------------------------------------------------------------- state helpers
 
     def set_script(self, script: Sequence[Step] | None) -> None:
@@ -431,7 +495,7 @@ class AgentCoreEmulator:
     ) -> Any:
         """Seed a harness. ``status=None`` follows the fault timings; ``deleting=True`` puts it
         in DELETING, gone after ``delete_after`` seconds (``None``: never)."""
-        now = time.monotonic()
+        now = self.clock()
         hid = f"{name}-{secrets.token_hex(5)}"
         arn = f"arn:aws:bedrock-agentcore:{self.region}:{ACCOUNT}:harness/{hid}"
         harness = _Harness(
@@ -464,10 +528,10 @@ class AgentCoreEmulator:
         """The current status of a harness (``None`` when it does not exist)."""
         with self._lock:
             h = self._harnesses.get(harness_id)
-            return h.status(time.monotonic()) if h else None
+            return h.status(self.clock()) if h else None
 
     def harness_names(self) -> list[str]:
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
             return [h.name for h in self._harnesses.values() if h.status(now) is not None]
 
@@ -529,10 +593,10 @@ class AgentCoreEmulator:
             return await self._command(request, headers, parts[1], body)
         if parts and parts[0] == "harnesses":
             if self._faults.control_latency:
-                await asyncio.sleep(self._faults.control_latency)
+                await self._latency(self._faults.control_latency)
             response = self._control(request, headers, method, parts, body)
             if method == "POST" and len(parts) == 1 and self._faults.create_latency:
-                await asyncio.sleep(self._faults.create_latency)
+                await self._latency(self._faults.create_latency)
             return response
         return _error(404, "UnknownOperationException", f"no route for {method} {path}")
 
@@ -570,7 +634,7 @@ class AgentCoreEmulator:
         parts: list[str],
         body: dict[str, Any],
     ) -> web.Response:
-        now = time.monotonic()
+        now = self.clock()
         n = len(parts)
         if n == 1 and method == "POST":
             self._record("CreateHarness", request, headers, body)
@@ -733,7 +797,7 @@ class AgentCoreEmulator:
                 "Value at 'runtimeSessionId' failed to satisfy constraint: Member must have "
                 "length between 33 and 100 and match pattern [a-zA-Z0-9][a-zA-Z0-9-_]*",
             )
-        now = time.monotonic()
+        now = self.clock()
         arn = request.query.get("harnessArn", "")
         qualifier = request.query.get("qualifier", "DEFAULT")
         with self._lock:
@@ -921,8 +985,11 @@ class AgentCoreEmulator:
                 if f is not None:
                     if f.chunk_delay:
                         await asyncio.sleep(f.chunk_delay)
-                    if f.stall_at == i and f.stall_seconds:
-                        await asyncio.sleep(f.stall_seconds)
+                    stall = f.stall_seconds if f.stall_at == i else 0.0
+                    if stall and not await self._stall(request, stall):
+                        with self._lock:
+                            self.disconnects += 1
+                        return resp, False
                     if f.truncate_after == i:
                         if f.cut_mid_frame:
                             await resp.write(data[: len(data) // 2])
@@ -977,8 +1044,10 @@ class AgentCoreEmulator:
         try:
             await resp.prepare(request)
             await resp.write(es.event_frame("chunk", {"contentStart": {}}))
-            if f.command_stall:
-                await asyncio.sleep(f.command_stall)
+            if f.command_stall and not await self._stall(request, f.command_stall):
+                with self._lock:
+                    self.disconnects += 1
+                return resp
             if f.command_exception:
                 await resp.write(es.exception_frame(f.command_exception, "emulated failure"))
                 await resp.write_eof()
