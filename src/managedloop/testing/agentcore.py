@@ -73,7 +73,7 @@ from managedloop.testing._agentcore.sigv4 import SignatureError, verify
 from managedloop.testing.script import Fail, Grade, ModelRequest, Reply, ScriptedAgent, Step
 from managedloop.tools import ToolDefinition
 
-__all__ = ["AgentCoreEmulator", "AgentCoreFaults", "ManualClock", "RecordedRequest"]
+__all__ = ["ROUTES", "AgentCoreEmulator", "AgentCoreFaults", "ManualClock", "RecordedRequest"]
 
 ACCOUNT = "123456789012"
 SERVICE = "bedrock-agentcore"  # both planes sign with this name
@@ -88,6 +88,42 @@ _EXCEPTION_STATUS = {
     "internalServerException": 500,
     "runtimeClientError": 424,
 }
+# Every operation the emulator serves: (plane's botocore service, operation, method, path).
+# ``tests/agentcore/test_shapes.py`` sends each one through botocore and checks every
+# response against the operation's output shape strictly; a route added to the dispatch
+# without a line here fails that test (it compares this table with what was recorded).
+ROUTES: tuple[tuple[str, str, str, str], ...] = (
+    ("bedrock-agentcore-control", "CreateHarness", "POST", "/harnesses"),
+    ("bedrock-agentcore-control", "ListHarnesses", "GET", "/harnesses"),
+    ("bedrock-agentcore-control", "GetHarness", "GET", "/harnesses/{harnessId}"),
+    ("bedrock-agentcore-control", "DeleteHarness", "DELETE", "/harnesses/{harnessId}"),
+    (
+        "bedrock-agentcore-control",
+        "ListHarnessEndpoints",
+        "GET",
+        "/harnesses/{harnessId}/endpoints",
+    ),
+    (
+        "bedrock-agentcore-control",
+        "CreateHarnessEndpoint",
+        "POST",
+        "/harnesses/{harnessId}/endpoints",
+    ),
+    (
+        "bedrock-agentcore-control",
+        "GetHarnessEndpoint",
+        "GET",
+        "/harnesses/{harnessId}/endpoints/{endpointName}",
+    ),
+    (
+        "bedrock-agentcore-control",
+        "DeleteHarnessEndpoint",
+        "DELETE",
+        "/harnesses/{harnessId}/endpoints/{endpointName}",
+    ),
+    ("bedrock-agentcore", "InvokeHarness", "POST", "/harnesses/invoke"),
+    ("bedrock-agentcore", "InvokeAgentRuntimeCommand", "POST", "/runtimes/{arn}/commands"),
+)
 _RECORD_INDEX = web.RequestKey("managedloop_record_index", int)
 SHUTDOWN_GRACE = 0.5  # seconds; stalled handlers are cancelled on exit, not waited for
 _STALL_TICK = 0.01  # seconds; how often a stall looks whether its client went away
@@ -220,6 +256,7 @@ class _Endpoint:
     ready_after: float
     outcome: str
     fixed: str | None = None
+    created_at: float = field(default_factory=time.time)  # epoch seconds, for the wire
 
     def status(self, now: float) -> str | None:
         if self.fixed is not None:
@@ -244,6 +281,7 @@ class _Harness:
     endpoints: dict[str, _Endpoint] = field(default_factory=dict)
     deleting_since: float | None = None
     fixed: str | None = None
+    created_at: float = field(default_factory=time.time)  # epoch seconds, for the wire
 
     def status(self, now: float) -> str | None:
         """``None`` once it is gone."""
@@ -257,15 +295,15 @@ class _Harness:
 
     def view(self, now: float) -> dict[str, Any]:
         b = self.body
-        env = b.get("environment") or {"agentCoreRuntimeEnvironment": {}}
+        env = _environment_view(self, b.get("environment"))
         return {
             "harnessId": self.id,
             "harnessName": self.name,
             "arn": self.arn,
             "status": self.status(now),
             "executionRoleArn": b.get("executionRoleArn", ""),
-            "createdAt": self.created,
-            "updatedAt": self.created,
+            "createdAt": self.created_at,
+            "updatedAt": self.created_at,
             "model": b.get("model")
             or {"bedrockModelConfig": {"modelId": "us.anthropic.claude-sonnet-4-6"}},
             "systemPrompt": b.get("systemPrompt") or [{"text": "You are a helpful agent."}],
@@ -763,8 +801,8 @@ class AgentCoreEmulator:
                     "harnessName": h.name,
                     "arn": h.arn,
                     "status": h.status(now),
-                    "createdAt": h.created,
-                    "updatedAt": h.created,
+                    "createdAt": h.created_at,
+                    "updatedAt": h.created_at,
                 }
                 for h in page
             ]
@@ -1136,6 +1174,25 @@ def _error(status: int, code: str, message: str) -> web.Response:
     return web.json_response(body, status=status, headers={"x-amzn-ErrorType": code})
 
 
+def _environment_view(harness: _Harness, requested: Any) -> dict[str, Any]:
+    """The harness's runtime environment as GetHarness shows it: the requested settings
+    plus what the service fills in (the runtime it made; public network and lifecycle
+    defaults), all required by botocore's ``HarnessAgentCoreRuntimeEnvironment``."""
+    runtime = dict((requested or {}).get("agentCoreRuntimeEnvironment") or {})
+    runtime_id = f"{harness.name}_runtime-{harness.id.rsplit('-', 1)[-1]}"
+    region = harness.arn.split(":")[3]
+    return {
+        "agentCoreRuntimeEnvironment": {
+            "agentRuntimeArn": f"arn:aws:bedrock-agentcore:{region}:{ACCOUNT}:runtime/{runtime_id}",
+            "agentRuntimeName": f"{harness.name}_runtime",
+            "agentRuntimeId": runtime_id,
+            "lifecycleConfiguration": {"idleRuntimeSessionTimeout": 900, "maxLifetime": 28800},
+            "networkConfiguration": {"networkMode": "PUBLIC"},
+            **runtime,
+        }
+    }
+
+
 def _endpoint_view(harness: _Harness, ep: _Endpoint, now: float) -> dict[str, Any]:
     return {
         "harnessId": harness.id,
@@ -1143,8 +1200,8 @@ def _endpoint_view(harness: _Harness, ep: _Endpoint, now: float) -> dict[str, An
         "endpointName": ep.name,
         "arn": f"{harness.arn}/harness-endpoint/{ep.name}",
         "status": ep.status(now),
-        "createdAt": ep.created,
-        "updatedAt": ep.created,
+        "createdAt": ep.created_at,
+        "updatedAt": ep.created_at,
         "liveVersion": "1",
         "targetVersion": "1",
     }
