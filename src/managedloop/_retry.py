@@ -9,8 +9,9 @@ situation                     what it is                                  retrie
 ``transport``                 :class:`~managedloop.TransportError`:       yes
                               connect/reset/read timeout/dropped stream
 ``damaged``                   a :class:`~managedloop.MalformedResponseError` yes
-                              whose bytes broke in transit (``bad_frame``:
-                              a checksum mismatch, a frame cut short)
+                              whose bytes broke in transit (``bad_frame``,
+                              ``duplicate_frame``: a checksum mismatch, a
+                              frame cut short or delivered twice)
 ``malformed``                 any other ``MalformedResponseError``: the   no
                               answer arrived whole but breaks the
                               protocol (not JSON, no ``choices``...), so
@@ -176,7 +177,9 @@ class Situation(StrEnum):
 
 
 RETRIED = frozenset({Situation.TRANSPORT, Situation.DAMAGED, Situation.THROTTLED, Situation.SERVER})
-_DAMAGED_CODES = frozenset({"bad_frame"})  # MalformedResponseError codes of bytes broken in transit
+# MalformedResponseError codes of bytes broken in transit: a frame whose CRC or length
+# fails, and a frame delivered twice (AgentCore's StreamCheck); the same call may succeed.
+_DAMAGED_CODES = frozenset({"bad_frame", "duplicate_frame"})
 
 # Markers of "your request was invalid" in an error body, whatever its status: OpenAI and
 # Anthropic error types, pydantic v1/v2 messages (llama.cpp's server answers a schema

@@ -41,6 +41,8 @@ def output_path(name: str) -> str:
 class ClaudeArtifactStore:
     """An :class:`~managedloop.ArtifactStore` over one session's Files API scope."""
 
+    max_name_bytes = 255  # the sandbox writes /mnt/session/outputs/<name>: NAME_MAX
+
     def __init__(
         self, provider: ClaudeManagedAgents, session_id: str, *, mount_dir: str = "/data"
     ) -> None:
