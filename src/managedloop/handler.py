@@ -127,6 +127,9 @@ def decode_tool_input(raw: Any) -> tuple[dict[str, Any], str | None]:
     return dict(value), None
 
 
+_FLAT = frozenset({str, int, float, bool, type(None)})
+
+
 def _too_deep(value: Any) -> bool:
     """Whether JSON text or a decoded value nests deeper than :data:`MAX_INPUT_DEPTH`."""
     if isinstance(value, str):
@@ -149,6 +152,12 @@ def _too_deep(value: Any) -> bool:
             elif ch in "]}":
                 depth -= 1
         return False
+    if type(value) is dict:  # most tool inputs: a flat object of scalars, no walk
+        for v in value.values():
+            if type(v) not in _FLAT:
+                break
+        else:
+            return False
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:  # iterative, so a deep mapping cannot exhaust the interpreter stack
         item, depth = stack.pop()
