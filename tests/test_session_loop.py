@@ -34,7 +34,6 @@ Deliberate changes from the reference (and why):
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import anyio
@@ -355,10 +354,8 @@ async def test_named_host_errors_pass_through_with_partial_result() -> None:
 
 async def test_timeout_tears_down_the_blocked_turn() -> None:
     host = FakeHost(block=True)
-    started = time.monotonic()
     with pytest.raises(ml.SessionTimeoutError) as info:
         await ml.run(host, agent=AGENT, handler=Recorder(), timeout=0.1)
-    assert time.monotonic() - started < 2
     assert info.value.code == "timeout"
     assert isinstance(info.value, TimeoutError)
     assert info.value.partial_result is not None
@@ -538,6 +535,35 @@ async def test_zero_reprompts_gives_up_at_once_and_spec_supplies_the_tool() -> N
         ({"resume": ml.SessionResult()}, "invalid_opts", "resume"),
         ({"telemetry_metadata": []}, "invalid_opts", "telemetry_metadata"),
         ({"agent": None}, "invalid_opts", "agent"),
+        # issue 7: none of these may reach the wire or raise without a code
+        ({"timeout": float("nan")}, "invalid_opts", "timeout"),
+        ({"timeout": float("inf")}, "invalid_opts", "timeout"),
+        ({"tool_timeout": float("nan")}, "invalid_opts", "tool_timeout"),
+        ({"tool_timeout": float("inf")}, "invalid_opts", "tool_timeout"),
+        ({"tool_timeout": "5"}, "invalid_opts", "tool_timeout"),
+        ({"resume": ""}, "invalid_opts", "resume"),
+        ({"resume": "  "}, "invalid_opts", "resume"),
+        ({"prompt": 123}, "invalid_opts", "prompt"),
+        ({"prompt": ""}, "invalid_opts", "prompt"),
+        ({"agent": 12345}, "invalid_opts", "agent"),
+        ({"agent": ""}, "invalid_opts", "agent"),
+        ({"agent": b"agent"}, "invalid_opts", "agent"),
+        ({"agent": ["a"]}, "invalid_opts", "agent"),
+        ({"max_turns": 1.5}, "invalid_opts", "max_turns"),
+        ({"max_turns": "3"}, "invalid_opts", "max_turns"),
+        ({"max_concurrent_tools": 2.0}, "invalid_opts", "max_concurrent_tools"),
+        ({"max_output_tokens": True}, "invalid_opts", "max_output_tokens"),
+        ({"require_terminal_tool": "yes"}, "invalid_opts", "require_terminal_tool"),
+        ({"terminal_tool": 5}, "invalid_opts", "terminal_tool"),
+        ({"terminal_tool": ""}, "invalid_opts", "terminal_tool"),
+        ({"max_reprompts": 1.0}, "invalid_opts", "max_reprompts"),
+        ({"telemetry_metadata": {1: "x"}}, "invalid_opts", "telemetry_metadata"),
+        ({"outcome": {"description": 1, "rubric": "r"}}, "invalid_opts", "outcome"),
+        (
+            {"outcome": {"description": "d", "rubric": "r", "max_iterations": True}},
+            "invalid_opts",
+            "outcome",
+        ),
     ],
 )
 async def test_bad_options_fail_before_open(
@@ -552,6 +578,15 @@ async def test_bad_options_fail_before_open(
     assert host.connections == []
     with pytest.raises(ml.InvalidOptionsError):
         ml.start(host, **kwargs)
+
+
+async def test_a_live_sessions_follow_up_text_is_checked_before_sending() -> None:
+    host = FakeHost([[stop()]])
+    async with ml.start(host, agent=AGENT, handler=Recorder()) as session:
+        with pytest.raises(ml.InvalidOptionsError) as info:
+            await session.send(123)  # type: ignore[arg-type]
+        assert info.value.context["option"] == "text"
+    assert host.inputs == []
 
 
 async def test_not_a_provider_is_refused() -> None:

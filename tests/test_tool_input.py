@@ -107,3 +107,79 @@ def test_arbitrary_bytes_never_raise(raw: bytes | str) -> None:
     decoded, error = decode_tool_input(raw)
     assert isinstance(decoded, dict)
     assert error is None or isinstance(error, str)
+
+
+# -- properties (issue 7): what a tool returns always becomes an encodable result ---------
+
+# Text as a model or a tool can produce it: any code point, lone surrogates included
+# (hypothesis' text() leaves out the surrogate category by default).
+_any_char = st.characters() | st.integers(0xD800, 0xDFFF).map(chr)
+_wild_text = st.lists(_any_char, max_size=40).map("".join)
+_json_like = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | _wild_text,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(_wild_text, children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+class _Returns:
+    """A handler whose every call returns (or raises) a fixed value."""
+
+    def __init__(self, value: object, *, raise_it: bool = False) -> None:
+        self.value = value
+        self.raise_it = raise_it
+
+    def handle_tool_call(self, name: str, input: dict[str, object], info: object) -> object:
+        if self.raise_it:
+            raise ValueError(self.value)
+        return self.value
+
+
+async def _served(handler: object) -> ml.ToolResult:
+    [result] = await run_tool_calls(handler, [ToolUse(id="p", name="t")], SessionInfo())
+    return result
+
+
+@pytest.mark.fuzz
+@given(_json_like)
+async def test_any_returned_value_becomes_an_encodable_result(value: object) -> None:
+    result = await _served(_Returns(value))
+    assert isinstance(result.text, str)
+    result.text.encode("utf-8")  # never UnicodeEncodeError on any wire
+    assert result.tool_use_id == "p"
+
+
+@pytest.mark.fuzz
+@given(_wild_text, st.booleans())
+async def test_any_text_result_or_error_message_is_encodable(text: str, as_error: bool) -> None:
+    if as_error:
+        result = await _served(_Returns(text, raise_it=True))
+        assert result.is_error
+    else:
+        result = await _served(_Returns(ml.ToolResult(tool_use_id="x", text=text)))
+        assert not result.is_error
+    result.text.encode("utf-8")
+    if not as_error and not any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+        assert result.text == text  # encodable text passes through untouched
+
+
+@pytest.mark.fuzz
+@given(_wild_text | st.binary() | _json_like.map(json.dumps))
+def test_decode_tool_input_never_raises(raw: str | bytes) -> None:
+    decoded, error = decode_tool_input(raw)
+    assert isinstance(decoded, dict)
+    assert error is None or (isinstance(error, str) and decoded == {})
+
+
+@pytest.mark.fuzz
+@given(st.integers(0, 3 * MAX_INPUT_DEPTH), st.sampled_from("[{"), _wild_text)
+def test_deep_or_truncated_nesting_is_refused_not_raised(
+    depth: int, opener: str, tail: str
+) -> None:
+    raw = (opener if opener == "[" else '{"a":') * depth + tail
+    decoded, error = decode_tool_input(raw)
+    assert isinstance(decoded, dict)
+    if depth > MAX_INPUT_DEPTH:
+        assert error is not None

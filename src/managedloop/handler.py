@@ -9,10 +9,40 @@ Rules every call obeys (:func:`run_tool_calls` never raises for a tool's failure
 * input is validated against the tool's schema before the function runs; invalid input is
   an error result carrying the validation message and the function is not called;
 * :class:`ToolError` becomes an error result with its message; any other exception an
-  error result naming the exception; an unknown tool name an error result;
-* a per-tool or session-wide timeout becomes an error result;
+  error result naming the exception type and its message (``"... raised ValueError:
+  bad value"``); an exception whose ``__str__`` itself raises is named with "(its message
+  could not be read)"; an unknown tool name is an error result;
+* a tool's own ``asyncio.CancelledError`` (raised by the tool, not a cancellation of the
+  session) is an error result like any other exception, so the other calls of the turn
+  still get their results; a *genuine* cancellation (a ``run`` timeout, the caller
+  cancelling its task, a live session closing) is never swallowed;
+* ``KeyboardInterrupt``, ``SystemExit`` and any other non-cancellation ``BaseException``
+  raised by a tool are not results: they propagate to the caller as themselves (never
+  wrapped in a ``BaseExceptionGroup``), after the turn's other calls are cancelled;
+* a result's text is always encodable: a value that is not a ``str`` becomes JSON (else its
+  ``str()``), and lone surrogates (``"\\ud800"``, which no wire can encode as UTF-8) become
+  U+FFFD; a paired surrogate sequence becomes the character it spells;
 * the calls of one turn run concurrently, at most ``max_concurrent`` at a time, and the
   results come back in the model's order.
+
+Timeouts (the session's ``tool_timeout``, a tool's ``@tool(timeout=...)``, and a ``run``
+timeout around the whole request) end a call *on time*, whatever the tool does:
+
+* an async tool is cancelled;
+* a sync tool runs in a worker thread (``anyio.to_thread.run_sync`` with
+  ``abandon_on_cancel=True``): on a timeout the call is answered at once and the thread is
+  **abandoned, never awaited** -- Python cannot stop a thread, so the function keeps running
+  until it returns and its late return value is discarded. On asyncio an abandoned thread
+  gives its token back to anyio's default thread limiter at once (so a stuck tool cannot
+  starve later tool calls or the hosts' own thread work of tokens), but it still occupies a
+  thread outside the limiter's count, and anyio's worker threads are not daemons: a
+  function that never returns keeps the interpreter from exiting normally. Tools that can
+  block forever should bound their own I/O;
+* the timed-out call's result is ``"tool 'name' timed out after Ns"``, naming the bound
+  that fired (the tool's own or the session's);
+* a sync function on the event loop (an ``inline=True`` tool, or a handler whose own
+  ``handle_tool_call`` is sync) cannot be interrupted by anything: it blocks the loop until
+  it returns, so keep those fast.
 
 Handler *event* callbacks are observational and are not shielded: an exception in
 ``handle_event`` fails the session, because a broken observer should not go unnoticed.
@@ -20,9 +50,11 @@ Handler *event* callbacks are observational and are not shielded: an exception i
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -34,7 +66,14 @@ from managedloop import telemetry
 from managedloop.errors import ToolError
 from managedloop.results import SessionInfo, ToolResult, ToolUse
 
-__all__ = ["Handler", "decode_tool_input", "error_payload", "is_error_payload", "run_tool_calls"]
+__all__ = [
+    "Handler",
+    "decode_tool_input",
+    "error_payload",
+    "is_error_payload",
+    "run_tool_calls",
+    "safe_text",
+]
 
 
 @runtime_checkable
@@ -48,8 +87,6 @@ class Handler(Protocol):
 class _UnknownToolError(Exception):
     """A toolset was asked for a tool it does not have (becomes an error result)."""
 
-
-_NO_TIMEOUT = contextlib.nullcontext()
 
 # Deeper JSON than this is refused before it reaches json.loads (a 100k-deep array raises
 # RecursionError there) or pydantic; no real tool schema nests anywhere near this far.
@@ -90,6 +127,9 @@ def decode_tool_input(raw: Any) -> tuple[dict[str, Any], str | None]:
     return dict(value), None
 
 
+_FLAT = frozenset({str, int, float, bool, type(None)})
+
+
 def _too_deep(value: Any) -> bool:
     """Whether JSON text or a decoded value nests deeper than :data:`MAX_INPUT_DEPTH`."""
     if isinstance(value, str):
@@ -112,6 +152,12 @@ def _too_deep(value: Any) -> bool:
             elif ch in "]}":
                 depth -= 1
         return False
+    if type(value) is dict:  # most tool inputs: a flat object of scalars, no walk
+        for v in value.values():
+            if type(v) not in _FLAT:
+                break
+        else:
+            return False
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:  # iterative, so a deep mapping cannot exhaust the interpreter stack
         item, depth = stack.pop()
@@ -124,15 +170,56 @@ def _too_deep(value: Any) -> bool:
     return False
 
 
+class _ToolTimeoutError(TimeoutError):
+    """A timeout bound fired for one call; carries the bound so the result can name it."""
+
+    def __init__(self, tool: str, seconds: float) -> None:
+        self.seconds = seconds
+        super().__init__(f"tool {tool!r} timed out after {seconds:g}s")
+
+
+def safe_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD, so it encodes as UTF-8.
+
+    A surrogate *pair* written as two code points (``"\\ud83d\\ude00"``) becomes the
+    character it spells. Plain text is returned as is (one ``isascii``/``encode`` check).
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Through UTF-16 with surrogatepass: pairs join up, lone halves become U+FFFD.
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def _result(uid: str, text: str, *, is_error: bool = False) -> ToolResult:
+    return ToolResult(tool_use_id=uid, text=safe_text(text), is_error=is_error)
+
+
 def _to_text(value: Any) -> str:
+    """A tool's return value as text: ``str`` as is, anything else as JSON, else ``str()``."""
     if isinstance(value, str):
         return value
     if value is None:
         return ""
-    try:
+    # Not JSON-able for pydantic (a lone surrogate, a cycle, an odd type): json copes with
+    # lone surrogates (safe_text replaces them later); str() is the last resort.
+    with contextlib.suppress(Exception):
         return pydantic_core.to_json(value).decode()
-    except pydantic_core.PydanticSerializationError:
-        return str(value)
+    with contextlib.suppress(Exception):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return str(value)  # may raise: the caller turns that into an error result
+
+
+def _describe(exc: BaseException) -> str:
+    """``"TypeName: message"``, even when the exception's ``__str__`` raises."""
+    try:
+        message = str(exc)
+    except Exception:
+        return f"{type(exc).__name__} (its message could not be read)"
+    return f"{type(exc).__name__}: {message}"
 
 
 def _validation_text(name: str, exc: pydantic.ValidationError) -> str:
@@ -140,6 +227,19 @@ def _validation_text(name: str, exc: pydantic.ValidationError) -> str:
         f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors()
     )
     return f"invalid input for tool {name!r}: {problems}"
+
+
+def _really_cancelled() -> bool:
+    """Whether the running task is being cancelled, as opposed to a tool having raised
+    ``CancelledError`` itself: an enclosing cancel scope was cancelled (a timeout, a task
+    group winding down) or, on asyncio, someone called ``task.cancel()``."""
+    if anyio.current_effective_deadline() == -math.inf:
+        return True
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # not running on asyncio
+        return False
+    return task is not None and task.cancelling() > 0
 
 
 async def _traced(
@@ -152,6 +252,13 @@ async def _traced(
     return result
 
 
+async def _invoke(handler: Any, use: ToolUse, info: SessionInfo) -> Any:
+    value = handler.handle_tool_call(use.name, use.input, info)
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
 async def _call(
     handler: Any, use: ToolUse, info: SessionInfo, timeout: float | None, caller: Any = None
 ) -> ToolResult:
@@ -162,36 +269,36 @@ async def _call(
     """
     uid = use.id or ""
     if use.input_error is not None:  # unreadable arguments: answer, never run the tool
-        return ToolResult(
-            tool_use_id=uid,
-            text=f"invalid input for tool {use.name!r}: {use.input_error}",
-            is_error=True,
+        return _result(
+            uid, f"invalid input for tool {use.name!r}: {use.input_error}", is_error=True
         )
     try:
-        # No cancel scope without a timeout: entering one costs ~5 µs per call.
-        with anyio.fail_after(timeout) if timeout is not None else _NO_TIMEOUT:
-            value = handler.handle_tool_call(use.name, use.input, info)
-            if inspect.isawaitable(value):
-                value = await value
+        if timeout is None:  # no cancel scope without a timeout: entering one costs ~5 µs
+            value = await _invoke(handler, use, info)
+        else:
+            with anyio.move_on_after(timeout) as scope:
+                value = await _invoke(handler, use, info)
+            if scope.cancelled_caught:
+                raise _ToolTimeoutError(use.name, timeout)
         if isinstance(value, ToolResult):
-            return ToolResult(tool_use_id=uid, text=value.text, is_error=value.is_error)
-        return ToolResult(tool_use_id=uid, text=_to_text(value))
+            return _result(uid, _to_text(value.text), is_error=value.is_error is True)
+        return _result(uid, _to_text(value))
     except ToolError as exc:
-        return ToolResult(tool_use_id=uid, text=exc.message, is_error=True)
+        try:
+            message = exc.message
+        except Exception:
+            message = "ToolError (its message could not be read)"
+        return _result(uid, message, is_error=True)
     except pydantic.ValidationError as exc:
-        return ToolResult(tool_use_id=uid, text=_validation_text(use.name, exc), is_error=True)
-    except _UnknownToolError as exc:
-        return ToolResult(tool_use_id=uid, text=str(exc), is_error=True)
-    except TimeoutError:
-        return ToolResult(
-            tool_use_id=uid, text=f"tool {use.name!r} timed out after {timeout}s", is_error=True
-        )
+        return _result(uid, _validation_text(use.name, exc), is_error=True)
+    except (_UnknownToolError, _ToolTimeoutError) as exc:
+        return _result(uid, str(exc), is_error=True)
     except Exception as exc:
-        return ToolResult(
-            tool_use_id=uid,
-            text=f"tool {use.name!r} raised {type(exc).__name__}: {exc}",
-            is_error=True,
-        )
+        return _result(uid, f"tool {use.name!r} raised {_describe(exc)}", is_error=True)
+    except asyncio.CancelledError as exc:
+        if _really_cancelled():
+            raise
+        return _result(uid, f"tool {use.name!r} raised {_describe(exc)}", is_error=True)
 
 
 async def run_tool_calls(
@@ -203,22 +310,40 @@ async def run_tool_calls(
     timeout: float | None = None,
     caller: dict[str, Any] | None = None,
 ) -> list[ToolResult]:
-    """Run one turn's calls, at most ``max_concurrent`` at a time; results in input order."""
+    """Run one turn's calls, at most ``max_concurrent`` at a time; results in input order.
+
+    Returns exactly one result per use. A ``BaseException`` that is not a cancellation
+    (``KeyboardInterrupt``, ``SystemExit``...) cancels the turn's other calls and is raised
+    as itself, never inside a ``BaseExceptionGroup``.
+    """
     # The hot path has no span and no metadata to build when nothing listens.
     one = _traced if telemetry.span_enabled("tool") else _call
     if len(uses) == 1:  # the common case needs no task group
         return [await one(handler, uses[0], info, timeout, caller)]
     results: list[ToolResult | None] = [None] * len(uses)
+    fatal: list[BaseException] = []
     limiter = anyio.Semaphore(max_concurrent)
 
     async def worker(i: int, use: ToolUse) -> None:
-        async with limiter:
-            results[i] = await one(handler, use, info, timeout, caller)
+        try:
+            async with limiter:
+                results[i] = await one(handler, use, info, timeout, caller)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except BaseException as exc:
+            # Kept out of the task group: asyncio would otherwise stop its loop with it
+            # from inside a child task and the caller would see a BaseExceptionGroup.
+            fatal.append(exc)
+            tg.cancel_scope.cancel()
 
     async with anyio.create_task_group() as tg:
         for i, use in enumerate(uses):
             tg.start_soon(worker, i, use)
-    return [r for r in results if r is not None]
+    if fatal:
+        raise fatal[0]
+    done = [r for r in results if r is not None]
+    assert len(done) == len(uses)  # every worker stored a result or recorded a failure
+    return done
 
 
 def error_payload(text: str) -> str:

@@ -204,7 +204,9 @@ class Outcome(_Json):
                 "Outcome needs string description and rubric", option="outcome"
             )
         if self.max_iterations is not None and (
-            not isinstance(self.max_iterations, int) or self.max_iterations < 1
+            isinstance(self.max_iterations, bool)
+            or not isinstance(self.max_iterations, int)
+            or self.max_iterations < 1
         ):
             raise InvalidOptionsError(
                 "Outcome.max_iterations must be a positive integer", option="outcome"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ import pydantic
 import pydantic.json_schema
 
 from managedloop.errors import ToolDefinitionError
-from managedloop.handler import _UnknownToolError
+from managedloop.handler import _ToolTimeoutError, _UnknownToolError
 from managedloop.results import SessionInfo
 
 __all__ = ["Tool", "ToolDefinition", "Toolset", "tool"]
@@ -88,8 +89,16 @@ class Tool(Generic[P, R]):
     ) -> None:
         if not callable(function):
             raise ToolDefinitionError(f"{function!r} is not callable")
-        if timeout is not None and timeout <= 0:
-            raise ToolDefinitionError("tool timeout must be positive", tool=name)
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
+            raise ToolDefinitionError(
+                f"tool timeout must be a finite number of seconds > 0, got {timeout!r}",
+                tool=name,
+            )
         self.function = function
         self.is_async = inspect.iscoroutinefunction(function)
         self.timeout = timeout
@@ -239,10 +248,12 @@ def tool(
     Args:
         name: Override the tool name (default: the function's name).
         description: Override the description (default: from the docstring).
-        timeout: Seconds before the call becomes an error result (default: the session's
-            ``tool_timeout``, else none).
+        timeout: Seconds before the call becomes an error result (the session's
+            ``tool_timeout`` applies as well; the first bound to fire wins). A sync function
+            that overruns is abandoned in its worker thread, never awaited.
         inline: Run a *sync* function directly on the event loop instead of in a worker
-            thread. Saves the ~90 µs thread hop; only for fast functions that never block.
+            thread. Saves the ~90 µs thread hop; only for fast functions that never block
+            (nothing can interrupt a function running on the event loop, not even a timeout).
     """
 
     def wrap(fn: Callable[P, R]) -> Tool[P, R]:
@@ -299,11 +310,17 @@ class Toolset:
         elif t.inline:
             return t.function(**kwargs)
         else:
-            coro = anyio.to_thread.run_sync(functools.partial(t.function, **kwargs))
+            # abandon_on_cancel: a timeout (the tool's, the session's or the run's) answers
+            # at once and leaves a stuck thread behind instead of waiting for it (see
+            # managedloop.handler on what an abandoned thread still holds).
+            coro = anyio.to_thread.run_sync(
+                functools.partial(t.function, **kwargs), abandon_on_cancel=True
+            )
         if t.timeout is None:
             return await coro
-        with anyio.fail_after(t.timeout):
+        with anyio.move_on_after(t.timeout):
             return await coro
+        raise _ToolTimeoutError(t.name, t.timeout)
 
     def __repr__(self) -> str:
         return f"Toolset({list(self._tools)!r})"

@@ -3,9 +3,33 @@
 ``run`` drives one request to its terminal; ``start`` opens a live session that takes
 follow-up messages; ``run_sync`` is ``run`` behind ``anyio.run`` (no hand-written twin).
 
-Teardown: whatever ends a session (a result, an error, ``close()``, a ``run`` timeout) the
+Teardown: whatever ends a session (a result, an error, ``close()``, a timeout) the
 in-flight turn is cancelled and the connection closed, under a shield so the close
 completes. The partial result is attached to every error raised mid-request.
+
+Rules the driver guarantees on every host (a fourth host written from outside included):
+
+* **Bounded by default.** ``run(timeout=600)`` bounds the whole run (open, every turn and
+  tool call); ``start(timeout=600)`` bounds opening the live session and each request,
+  from the moment the session starts working on it to its terminal. On expiry the request
+  is cancelled, the connection closed (a live session is then over) and
+  :class:`SessionTimeoutError` is raised (by ``result()`` for a live session) with the
+  partial result. ``timeout=None`` means no bound at all. A sync tool stuck past a
+  timeout is abandoned in its thread, never awaited (:mod:`managedloop.handler`).
+* **At most once per tool-use id.** The driver keeps every result it computed in this
+  session, keyed by tool-use id, for the session's lifetime (one ``run``, or one live
+  session across all its requests) and never shares it with another session. When a turn
+  asks for an id that already has a result -- a host re-delivering a call after a
+  reconnect, a server reusing an id, one id twice in one turn -- the stored result is sent
+  again and the tool does not run again. A call with no id always runs.
+  ``custom_tool_uses`` lists the calls that ran: a re-sent result is not a second run.
+* **Inputs too deep to handle are answered, not run.** A decoded tool input nested deeper
+  than :data:`~managedloop.handler.MAX_INPUT_DEPTH` (hosts that pass mappings may not have
+  decoded it themselves) becomes an ``input_error``: an error result, the tool never runs.
+* **BaseExceptions from tools propagate as themselves.** ``KeyboardInterrupt``,
+  ``SystemExit`` (and other non-cancellation ``BaseException`` s) end ``run`` with that
+  exception after the teardown; in a live session ``result()`` raises it, or leaving the
+  ``async with`` does if nobody called ``result()``. Never a ``BaseExceptionGroup``.
 """
 
 from __future__ import annotations
@@ -23,7 +47,7 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from managedloop import telemetry
+from managedloop import _validate, telemetry
 from managedloop._loops import ephemeral_loop
 from managedloop.errors import (
     ManagedLoopError,
@@ -31,7 +55,7 @@ from managedloop.errors import (
     SessionTimeoutError,
     UnsupportedError,
 )
-from managedloop.handler import run_tool_calls
+from managedloop.handler import MAX_INPUT_DEPTH, _too_deep, run_tool_calls
 from managedloop.providers.base import (
     Connection,
     DefineOutcome,
@@ -43,7 +67,15 @@ from managedloop.providers.base import (
     TurnRestart,
     UserMessage,
 )
-from managedloop.results import Outcome, RawEvent, SessionInfo, SessionResult, ToolUse
+from managedloop.results import (
+    Outcome,
+    RawEvent,
+    SessionInfo,
+    SessionResult,
+    ToolResult,
+    ToolUse,
+    TurnResult,
+)
 from managedloop.session.machine import Finish, Machine, RunTools
 from managedloop.session.options import Prepared, SessionOptions, coerce_outcome, prepare
 
@@ -53,6 +85,7 @@ TEXT_DELTA = "managedloop.text_delta"
 DEFAULT_PROMPT = "Begin."
 DEFAULT_TIMEOUT = 600.0  # seconds; a run is bounded by default so a stuck host cannot hang a caller
 
+_TOO_DEEP = f"arguments are nested deeper than {MAX_INPUT_DEPTH} levels"
 _NOTHING: Any = object()  # no kickoff input: a live session waits for send()
 
 P = ParamSpec("P")
@@ -76,6 +109,11 @@ class _Driver:
         self.conn = conn
         self.machine = Machine(prepared.loop)
         self.seen: set[str] = set()
+        # At most once per tool-use id per session: every result computed on this
+        # connection, by id. Lives as long as the driver (one run, one live session).
+        self.done: dict[str, ToolResult] = {}
+        self._ran: set[str] = set()  # ids run in the current request
+        self._resent: set[str] = set()  # ids answered from ``done`` in the current request
         self.buffer: list[RawEvent] = []
         self.subscribers: list[MemoryObjectSendStream[RawEvent]] = []
         handler = prepared.handler
@@ -96,9 +134,22 @@ class _Driver:
         return self._info
 
     def partial(self) -> SessionResult:
-        return self.machine.result(
-            self.conn.session_id, transcript=self.conn.transcript(), pending_events=self.buffer
+        return self._ran_only(
+            self.machine.result(
+                self.conn.session_id,
+                transcript=self.conn.transcript(),
+                pending_events=self.buffer,
+            )
         )
+
+    def _ran_only(self, result: SessionResult) -> SessionResult:
+        """``result`` without the tool uses this request only re-sent a stored result for
+        (they ran in an earlier request of this session): ``custom_tool_uses`` lists runs."""
+        stale = self._resent - self._ran
+        if not stale:
+            return result
+        kept = [u for u in result.custom_tool_uses if u.id not in stale]
+        return dataclasses.replace(result, custom_tool_uses=kept)
 
     async def _deliver(self, event: RawEvent, *, raw: bool = True) -> None:
         if self._on_event is not None:
@@ -161,7 +212,9 @@ class _Driver:
         return events
 
     async def _run_tools(self, uses: Sequence[ToolUse]) -> ToolResults:
-        info = self.info
+        """Results for ``uses``, in order: a use whose id already has a result in this
+        session (a host re-delivering a call, an id used twice) gets that result again and
+        its tool does not run again; a use with no id always runs."""
         if telemetry.enabled("session.tool_uses"):
             telemetry.emit(
                 "session.tool_uses",
@@ -169,6 +222,33 @@ class _Driver:
                 {"turn": self.machine.turns, "tool_use_ids": [u.id for u in uses]},
                 caller=self.p.caller,
             )
+        done = self.done
+        fresh: list[int] = []  # positions of the uses that run now
+        claimed: set[str] = set()
+        for i, use in enumerate(uses):
+            uid = use.id
+            if not uid:
+                fresh.append(i)
+            elif uid not in done and uid not in claimed:
+                claimed.add(uid)
+                fresh.append(i)
+        if len(fresh) == len(uses):  # the common case: nothing repeated
+            return ToolResults(tool_uses=list(uses), results=await self._run_fresh(uses))
+        computed = iter(await self._run_fresh([uses[i] for i in fresh]) if fresh else [])
+        run_now = set(fresh)
+        results: list[ToolResult] = []
+        for i, use in enumerate(uses):
+            if i in run_now:
+                results.append(next(computed))
+                continue
+            assert use.id  # only uses with an id are ever answered from the store
+            results.append(done[use.id])  # _run_fresh stored the results it computed
+            if use.id not in self._ran:
+                self._resent.add(use.id)
+        return ToolResults(tool_uses=list(uses), results=results)
+
+    async def _run_fresh(self, uses: Sequence[ToolUse]) -> list[ToolResult]:
+        info = self.info
         results = await run_tool_calls(
             self.p.handler,
             uses,
@@ -177,11 +257,16 @@ class _Driver:
             timeout=self.p.tool_timeout,
             caller=self.p.caller,
         )
-        return ToolResults(tool_uses=list(uses), results=results)
+        for use, result in zip(uses, results, strict=True):
+            if use.id:
+                self.done[use.id] = result
+                self._ran.add(use.id)
+        return results
 
     async def request(self, first: TurnInput | None) -> SessionResult:
         """One request: from ``first`` (``None``: redrive pending tool uses) to a terminal."""
         self.machine.begin_request()
+        self._ran, self._resent = set(), set()
         try:
             if first is None:
                 pending = list(self.conn.pending_tool_uses)
@@ -193,7 +278,7 @@ class _Driver:
             while True:
                 events = await self._turn(next_input)
                 try:
-                    turn = self.conn.normalize(events)
+                    turn = _bounded(self.conn.normalize(events))
                 except Exception as exc:
                     raise _host_failure(exc) from exc
                 action = self.machine.on_turn(turn, self.conn.session_id)
@@ -209,6 +294,7 @@ class _Driver:
             raise
 
     def _finish(self, result: SessionResult) -> SessionResult:
+        result = self._ran_only(result)
         transcript = self.conn.transcript()
         if transcript is not None:
             result = dataclasses.replace(result, transcript=transcript)
@@ -223,6 +309,38 @@ class _Driver:
             caller=self.p.caller,
         )
         return result
+
+
+def _bounded(turn: TurnResult) -> TurnResult:
+    """``turn`` with every too-deeply nested tool input turned into an ``input_error``.
+
+    Hosts that hand over decoded mappings (Claude) may not have run
+    :func:`~managedloop.handler.decode_tool_input`; a 100k-deep input must be answered with
+    an error result, not reach pydantic, a tool, or a recursive ``to_dict``.
+    """
+    uses = turn.custom_tool_uses
+    for u in uses:  # a plain loop: this runs on every turn with tool uses
+        if u.input_error is None and _too_deep(u.input):
+            break
+    else:
+        return turn
+    checked = [
+        dataclasses.replace(u, input={}, input_error=_TOO_DEEP)
+        if u.input_error is None and _too_deep(u.input)
+        else u
+        for u in uses
+    ]
+    return dataclasses.replace(turn, custom_tool_uses=checked)
+
+
+def _deadline(timeout: float | None) -> anyio.CancelScope:
+    return anyio.move_on_after(timeout if timeout is not None else math.inf)
+
+
+def _timed_out(
+    timeout: float | None, partial: SessionResult | None, message: str
+) -> SessionTimeoutError:
+    return SessionTimeoutError(message, partial_result=partial, timeout=timeout)
 
 
 def _host_failure(exc: Exception) -> ManagedLoopError:
@@ -284,10 +402,13 @@ async def run(
     Library-made stops (``max_turns``, a turn guard or token budget, an unresolvable
     ``requires_action``, a missing terminal tool) are results with ``reason`` set. Failures
     raise a :class:`~managedloop.ManagedLoopError` carrying ``partial_result``; exceeding
-    ``timeout`` (seconds, ``None`` for none) raises :class:`SessionTimeoutError` after the
-    in-flight request and the connection are torn down.
+    ``timeout`` (finite seconds, default 600; ``None`` for no bound) raises
+    :class:`SessionTimeoutError` after the in-flight request and the connection are torn
+    down. Every option is checked before anything is opened (``InvalidOptionsError``).
     """
-    prepared, coerced = prepare(provider, agent=agent, options=options, timeout=timeout)
+    prepared, coerced = prepare(
+        provider, agent=agent, options=options, timeout=timeout, prompt=prompt
+    )
     driver: _Driver | None = None
     with anyio.move_on_after(timeout if timeout is not None else math.inf) as scope:
         driver = await _open(prepared)
@@ -296,10 +417,10 @@ async def run(
         finally:
             await _aclose(driver.conn)
     assert scope.cancelled_caught
-    raise SessionTimeoutError(
+    raise _timed_out(
+        timeout,
+        driver.partial() if driver is not None else None,
         f"session did not reach a terminal within {timeout}s; its request was cancelled",
-        partial_result=driver.partial() if driver is not None else None,
-        timeout=timeout,
     )
 
 
@@ -340,12 +461,26 @@ class LiveSession:
 
     ``send`` queues a follow-up user message, ``result`` waits for the next terminal,
     ``events`` yields raw events as they arrive (from the moment it is called).
+
+    Every request (the kickoff, each ``send``, from the moment the session starts working
+    on it to its terminal) and the opening of the session are bounded by ``timeout``. On
+    expiry the in-flight request is cancelled, the connection is closed, and ``result()``
+    raises :class:`SessionTimeoutError` carrying the partial result; the session is over
+    (``send`` raises ``session_closed``). A ``KeyboardInterrupt``/``SystemExit`` from a tool
+    also ends the session: ``result()`` raises it, else leaving the ``async with`` does.
     """
 
-    def __init__(self, prepared: Prepared, first: str | None, outcome: Outcome | None) -> None:
+    def __init__(
+        self,
+        prepared: Prepared,
+        first: str | None,
+        outcome: Outcome | None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+    ) -> None:
         self._prepared = prepared
         self._first = first
         self._outcome = outcome
+        self._timeout = timeout
         self._stack = AsyncExitStack()
         self._driver: _Driver | None = None
         inbox: tuple[MemoryObjectSendStream[TurnInput], MemoryObjectReceiveStream[TurnInput]]
@@ -354,6 +489,9 @@ class LiveSession:
         outbox = anyio.create_memory_object_stream[SessionResult | BaseException](math.inf)
         self._outbox_send, self._outbox = outbox
         self._closed = False
+        self._over = False  # ended by a timeout or a fatal BaseException; no more requests
+        self._conn_closed = False
+        self._fatal: BaseException | None = None
         self._receivers: list[MemoryObjectReceiveStream[RawEvent]] = []
 
     @property
@@ -368,17 +506,29 @@ class LiveSession:
         await self._stack.__aenter__()
         try:
             tg: TaskGroup = await self._stack.enter_async_context(anyio.create_task_group())
-            self._driver = await _open(self._prepared)
-            self._stack.push_async_callback(_aclose, self._driver.conn)
+            with _deadline(self._timeout) as scope:
+                self._driver = await _open(self._prepared)
+            if self._driver is None:  # the open itself timed out
+                assert scope.cancelled_caught
+                raise _timed_out(
+                    self._timeout,
+                    None,
+                    f"the live session did not open within {self._timeout}s; the open was "
+                    "cancelled",
+                )
+            self._stack.push_async_callback(self._close_connection)
             self._stack.callback(tg.cancel_scope.cancel)
             tg.start_soon(self._serve, _kickoff(self._driver.conn, self._first, self._outcome))
         except BaseException:
-            await self._stack.__aexit__(None, None, None)
+            await self.close()  # unwinds what was entered and closes every stream
             raise
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
         await self.close()
+        fatal, self._fatal = self._fatal, None
+        if fatal is not None and exc is not fatal:
+            raise fatal  # a tool's KeyboardInterrupt/SystemExit nobody has seen yet
 
     async def close(self) -> None:
         """Cancel any in-flight turn and close the connection."""
@@ -398,23 +548,62 @@ class LiveSession:
             ):
                 stream.close()
 
+    async def _close_connection(self) -> None:
+        if not self._conn_closed and self._driver is not None:
+            self._conn_closed = True
+            await _aclose(self._driver.conn)
+
+    async def _end(self, item: BaseException) -> None:
+        """The session is over: hand ``item`` to ``result()``, stop taking requests, end
+        ``events()`` iteration and close the connection."""
+        assert self._driver is not None
+        self._over = True
+        self._outbox_send.send_nowait(item)
+        self._outbox_send.close()  # a later result() says session_closed
+        self._inbox_send.close()
+        for sub in self._driver.subscribers:
+            sub.close()
+        await self._close_connection()
+
     async def _serve(self, first: TurnInput | object | None) -> None:
         assert self._driver is not None
         driver = self._driver
-        if first is not _NOTHING:
-            await self._one(driver, first)  # type: ignore[arg-type]
-        async for command in self._inbox:
-            await self._one(driver, command)
-
-    async def _one(self, driver: _Driver, command: TurnInput | None) -> None:
         try:
-            result: SessionResult | BaseException = await driver.request(command)
-        except Exception as exc:  # handed to result(); the session stays usable
-            result = exc
+            if first is not _NOTHING and not await self._one(driver, first):  # type: ignore[arg-type]
+                return
+            async for command in self._inbox:
+                if not await self._one(driver, command):
+                    return
+        except anyio.get_cancelled_exc_class():
+            raise
+        except BaseException as exc:
+            # A tool's KeyboardInterrupt/SystemExit: raised in the caller's task (result()
+            # or leaving the ``async with``), not in this one, where asyncio would stop the
+            # event loop with it and the caller would see a BaseExceptionGroup.
+            self._fatal = exc
+            await self._end(exc)
+
+    async def _one(self, driver: _Driver, command: TurnInput | None) -> bool:
+        """Serve one request; ``False`` when it timed out and the session is over."""
+        result: SessionResult | BaseException
+        with _deadline(self._timeout) as scope:
+            try:
+                result = await driver.request(command)
+            except Exception as exc:  # handed to result(); the session stays usable
+                result = exc
+        if scope.cancelled_caught:
+            message = (
+                f"the live session's request did not reach a terminal within {self._timeout}s;"
+                " it was cancelled, the connection closed and the session ended"
+            )
+            await self._end(_timed_out(self._timeout, driver.partial(), message))
+            return False
         self._outbox_send.send_nowait(result)
+        return True
 
     async def send(self, text: str) -> None:
         """Queue a follow-up user message (a new request: turns and usage start at 0)."""
+        _validate.text("text", text)
         self._check_open()
         await self._inbox_send.send(UserMessage(text))
 
@@ -443,9 +632,18 @@ class LiveSession:
         await self._driver.conn.interrupt()
 
     async def result(self) -> SessionResult:
-        """Wait for the next terminal; raises the error if that request failed."""
-        item = await self._outbox.receive()
+        """Wait for the next terminal; raises the error if that request failed.
+
+        Raises :class:`SessionTimeoutError` when the request outlived ``timeout`` (the
+        session is then over), and ``session_closed`` once the session is over or closed.
+        """
+        try:
+            item = await self._outbox.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise ManagedLoopError("the session is not open", code="session_closed") from None
         if isinstance(item, BaseException):
+            if item is self._fatal:
+                self._fatal = None  # seen here: leaving the ``async with`` won't raise it again
             raise item
         return item
 
@@ -459,7 +657,7 @@ class LiveSession:
         return receive
 
     def _check_open(self) -> None:
-        if self._closed or self._driver is None:
+        if self._closed or self._over or self._driver is None:
             raise ManagedLoopError("the session is not open", code="session_closed")
 
 
@@ -468,13 +666,20 @@ def start(
     *,
     agent: Any,
     prompt: str | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
     **options: Unpack[SessionOptions],
 ) -> LiveSession:
     """Open a live session: ``async with managedloop.start(...) as session``.
 
-    Takes ``run``'s options (but no ``timeout``: bound ``session.result()`` yourself).
-    Options are validated here, before anything is opened. ``prompt`` or ``outcome`` kick
-    the session off at once; a resumed session with pending tool uses finishes them first.
+    Takes ``run``'s options. ``timeout`` (seconds, default 600 like ``run``; ``None`` for
+    no bound at all) bounds opening the session and each request, from the moment the
+    session starts working on it to its terminal; on expiry the request is cancelled, the
+    connection closed, and ``result()`` raises :class:`SessionTimeoutError` with the
+    partial result. Options are validated here, before anything is opened. ``prompt`` or
+    ``outcome`` kick the session off at once; a resumed session with pending tool uses
+    finishes them first.
     """
-    prepared, coerced = prepare(provider, agent=agent, options=options)
-    return LiveSession(prepared, prompt, coerced)
+    prepared, coerced = prepare(
+        provider, agent=agent, options=options, timeout=timeout, prompt=prompt
+    )
+    return LiveSession(prepared, prompt, coerced, timeout)

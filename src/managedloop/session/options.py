@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, TypedDict
 
+from managedloop import _validate
 from managedloop.errors import InvalidOptionsError
 from managedloop.providers.base import OpenRequest, Provider
 from managedloop.provisioning.specs import AgentSpec
@@ -36,15 +37,6 @@ _PROVIDER_ATTRS = ("name", "supports_outcomes", "supports_raw_events", "open")
 
 def _is_provider(value: Any) -> bool:
     return all(hasattr(value, name) for name in _PROVIDER_ATTRS) and callable(value.open)
-
-
-def _positive(name: str, value: Any, *, integer: bool) -> None:
-    kind = int if integer else (int, float)
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
-        what = "a positive integer" if integer else "a positive number"
-        raise InvalidOptionsError(f"{name} must be {what}, got {value!r}", option=name)
 
 
 def coerce_outcome(value: Any) -> Outcome | None:
@@ -118,14 +110,57 @@ DEFAULTS: SessionOptions = {
 }
 
 
+def _check_agent(agent: Any) -> None:
+    """An :class:`AgentSpec`, or what a managed host takes as a handle: a non-empty id
+    string, a mapping, or a handle object. The host checks the handle's contents; numbers,
+    bytes, sequences and blank strings are never one."""
+    if agent is None:
+        raise InvalidOptionsError("agent= is required (an AgentSpec or a handle)", option="agent")
+    if isinstance(agent, int | float | complex | bytes | bytearray | list | tuple | set) or (
+        isinstance(agent, str) and not agent.strip()
+    ):
+        raise InvalidOptionsError(
+            f"agent must be an AgentSpec or a provisioned handle (an id string, a mapping or "
+            f"a handle object), got {agent!r}",
+            option="agent",
+        )
+
+
+def _check_resume(resume: Any) -> tuple[str | None, list[dict[str, Any]] | None]:
+    if resume is None:
+        return None, None
+    if isinstance(resume, SessionResult):
+        if resume.session_id is None and resume.transcript is None:
+            raise InvalidOptionsError(
+                "resume= needs a result with a session_id or a transcript", option="resume"
+            )
+        return resume.session_id, resume.transcript
+    if isinstance(resume, str):
+        if not resume.strip():  # '' must not silently start a new session
+            raise InvalidOptionsError(
+                f"resume= needs a session id, got {resume!r}", option="resume"
+            )
+        return resume, None
+    raise InvalidOptionsError(
+        "resume= takes a SessionResult or a session id string", option="resume"
+    )
+
+
 def prepare(
     provider: Any,
     *,
     agent: Any,
     options: Mapping[str, Any],
     timeout: float | None = None,
+    prompt: Any = None,
 ) -> tuple[Prepared, Outcome | None]:
-    """Check every option; raise :class:`InvalidOptionsError` on the first bad one."""
+    """Check every option; raise :class:`InvalidOptionsError` on the first bad one.
+
+    Every loop option is type-checked here, before anything is opened or sent: counts are
+    integers (``bool`` refused), durations finite seconds > 0 (NaN and infinity refused;
+    ``None`` means no bound), ``prompt`` a non-empty string, ``resume`` a result or a
+    non-empty id, ``terminal_tool`` a non-empty string.
+    """
     unknown = sorted(set(options) - set(DEFAULTS))
     if unknown:
         name = unknown[0]
@@ -146,9 +181,17 @@ def prepare(
             code="invalid_turn_guard",
             option="turn_guard",
         )
+    _check_agent(agent)
     spec = agent if isinstance(agent, AgentSpec) else None
-    if agent is None:
-        raise InvalidOptionsError("agent= is required (an AgentSpec or a handle)", option="agent")
+    if prompt is not None:
+        _validate.text("prompt", prompt)
+    if not isinstance(o.require_terminal_tool, bool):
+        raise InvalidOptionsError(
+            f"require_terminal_tool must be True or False, got {o.require_terminal_tool!r}",
+            option="require_terminal_tool",
+        )
+    if o.terminal_tool is not None:
+        _validate.text("terminal_tool", o.terminal_tool)
     if o.terminal_tool is None and spec is not None:
         o.terminal_tool = spec.terminal_tool
     if o.require_terminal_tool and not isinstance(o.terminal_tool, str):
@@ -171,7 +214,7 @@ def prepare(
         ("max_input_tokens", o.max_input_tokens),
         ("max_output_tokens", o.max_output_tokens),
     ):
-        _positive(name, value, integer=True)
+        _validate.integer(name, value, minimum=1, allow_none=True)
     if o.max_turns is None:
         raise InvalidOptionsError("max_turns must be a positive integer", option="max_turns")
     if (
@@ -180,11 +223,14 @@ def prepare(
         or o.max_reprompts < 0
     ):
         raise InvalidOptionsError("max_reprompts must be an integer >= 0", option="max_reprompts")
-    _positive("tool_timeout", o.tool_timeout, integer=False)
-    _positive("timeout", timeout, integer=False)
-    if o.telemetry_metadata is not None and not isinstance(o.telemetry_metadata, Mapping):
+    tool_timeout = _validate.duration("tool_timeout", o.tool_timeout)
+    _validate.duration("timeout", timeout)
+    if o.telemetry_metadata is not None and (
+        not isinstance(o.telemetry_metadata, Mapping)
+        or not all(isinstance(k, str) for k in o.telemetry_metadata)
+    ):
         raise InvalidOptionsError(
-            "telemetry_metadata must be a mapping", option="telemetry_metadata"
+            "telemetry_metadata must be a mapping with string keys", option="telemetry_metadata"
         )
 
     if o.handler is None:
@@ -197,20 +243,7 @@ def prepare(
     if isinstance(o.handler, Toolset) and spec is None:
         tools = o.handler.definitions()
 
-    session_id: str | None = None
-    transcript: list[dict[str, Any]] | None = None
-    if isinstance(o.resume, SessionResult):
-        session_id, transcript = o.resume.session_id, o.resume.transcript
-        if session_id is None and transcript is None:
-            raise InvalidOptionsError(
-                "resume= needs a result with a session_id or a transcript", option="resume"
-            )
-    elif isinstance(o.resume, str):
-        session_id = o.resume
-    elif o.resume is not None:
-        raise InvalidOptionsError(
-            "resume= takes a SessionResult or a session id string", option="resume"
-        )
+    session_id, transcript = _check_resume(o.resume)
 
     caller = dict(o.telemetry_metadata or {})
     model_meta = spec.model_config.get("metadata") if spec is not None else None
@@ -239,7 +272,7 @@ def prepare(
         open_request=request,
         loop=loop,
         max_concurrent_tools=o.max_concurrent_tools,
-        tool_timeout=o.tool_timeout,
+        tool_timeout=tool_timeout,
         # Library keys win over caller tags: the host's name rides on every loop event.
         caller={**info_metadata, "provider": provider.name},
         info_metadata=info_metadata,
