@@ -138,7 +138,9 @@ def _check_resume(resume: Any) -> tuple[str | None, list[dict[str, Any]] | None]
     if isinstance(resume, str):
         if not resume.strip():  # '' must not silently start a new session
             raise InvalidOptionsError(
-                f"resume= needs a session id, got {resume!r}", option="resume"
+                f"resume= needs a session id, got {resume!r}",
+                code="invalid_session_id",
+                option="resume",
             )
         return resume, None
     raise InvalidOptionsError(
