@@ -148,11 +148,9 @@ def new_record(
 ) -> dict[str, Any]:
     """The record a create request makes, its id from ``mint(prefix)`` (``RefusedError``
     400 without a required field, and then no id is minted)."""
-    missing = [name for name in resource.required if not body.get(name)]
-    if missing:
-        raise RefusedError(
-            400, f"{' and '.join(resource.required)} {_are(resource.required)} required"
-        )
+    if not all(body.get(name) for name in resource.required):
+        verb = "are" if len(resource.required) > 1 else "is"
+        raise RefusedError(400, f"{' and '.join(resource.required)} {verb} required")
     return {
         "id": mint(resource.prefix),
         "type": resource.kind,
@@ -162,10 +160,6 @@ def new_record(
         "updated_at": now,
         "archived_at": None,
     }
-
-
-def _are(names: tuple[str, ...]) -> str:
-    return "are" if len(names) > 1 else "is"
 
 
 def update_record(record: dict[str, Any], body: Mapping[str, Any], *, now: str) -> None:

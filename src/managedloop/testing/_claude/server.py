@@ -38,7 +38,7 @@ from managedloop.testing._claude.resources import (
     new_record,
     update_record,
 )
-from managedloop.testing._claude.state import CLOSE, DROP, EmuSession, now_iso
+from managedloop.testing._claude.session import CLOSE, DROP, EmuSession, now_iso
 from managedloop.testing.script import ScriptedAgent, Step
 
 __all__ = ["ClaudeEmulator", "RecordedRequest", "credential_id"]
