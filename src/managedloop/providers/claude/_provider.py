@@ -1,8 +1,9 @@
 """``ClaudeManagedAgents``: the Claude Managed Agents loop host on the ``anthropic`` SDK.
 
 The provider is configured once (a client, an agent, an environment) and opens one
-:class:`~managedloop.providers.claude._connection.ClaudeConnection` per session. It also
-provisions agents and environments and reaches the Files API.
+:class:`~managedloop.providers.claude._connection.ClaudeConnection` per session. Its
+provisioning and Files API methods hold a client lease and delegate to
+:mod:`~managedloop.providers.claude._provision` and :mod:`~managedloop.providers.claude._files`.
 
 What ``agent=`` means at run time:
 
