@@ -19,6 +19,7 @@ import pytest
 from anthropic.types import ErrorResponse
 
 from managedloop.testing import ClaudeEmulator, ClaudeFaults, call, say
+from managedloop.testing._claude.resources import RESOURCES, RefusedError, new_record
 
 pytestmark = pytest.mark.anyio
 
@@ -146,3 +147,26 @@ async def test_every_route_passes_strict_sdk_validation() -> None:
     answered = {_template(r.method, r.path, routes) for r in emu.requests if r.status < 400}
     missing = sorted(set(routes) - answered)
     assert not missing, f"routes never sent through the strict client: {missing}"
+
+
+def test_every_table_resource_parses_as_its_sdk_type() -> None:
+    # The emulator's CRUD table: each row's record, built from only its required fields,
+    # validates as the SDK type the row names; without them the create is refused (400)
+    # before an id is minted.
+    from anthropic.types import beta
+
+    for resource in RESOURCES:
+        minted: list[str] = []
+
+        def mint(prefix: str, minted: list[str] = minted) -> str:
+            minted.append(prefix + "000001")
+            return minted[-1]
+
+        with pytest.raises(RefusedError) as info:
+            new_record(resource, {}, mint=mint, now="2026-04-01T00:00:00Z")
+        assert info.value.status == 400
+        assert minted == []
+        body = dict.fromkeys(resource.required, "x")
+        record = new_record(resource, body, mint=mint, now="2026-04-01T00:00:00Z")
+        parsed = getattr(beta, resource.sdk_type).model_validate(record)
+        assert (parsed.id, parsed.type) == (f"{resource.prefix}000001", resource.kind)

@@ -14,11 +14,11 @@ from managedloop.providers.claude._artifacts import (
     output_path,
     outputs_dir,
 )
-from managedloop.providers.claude._provider import (
+from managedloop.providers.claude._provider import ClaudeManagedAgents
+from managedloop.providers.claude._provision import (
     DEFAULT_ENVIRONMENT_CONFIG,
     DEFAULT_MODEL,
     ClaudeHandle,
-    ClaudeManagedAgents,
     normalize_model_id,
 )
 from managedloop.providers.claude._wire import interrupt_event, tool_confirmation

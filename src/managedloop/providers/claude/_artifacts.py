@@ -9,21 +9,22 @@
   (default ``/data``). An uploaded file is an *input*: the API does not make it
   downloadable, so a ``put`` artifact is for the agent to read, not for ``fetch``.
 * Names are validated by :func:`managedloop.artifacts.validate_name` before any request.
+
+The store reaches the Files API through its :class:`FilesHost` (the provider, which holds
+a client lease around each call); it names only that Protocol, so this module does not
+import the provider that builds it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from managedloop.artifacts import validate_name
 from managedloop.errors import ArtifactError, ManagedLoopError
 from managedloop.providers.claude._ids import ID_PATTERN
 from managedloop.results import Artifact
 
-if TYPE_CHECKING:
-    from managedloop.providers.claude._provider import ClaudeManagedAgents
-
-__all__ = ["OUTPUTS_DIR", "ClaudeArtifactStore", "output_path", "outputs_dir"]
+__all__ = ["OUTPUTS_DIR", "ClaudeArtifactStore", "FilesHost", "output_path", "outputs_dir"]
 
 OUTPUTS_DIR = "/mnt/session/outputs"
 
@@ -38,14 +39,28 @@ def output_path(name: str) -> str:
     return f"{OUTPUTS_DIR}/{validate_name(name)}"
 
 
+class FilesHost(Protocol):
+    """The Files API calls a store makes (``ClaudeManagedAgents`` has them all)."""
+
+    async def upload_file(self, file: tuple[str, bytes]) -> dict[str, Any]: ...
+
+    async def attach_file(
+        self, session_id: str, file_id: str, *, mount_path: str | None = None
+    ) -> dict[str, Any]: ...
+
+    async def list_files(self, session_id: str | None = None) -> list[dict[str, Any]]: ...
+
+    async def download_file(self, file_id: str) -> bytes: ...
+
+    async def delete_file(self, file_id: str) -> None: ...
+
+
 class ClaudeArtifactStore:
     """An :class:`~managedloop.ArtifactStore` over one session's Files API scope."""
 
     max_name_bytes = 255  # the sandbox writes /mnt/session/outputs/<name>: NAME_MAX
 
-    def __init__(
-        self, provider: ClaudeManagedAgents, session_id: str, *, mount_dir: str = "/data"
-    ) -> None:
+    def __init__(self, provider: FilesHost, session_id: str, *, mount_dir: str = "/data") -> None:
         if not isinstance(session_id, str) or ID_PATTERN.fullmatch(session_id) is None:
             # The id reaches the Files API query and session URL paths (see _ids).
             raise ArtifactError(

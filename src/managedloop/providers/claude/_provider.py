@@ -1,8 +1,9 @@
 """``ClaudeManagedAgents``: the Claude Managed Agents loop host on the ``anthropic`` SDK.
 
 The provider is configured once (a client, an agent, an environment) and opens one
-:class:`~managedloop.providers.claude._connection.ClaudeConnection` per session. It also
-provisions agents and environments and reaches the Files API.
+:class:`~managedloop.providers.claude._connection.ClaudeConnection` per session. Its
+provisioning and Files API methods hold a client lease and delegate to
+:mod:`~managedloop.providers.claude._provision` and :mod:`~managedloop.providers.claude._files`.
 
 What ``agent=`` means at run time:
 
@@ -25,11 +26,8 @@ import functools
 import hashlib
 import inspect
 import logging
-import mimetypes
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 import anyio
@@ -42,9 +40,9 @@ from managedloop.errors import (
     InvalidOptionsError,
     ManagedLoopError,
     ProviderError,
-    ProvisioningError,
 )
 from managedloop.providers.base import OpenRequest
+from managedloop.providers.claude import _files, _provision
 from managedloop.providers.claude._api import (
     Api,
     ClientSettings,
@@ -52,18 +50,25 @@ from managedloop.providers.claude._api import (
     Lease,
     settings,
 )
+from managedloop.providers.claude._artifacts import ClaudeArtifactStore
 from managedloop.providers.claude._connection import (
     RESULT_ECHO_TIMEOUT,
     ClaudeConnection,
     StreamOptions,
 )
 from managedloop.providers.claude._ids import ID_PATTERN, check_id
-from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
+from managedloop.providers.claude._provision import (
+    DEFAULT_ENVIRONMENT_CONFIG,
+    DEFAULT_MODEL,
+    ClaudeHandle,
+    coerce_environment,
+    id_of,
+    normalize_model_id,
+)
+from managedloop.provisioning.specs import AgentSpec
 
 if TYPE_CHECKING:
     import anthropic
-
-    from managedloop.providers.claude._artifacts import ClaudeArtifactStore
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 logger = logging.getLogger("managedloop.providers.claude")
@@ -86,92 +91,16 @@ def _leased(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-__all__ = ["DEFAULT_ENVIRONMENT_CONFIG", "DEFAULT_MODEL", "ClaudeHandle", "ClaudeManagedAgents"]
+__all__ = [
+    "DEFAULT_ENVIRONMENT_CONFIG",
+    "DEFAULT_MODEL",
+    "ClaudeHandle",
+    "ClaudeManagedAgents",
+    "normalize_model_id",
+]
 
-DEFAULT_MODEL = "claude-sonnet-4-6"
-DEFAULT_ENVIRONMENT_CONFIG: dict[str, Any] = {
-    "type": "cloud",
-    "networking": {"type": "unrestricted"},
-}
 STREAM_IDLE_TIMEOUT = 1800.0  # seconds; the reference's 30 min: long tool-free thinking is normal
 MAX_RECONNECTS = 10  # consecutive failed reconnects (≈ 4 min of backoff at the default base)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ClaudeHandle:
-    """A provisioned agent and environment. JSON round-trips with ``to_dict``/``from_dict``."""
-
-    agent_id: str
-    environment_id: str
-    name: str | None = None
-    """The provider-side agent name (``<spec.name>_<digest8>``)."""
-    digest: str | None = None
-    """The spec's content digest."""
-    agent_version: int | None = None
-    owns_environment: bool = True
-    """Whether provisioning created the environment (teardown archives only what it made)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "agent_id": self.agent_id,
-            "environment_id": self.environment_id,
-            "name": self.name,
-            "digest": self.digest,
-            "agent_version": self.agent_version,
-            "owns_environment": self.owns_environment,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Self:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
-
-
-def normalize_model_id(model: str) -> str:
-    """``"anthropic:claude-sonnet-4-6"`` -> ``"claude-sonnet-4-6"``; bare ids unchanged."""
-    return model.split(":", 1)[1] if ":" in model else model
-
-
-def _id_of(value: Any, key: str) -> str | None:
-    """``key`` (``agent_id`` / ``environment_id``) of a :class:`ClaudeHandle` or its dict;
-    a string is taken as that id itself. A present id is checked against the id alphabet
-    (it reaches URL paths), so a bad one raises ``invalid_agent_id`` /
-    ``invalid_environment_id`` here, before any request."""
-    if isinstance(value, str):
-        found: Any = value
-    elif isinstance(value, ClaudeHandle):
-        found = getattr(value, key)
-    elif isinstance(value, Mapping):
-        found = value.get(key)
-        if found is None:
-            return None
-    else:
-        return None
-    return check_id(key.removesuffix("_id"), found, option=key)
-
-
-def _coerce_environment(value: Any) -> EnvironmentSpec | None:
-    if value is None or isinstance(value, EnvironmentSpec):
-        return value
-    if isinstance(value, Mapping) and "environment_id" not in value:
-        known = {"name", "config", "description", "metadata"}
-        config = dict(value.get("config") or {})
-        config.update({k: v for k, v in value.items() if k not in known})
-        try:
-            return EnvironmentSpec(
-                name=value.get("name"),
-                config=config,
-                description=value.get("description"),
-                metadata=dict(value.get("metadata") or {}),
-            )
-        except TypeError as exc:
-            raise InvalidOptionsError(
-                f"invalid environment spec: {exc}", code="invalid_environment_spec"
-            ) from None
-    raise InvalidOptionsError(
-        "environment must be an EnvironmentSpec, a mapping, a handle or an environment id",
-        code="invalid_environment_spec",
-        option="environment",
-    )
 
 
 class ClaudeManagedAgents:
@@ -278,18 +207,18 @@ class ClaudeManagedAgents:
         )
         self._clients = ClientSource(self._settings, client=client, max_retries=max_retries)
         self.agent = agent
-        self.agent_id = _id_of(agent, "agent_id")
+        self.agent_id = id_of(agent, "agent_id")
         if not isinstance(agent, str):
-            _id_of(agent, "environment_id")  # a handle's environment id is checked up front too
+            id_of(agent, "environment_id")  # a handle's environment id is checked up front too
         if agent is not None and self.agent_id is None and not isinstance(agent, AgentSpec):
             raise InvalidOptionsError(
                 "agent= takes a ClaudeHandle, its dict, an agent id or an AgentSpec",
                 option="agent",
             )
         self.environment = environment
-        self.environment_id = _id_of(environment, "environment_id")
+        self.environment_id = id_of(environment, "environment_id")
         self._environment_spec = (
-            None if self.environment_id is not None else _coerce_environment(environment)
+            None if self.environment_id is not None else coerce_environment(environment)
         )
         self.session_id = None if session_id is None else check_id("session", session_id)
         self.session_title = session_title
@@ -352,10 +281,10 @@ class ClaudeManagedAgents:
 
     # -- sessions -----------------------------------------------------------------------
     async def _resolve_agent(self, request: OpenRequest) -> tuple[str, str]:
-        agent_id = _id_of(request.agent, "agent_id") if request.spec is None else None
+        agent_id = id_of(request.agent, "agent_id") if request.spec is None else None
         # A bare agent id names no environment (only a handle or its dict carries one).
         environment_id = (
-            _id_of(request.agent, "environment_id")
+            id_of(request.agent, "environment_id")
             if request.spec is None and not isinstance(request.agent, str)
             else None
         )
@@ -465,7 +394,7 @@ class ClaudeManagedAgents:
             raise
         return conn
 
-    # -- provisioning -------------------------------------------------------------------
+    # -- provisioning (see _provision) ---------------------------------------------------
     @_leased
     async def provision(
         self,
@@ -477,137 +406,9 @@ class ClaudeManagedAgents:
     ) -> ClaudeHandle:
         """Create an agent (and an environment) for ``spec``; roll the agent back if the
         environment fails. Use ``ml.provision`` for the cached create-or-reuse."""
-        if options:
-            raise InvalidOptionsError(
-                f"unknown provision option {sorted(options)[0]!r}", option=sorted(options)[0]
-            )
-        if not isinstance(spec, AgentSpec):
-            raise InvalidOptionsError("provision needs an AgentSpec", code="invalid_agent_spec")
-        try:
-            base = spec.require_name()
-        except InvalidOptionsError as exc:
-            raise InvalidOptionsError(
-                exc.message, code="invalid_agent_spec", option="name"
-            ) from None
-        env_id = (
-            _id_of(environment, "environment_id")
-            if isinstance(environment, str | ClaudeHandle)
-            else None
+        return await _provision.provision(
+            self._api(), spec, environment=environment, name=name, **options
         )
-        env_spec = None if env_id is not None else _coerce_environment(environment)
-        digest = spec.digest
-        agent_name = name or f"{base}_{digest[:8]}"
-        model = spec.model or spec.model_config.get("model") or DEFAULT_MODEL
-        if not isinstance(model, str):
-            raise InvalidOptionsError("the Claude model must be a model id string", option="model")
-        tools = [
-            {
-                "type": "custom",
-                "name": d.name,
-                "description": d.description,
-                "input_schema": d.input_schema,
-            }
-            for d in spec.tool_definitions()
-        ]
-        body: dict[str, Any] = {
-            "name": agent_name,
-            "model": normalize_model_id(model),
-            "tools": tools,
-            "metadata": {**spec.metadata, "managedloop_digest": digest[:16]},
-        }
-        if spec.system_prompt is not None:
-            body["system"] = spec.system_prompt
-        if spec.description is not None:
-            body["description"] = spec.description
-        api = self._api()
-        try:
-            agent = await api.call(
-                "post",
-                "/v1/agents",
-                lambda: self.client.beta.agents.create(
-                    **body, extra_headers=api.headers, timeout=self._settings.receive_timeout
-                ),
-            )
-        except AuthenticationError:
-            raise
-        except ManagedLoopError as exc:
-            raise ProvisioningError(
-                f"could not create agent {agent_name!r}: {exc.message}",
-                code="create_agent_failed",
-                reason=exc.code,
-                status=exc.context.get("status"),
-            ) from exc
-        if env_id is not None:
-            return ClaudeHandle(
-                agent_id=agent.id,
-                environment_id=env_id,
-                name=agent_name,
-                digest=digest,
-                agent_version=getattr(agent, "version", None),
-                owns_environment=False,
-            )
-        env_body: dict[str, Any] = {
-            "name": (env_spec.name if env_spec and env_spec.name else f"{agent_name}_env"),
-            "config": (
-                env_spec.config if env_spec and env_spec.config else DEFAULT_ENVIRONMENT_CONFIG
-            ),
-        }
-        if env_spec is not None and env_spec.description is not None:
-            env_body["description"] = env_spec.description
-        failure: ManagedLoopError | None = None
-        env: Any = None
-        try:
-            env = await api.call(
-                "post",
-                "/v1/environments",
-                lambda: self.client.beta.environments.create(
-                    **env_body, extra_headers=api.headers, timeout=self._settings.receive_timeout
-                ),
-            )
-        except ManagedLoopError as exc:
-            failure = exc
-        env_id = getattr(env, "id", None)
-        if failure is not None or not isinstance(env_id, str) or not env_id:
-            rollback = await self._archive("agent", agent.id)
-            if failure is None:
-                raise ProvisioningError(
-                    "create environment returned no id; the agent was archived",
-                    code="unexpected_create_environment_response",
-                    response=str(env)[:500],
-                    rollback=rollback,
-                )
-            raise ProvisioningError(
-                f"could not create the environment ({failure.message}); the agent was archived",
-                code="create_environment_failed",
-                reason=failure.code,
-                status=failure.context.get("status"),
-                rollback=rollback,
-            ) from failure
-        return ClaudeHandle(
-            agent_id=agent.id,
-            environment_id=env_id,
-            name=agent_name,
-            digest=digest,
-            agent_version=getattr(agent, "version", None),
-        )
-
-    async def _archive(self, kind: str, ident: str) -> str:
-        """Archive one resource; ``"ok"`` or the failure's code (never raises)."""
-        api = self._api()
-        resource = self.client.beta.agents if kind == "agent" else self.client.beta.environments
-        path = f"/v1/{'agents' if kind == 'agent' else 'environments'}/{ident}/archive"
-        try:
-            await api.call(
-                "post",
-                path,
-                lambda: resource.archive(
-                    ident, extra_headers=api.headers, timeout=self._settings.receive_timeout
-                ),
-            )
-        except ManagedLoopError as exc:
-            status = exc.context.get("status")
-            return f"{exc.code}:{status}" if status else exc.code
-        return "ok"
 
     @_leased
     async def teardown(self, handle: Any, **options: Any) -> dict[str, str]:
@@ -618,32 +419,9 @@ class ClaudeManagedAgents:
         raises ``ProvisioningError(code="teardown_failed")`` with each side's outcome in
         ``context`` (and the handle stays cached).
         """
-        if options:
-            raise InvalidOptionsError(f"unknown teardown option {sorted(options)[0]!r}")
-        if isinstance(handle, Mapping):
-            handle = ClaudeHandle.from_dict(handle)
-        if not isinstance(handle, ClaudeHandle):
-            raise InvalidOptionsError(
-                "teardown needs a ClaudeHandle (or its dict)", option="handle"
-            )
-        check_id("agent", handle.agent_id, option="agent_id")
-        check_id("environment", handle.environment_id, option="environment_id")
-        report = {"agent": await self._archive("agent", handle.agent_id)}
-        report["environment"] = (
-            await self._archive("environment", handle.environment_id)
-            if handle.owns_environment
-            else "skipped"
-        )
-        if any(v not in ("ok", "skipped") for v in report.values()):
-            raise ProvisioningError(
-                f"teardown failed: agent {report['agent']}, environment {report['environment']}",
-                code="teardown_failed",
-                agent=report["agent"],
-                environment=report["environment"],
-            )
-        return report
+        return await _provision.teardown(self._api(), handle, **options)
 
-    # -- files ----------------------------------------------------------------------------
+    # -- files (see _files) ---------------------------------------------------------------
     @_leased
     async def upload_file(
         self,
@@ -653,97 +431,30 @@ class ClaudeManagedAgents:
         content_type: str | None = None,
     ) -> dict[str, Any]:
         """Upload a file (a path, ``bytes`` with ``filename=``, or ``(name, bytes)``)."""
-        if isinstance(file, tuple):
-            name, data = file
-        elif isinstance(file, bytes):
-            name, data = filename or "upload.bin", file
-        else:
-            path = Path(file)
-            name, data = filename or path.name, await anyio.Path(path).read_bytes()
-        mime = content_type or mimetypes.guess_type(name)[0] or "application/octet-stream"
-        api = self._api()
-        meta = await api.call(
-            "post",
-            "/v1/files",
-            lambda: self.client.beta.files.upload(
-                file=(name, data, mime),
-                extra_headers=api.upload_headers,
-                timeout=self._settings.receive_timeout,
-            ),
-        )
-        return dict(meta.model_dump(mode="json"))
+        return await _files.upload(self._api(), file, filename=filename, content_type=content_type)
 
     @_leased
     async def attach_file(
         self, session_id: str, file_id: str, *, mount_path: str | None = None
     ) -> dict[str, Any]:
         """Mount an uploaded file into a session (default ``/mnt/session/uploads/<id>``)."""
-        check_id("session", session_id)
-        check_id("file", file_id)
-        api = self._api()
-        kwargs: dict[str, Any] = {"file_id": file_id, "type": "file"}
-        if mount_path is not None:
-            kwargs["mount_path"] = mount_path
-        res = await api.call(
-            "post",
-            f"/v1/sessions/{session_id}/resources",
-            lambda: self.client.beta.sessions.resources.add(
-                session_id,
-                **kwargs,
-                extra_headers=api.headers,
-                timeout=self._settings.receive_timeout,
-            ),
-        )
-        return dict(res.model_dump(mode="json"))
+        return await _files.attach(self._api(), session_id, file_id, mount_path=mount_path)
 
     @_leased
     async def list_files(self, session_id: str | None = None) -> list[dict[str, Any]]:
         """Every file (all pages); ``session_id`` scopes to that session's files."""
-        if session_id is not None:
-            check_id("session", session_id)
-        api = self._api()
-
-        async def page(cursor: str | None) -> Any:
-            kwargs: dict[str, Any] = {"limit": 100}
-            if session_id is not None:
-                kwargs["scope_id"] = session_id
-            if cursor is not None:
-                kwargs["page"] = cursor
-            return await self.client.beta.files.with_raw_response.list(
-                **kwargs, extra_headers=api.files_headers, timeout=self._settings.receive_timeout
-            )
-
-        return await api.list_raw("/v1/files", page)
+        return await _files.list_files(self._api(), session_id)
 
     @_leased
     async def download_file(self, file_id: str) -> bytes:
-        check_id("file", file_id)
-        api = self._api()
-
-        async def get() -> bytes:
-            response = await self.client.beta.files.download(
-                file_id, extra_headers=api.files_headers, timeout=self._settings.receive_timeout
-            )
-            return await response.read()
-
-        return await api.call("get", f"/v1/files/{file_id}/content", get)
+        return await _files.download(self._api(), file_id)
 
     @_leased
     async def delete_file(self, file_id: str) -> None:
-        check_id("file", file_id)
-        api = self._api()
-        await api.call(
-            "delete",
-            f"/v1/files/{file_id}",
-            lambda: self.client.beta.files.delete(
-                file_id, extra_headers=api.files_headers, timeout=self._settings.receive_timeout
-            ),
-        )
+        await _files.delete(self._api(), file_id)
 
     def artifact_store(self, session_id: str, **options: Any) -> ClaudeArtifactStore:
         """The Files-API artifact store of one session (for ``ml.Artifacts.for_session``)."""
-        from managedloop.providers.claude._artifacts import ClaudeArtifactStore
-
         return ClaudeArtifactStore(self, session_id, **options)
 
 

@@ -24,14 +24,21 @@ import itertools
 import json
 import secrets
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import BodyPartReader, web
 
 from managedloop.testing._claude.faults import ClaudeFaults
-from managedloop.testing._claude.state import CLOSE, DROP, EmuSession, now_iso
+from managedloop.testing._claude.resources import (
+    RESOURCES,
+    RefusedError,
+    Resource,
+    new_record,
+    update_record,
+)
+from managedloop.testing._claude.session import CLOSE, DROP, EmuSession, now_iso
 from managedloop.testing.script import ScriptedAgent, Step
 
 __all__ = ["ClaudeEmulator", "RecordedRequest", "credential_id"]
@@ -93,10 +100,30 @@ class _State:
     sessions: dict[str, EmuSession] = field(default_factory=dict)
     files: dict[str, _File] = field(default_factory=dict)
 
+    def records(self, resource: Resource) -> dict[str, dict[str, Any]]:
+        """The records of one table resource (``agents``, ``environments``), by id."""
+        tables = {"agents": self.agents, "environments": self.environments}
+        return tables[resource.collection]
+
 
 def _body(request: web.Request) -> dict[str, Any]:
     body = request.get(_JSON)
     return body if isinstance(body, dict) else {}
+
+
+def _bound(
+    handler: Callable[[Resource, web.Request], Awaitable[web.Response]], resource: Resource
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """A route handler serving ``resource`` through one of the generic CRUD handlers."""
+
+    async def serve(request: web.Request) -> web.Response:
+        return await handler(resource, request)
+
+    return serve
+
+
+def _not_found(resource: Resource) -> web.Response:
+    return _error(404, f"{resource.kind} not found", "not_found_error")
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
@@ -122,25 +149,6 @@ _SNAPSHOT_KEYS = (  # the agent fields a session's agent snapshot carries (SDK t
     "execution_identity",
     "version",
 )
-_PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
-
-
-def _environment_config(config: Any) -> dict[str, Any]:
-    """An environment ``config`` as the API returns it: a cloud config always carries
-    ``networking`` and ``packages`` with every package manager's list (the SDK's
-    ``BetaCloudConfig`` requires them), whatever subset the create request gave."""
-    out = dict(config) if isinstance(config, Mapping) else {}
-    out.setdefault("type", "cloud")
-    if out["type"] != "cloud":
-        return out
-    out.setdefault("networking", {"type": "unrestricted"})
-    given = out.get("packages")
-    packages = dict(given) if isinstance(given, Mapping) else {}
-    out["packages"] = {
-        "type": "packages",
-        **{name: list(packages.get(name) or []) for name in _PACKAGE_MANAGERS},
-    }
-    return out
 
 
 def _credential(headers: Mapping[str, str]) -> tuple[str | None, bool]:
@@ -353,16 +361,8 @@ class ClaudeEmulator:
     def _app(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
         r = app.router
-        r.add_post("/v1/agents", self._create_agent)
-        r.add_get("/v1/agents", self._list_agents)
-        r.add_get("/v1/agents/{id}", self._get_agent)
-        r.add_post("/v1/agents/{id}", self._update_agent)
-        r.add_post("/v1/agents/{id}/archive", self._archive_agent)
-        r.add_post("/v1/environments", self._create_environment)
-        r.add_get("/v1/environments", self._list_environments)
-        r.add_get("/v1/environments/{id}", self._get_environment)
-        r.add_post("/v1/environments/{id}/archive", self._archive_environment)
-        r.add_delete("/v1/environments/{id}", self._delete_environment)
+        for resource in RESOURCES:
+            self._add_crud_routes(r, resource)
         r.add_post("/v1/sessions", self._create_session)
         r.add_get("/v1/sessions", self._list_sessions)
         r.add_get("/v1/sessions/{id}", self._get_session)
@@ -448,112 +448,65 @@ class ClaudeEmulator:
         result: web.StreamResponse = await handler(request)
         return result
 
-    # -- agents -----------------------------------------------------------------------
-    async def _create_agent(self, request: web.Request) -> web.Response:
-        body = _body(request)
-        if not body.get("name") or not body.get("model"):
-            return _error(400, "name and model are required")
-        model = body["model"]
-        now = now_iso()
-        agent = {
-            "id": self.mint("agent_"),
-            "type": "agent",
-            "version": 1,
-            "name": body["name"],
-            "model": model if isinstance(model, dict) else {"id": model},
-            "system": body.get("system"),
-            "description": body.get("description"),
-            "tools": body.get("tools") or [],
-            "mcp_servers": body.get("mcp_servers") or [],
-            "skills": body.get("skills") or [],
-            "multiagent": body.get("multiagent"),
-            "metadata": body.get("metadata") or {},
-            # The SDK's union: service_account (no customer-named principal) or aws_role.
-            "execution_identity": body.get("execution_identity") or {"type": "service_account"},
-            "created_at": now,
-            "updated_at": now,
-            "archived_at": None,
-        }
-        self.state.agents[agent["id"]] = agent
-        return web.json_response(agent)
+    # -- agents and environments (one table: resources.RESOURCES) ---------------------
+    def _add_crud_routes(self, router: web.UrlDispatcher, resource: Resource) -> None:
+        base = f"/v1/{resource.collection}"
+        routes = (  # (operation, method, path, handler) in the order they are registered
+            ("create", "POST", base, self._create_record),
+            ("list", "GET", base, self._list_records),
+            ("get", "GET", f"{base}/{{id}}", self._get_record),
+            ("update", "POST", f"{base}/{{id}}", self._update_record),
+            ("archive", "POST", f"{base}/{{id}}/archive", self._archive_record),
+            ("delete", "DELETE", f"{base}/{{id}}", self._delete_record),
+        )
+        for operation, method, path, handler in routes:
+            if operation in resource.operations:
+                router.add_route(method, path, _bound(handler, resource))
 
-    async def _get_agent(self, request: web.Request) -> web.Response:
-        agent = self.state.agents.get(request.match_info["id"])
-        if agent is None:
-            return _error(404, "agent not found", "not_found_error")
-        return web.json_response(agent)
+    def _record(self, resource: Resource, request: web.Request) -> dict[str, Any] | None:
+        return self.state.records(resource).get(request.match_info["id"])
 
-    async def _update_agent(self, request: web.Request) -> web.Response:
-        agent = self.state.agents.get(request.match_info["id"])
-        if agent is None:
-            return _error(404, "agent not found", "not_found_error")
-        body = dict(_body(request))
-        version = body.pop("version", None)
-        if version is not None and version != agent["version"]:
-            return _error(409, "stale agent version")
-        changed = {k: v for k, v in body.items() if agent.get(k) != v}
-        if changed:
-            agent.update(changed)
-            agent["version"] += 1
-            agent["updated_at"] = now_iso()
-        return web.json_response(agent)
+    async def _create_record(self, resource: Resource, request: web.Request) -> web.Response:
+        try:
+            record = new_record(resource, _body(request), mint=self.mint, now=now_iso())
+        except RefusedError as exc:
+            return _error(exc.status, exc.message)
+        self.state.records(resource)[record["id"]] = record
+        return web.json_response(record)
 
-    async def _list_agents(self, request: web.Request) -> web.Response:
+    async def _list_records(self, resource: Resource, request: web.Request) -> web.Response:
         archived = request.query.get("include_archived") == "true"
-        items = [a for a in self.state.agents.values() if archived or not a["archived_at"]]
-        return self._page(request, items)
+        records = self.state.records(resource).values()
+        return self._page(request, [r for r in records if archived or not r["archived_at"]])
 
-    async def _archive_agent(self, request: web.Request) -> web.Response:
-        agent = self.state.agents.get(request.match_info["id"])
-        if agent is None:
-            return _error(404, "agent not found", "not_found_error")
-        agent["archived_at"] = agent["archived_at"] or now_iso()
-        return web.json_response(agent)
+    async def _get_record(self, resource: Resource, request: web.Request) -> web.Response:
+        record = self._record(resource, request)
+        if record is None:
+            return _not_found(resource)
+        return web.json_response(record)
 
-    # -- environments -------------------------------------------------------------------
-    async def _create_environment(self, request: web.Request) -> web.Response:
-        body = _body(request)
-        if not body.get("name"):
-            return _error(400, "name is required")
-        now = now_iso()
-        env = {
-            "id": self.mint("env_"),
-            "type": "environment",
-            "name": body["name"],
-            "config": _environment_config(body.get("config")),
-            "description": body.get("description"),
-            "metadata": body.get("metadata") or {},
-            "scope": body.get("scope"),
-            "created_at": now,
-            "updated_at": now,
-            "archived_at": None,
-        }
-        self.state.environments[env["id"]] = env
-        return web.json_response(env)
+    async def _update_record(self, resource: Resource, request: web.Request) -> web.Response:
+        record = self._record(resource, request)
+        if record is None:
+            return _not_found(resource)
+        try:
+            update_record(record, _body(request), now=now_iso())
+        except RefusedError as exc:
+            return _error(exc.status, exc.message)
+        return web.json_response(record)
 
-    async def _get_environment(self, request: web.Request) -> web.Response:
-        env = self.state.environments.get(request.match_info["id"])
-        if env is None:
-            return _error(404, "environment not found", "not_found_error")
-        return web.json_response(env)
+    async def _archive_record(self, resource: Resource, request: web.Request) -> web.Response:
+        record = self._record(resource, request)
+        if record is None:
+            return _not_found(resource)
+        record["archived_at"] = record["archived_at"] or now_iso()
+        return web.json_response(record)
 
-    async def _list_environments(self, request: web.Request) -> web.Response:
-        archived = request.query.get("include_archived") == "true"
-        items = [e for e in self.state.environments.values() if archived or not e["archived_at"]]
-        return self._page(request, items)
-
-    async def _archive_environment(self, request: web.Request) -> web.Response:
-        env = self.state.environments.get(request.match_info["id"])
-        if env is None:
-            return _error(404, "environment not found", "not_found_error")
-        env["archived_at"] = env["archived_at"] or now_iso()
-        return web.json_response(env)
-
-    async def _delete_environment(self, request: web.Request) -> web.Response:
-        env = self.state.environments.pop(request.match_info["id"], None)
-        if env is None:
-            return _error(404, "environment not found", "not_found_error")
-        return web.json_response({"id": env["id"], "type": "environment_deleted"})
+    async def _delete_record(self, resource: Resource, request: web.Request) -> web.Response:
+        record = self.state.records(resource).pop(request.match_info["id"], None)
+        if record is None:
+            return _not_found(resource)
+        return web.json_response({"id": record["id"], "type": f"{resource.kind}_deleted"})
 
     # -- sessions -----------------------------------------------------------------------
     async def _create_session(self, request: web.Request) -> web.Response:
