@@ -450,7 +450,9 @@ class StreamFold:
         if not isinstance(choices, list):
             raise _bad_chunk(data)
         for choice in choices[:1]:
-            delta = choice.get("delta") if isinstance(choice, Mapping) else None
+            if not isinstance(choice, Mapping):
+                raise _bad_chunk(data)
+            delta = choice.get("delta")
             delta = delta if delta is not None else {}
             calls = delta.get("tool_calls") if isinstance(delta, Mapping) else None
             if not isinstance(delta, Mapping) or not isinstance(calls or [], list):
