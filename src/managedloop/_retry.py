@@ -30,7 +30,9 @@ situation                     what it is                                  retrie
 ``no_status``                 an ``APIStatusError`` without a status:     no
                               nothing says it was transient
 ``host``                      :class:`~managedloop.HostStreamError`: the  no
-                              host itself failed the turn
+                              host itself failed the turn (one the host
+                              marks ``transient``, e.g. Local's
+                              overloaded error object, is ``server``)
 ``other``                     anything else                               no
 ============================  ==========================================  ========
 
@@ -239,6 +241,11 @@ def classify(exc: BaseException) -> Situation:
     if isinstance(exc, MalformedResponseError):
         return Situation.DAMAGED if exc.code in _DAMAGED_CODES else Situation.MALFORMED
     if isinstance(exc, HostStreamError):
+        # An error object a host reports in its stream fails the turn, unless the host read
+        # it as transient (Local: an OpenAI-style error whose type/code says overloaded,
+        # rate-limited or server-side; context["transient"]).
+        if isinstance(context, Mapping) and context.get("transient") is True:
+            return Situation.SERVER
         return Situation.HOST
     return Situation.OTHER
 

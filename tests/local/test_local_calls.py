@@ -181,3 +181,40 @@ def test_the_final_turn_directive_is_sent_exactly_once_before_the_last_call() ->
     # the third call's tool use never ran: it is not listed
     assert [u.input["a"] for u in result.custom_tool_uses] == [0, 1]
     assert [r[1]["a"] for r in RAN] == [0, 1]
+
+
+@pytest.mark.anyio
+async def test_a_resumed_history_with_a_repeated_id_pends_each_call_once() -> None:
+    from tests_local_helpers import drive, open_conn
+
+    from managedloop.providers.base import ToolResults
+    from managedloop.results import ToolResult
+
+    transcript = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                tc("dup", "add", '{"a": 1, "b": 1}'),
+                tc("dup", "add", '{"a": 2, "b": 2}'),
+                tc(None, "add", '{"a": 3, "b": 3}'),  # type: ignore[arg-type]
+            ],
+        },
+    ]
+    chat = RecordingChat([completion("done")])
+    conn = await open_conn(Local(model="m", chat=chat), AGENT, transcript=transcript)
+    pending = conn.pending_tool_uses
+    ids = [u.id for u in pending]
+    assert [u.input["a"] for u in pending] == [1, 2, 3]
+    assert ids[0] == "dup"
+    assert len(set(ids)) == 3
+    results = [ToolResult(tool_use_id=str(i), text=str(n)) for i, n in zip(ids, "246", strict=True)]
+    await drive(conn, ToolResults(pending, results))
+    answers = tool_messages(chat.requests[0])
+    assert [(a["tool_call_id"], a["content"]) for a in answers] == [
+        ("dup", "2"),
+        ("dup", "4"),
+        (None, "6"),
+    ]
+    await conn.aclose()

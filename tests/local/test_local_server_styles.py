@@ -177,3 +177,145 @@ def test_error_excerpts_are_capped_at_a_few_kib() -> None:
     error = status_error(500, '{"error": {"message": "' + "x" * 10_000 + '"}}', None)
     assert 4000 < len(str(error)) < 4200
     assert len(error.context["body"]) < 4200
+
+
+# -- an error object inside a 200 answer, finish_reason missing, stream: true ignored ------
+
+
+@pytest.mark.parametrize(
+    ("kind", "retried"),
+    [("server_error", True), ("overloaded_error", True), ("invalid_request_error", False)],
+)
+def test_an_error_object_mid_stream_raises_the_named_error(kind: str, retried: bool) -> None:
+    faults = ChatFaults(stream_error=5, stream_error_type=kind)
+    with ChatEmulator([say("never")], faults=faults) as emu:
+        local = provider(emu, stream=True, max_retries=2, retry_backoff=0)
+        with pytest.raises(ml.HostStreamError) as info:
+            ml.run_sync(local, agent=AGENT, prompt="q")
+    error = info.value
+    assert error.code == "chat_stream_error"
+    assert error.context["error_type"] == kind
+    assert error.context["transient"] is retried
+    assert f"injected {kind}" in str(error)
+    assert len(emu.received) == (3 if retried else 1)
+    assert error.partial_result is not None
+
+
+def test_a_transient_error_mid_stream_is_retried_and_the_run_goes_on() -> None:
+    faults = ChatFaults(stream_error=1)
+    with ChatEmulator([say("fine now")], faults=faults) as emu:
+        local = provider(emu, stream=True, retry_backoff=0)
+        result = ml.run_sync(local, agent=AGENT, prompt="q")
+    assert result.text == "fine now"
+    assert len(emu.received) == 2
+
+
+@pytest.mark.parametrize(
+    ("error", "transient"),
+    [
+        ({"message": "busy", "code": 503}, True),
+        ({"message": "bad", "code": 400}, False),
+        ({"message": "slow down", "type": "rate_limit_exceeded"}, True),
+        ("a bare string", False),
+        ({"message": "1 validation error for X", "type": "server_error"}, False),
+    ],
+)
+def test_stream_error_objects_are_classified_by_type_and_code(error: Any, transient: bool) -> None:
+    from managedloop.providers.local import is_transient
+    from managedloop.providers.local._http import stream_error
+
+    exc = stream_error(error)
+    assert exc.context["transient"] is transient
+    assert is_transient(exc) is transient
+
+
+@pytest.mark.anyio
+async def test_an_error_object_in_a_200_json_body_is_named_too() -> None:
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": "model not loaded", "code": 400}})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    async with TestServer(app, host="127.0.0.1") as server:
+        local = Local(model="m", base_url=str(server.make_url("/v1")), api_key=None)
+        with pytest.raises(ml.HostStreamError) as info:
+            await ml.run(local, agent=AGENT, prompt="q")
+    assert info.value.context["server_message"] == "model not loaded"
+    assert info.value.context["transient"] is False
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_missing_finish_reason_reads_like_null(stream: bool) -> None:
+    faults = ChatFaults(omit_finish_reason=True, ignore_stream=stream)
+    with ChatEmulator([say("hi")], faults=faults) as emu:
+        result = ml.run_sync(provider(emu, stream=stream), agent=AGENT, prompt="q")
+    assert "finish_reason" not in emu.received[0]  # (the request, for the record)
+    assert result.text == "hi"
+    assert result.stop_reason is None
+    assert result.terminal is ml.Terminal.TERMINATED  # no finish reason: not a clean stop
+
+
+def test_a_server_that_ignores_stream_true_still_works() -> None:
+    CALLS.clear()
+    seen: list[str] = []
+
+    class Deltas:
+        def handle_tool_call(self, name: str, input: dict[str, Any], info: Any) -> str:
+            return get_weather(**input)
+
+        def handle_event(self, event: dict[str, Any], info: Any) -> None:
+            if event["type"] == "managedloop.text_delta":
+                seen.append(event["text"])
+
+    script = [call("get_weather", {"city": "Oslo"}), say("Cold.")]
+    with ChatEmulator(script, faults=ChatFaults(ignore_stream=True)) as emu:
+        result = ml.run_sync(provider(emu, stream=True), agent=AGENT, prompt="q", handler=Deltas())
+    assert emu.received[0]["stream"] is True
+    assert result.text == "Cold."
+    assert seen == ["Cold."]  # the whole text, once
+    assert [u.input for u in result.custom_tool_uses] == [{"city": "Oslo"}]
+
+
+# -- redirects -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_cross_origin_redirect_is_refused_and_nothing_reaches_the_target(stream: bool) -> None:
+    secret = "sk-redirect-secret-0000"
+    with ChatEmulator([say("stolen")], api_key=None) as target:
+        faults = ChatFaults(redirect=1, redirect_to=target.base_url + "/chat/completions")
+        with ChatEmulator([say("x")], faults=faults, api_key=secret) as origin:
+            local = Local(model="m", base_url=origin.base_url, api_key=secret, stream=stream)
+            with pytest.raises(ml.APIStatusError) as info:
+                ml.run_sync(local, agent=AGENT, prompt="q")
+        assert target.received == []  # neither the conversation nor the key went there
+    error = info.value
+    assert error.code == "redirect_refused"
+    assert error.status == 307
+    assert error.context["location_origin"] == f"http://127.0.0.1:{target.port}"
+    assert f"http://127.0.0.1:{target.port}" in str(error)
+    assert "another origin" in str(error)
+    assert len(origin.received) == 1  # not retried
+    for text in (str(error), repr(error.context)):
+        assert secret not in text
+
+
+def test_a_same_origin_307_is_followed_with_the_body() -> None:
+    faults = ChatFaults(redirect=1, redirect_to="/v1/chat/completions")  # relative: same origin
+    with ChatEmulator([say("moved")], faults=faults) as emu:
+        result = ml.run_sync(provider(emu), agent=AGENT, prompt="q")
+    assert result.text == "moved"
+    assert len(emu.received) == 2
+    assert emu.received[0] == emu.received[1]  # the same POST body, re-sent
+
+
+def test_a_redirect_to_a_userinfo_url_shows_only_the_origin() -> None:
+    faults = ChatFaults(redirect=1, redirect_to="http://bob:hunter2@evil.example:81/x?k=1")
+    with ChatEmulator([say("x")], faults=faults) as emu, pytest.raises(ml.APIStatusError) as info:
+        ml.run_sync(provider(emu), agent=AGENT, prompt="q")
+    assert info.value.context["location_origin"] == "http://evil.example:81"
+    assert "hunter2" not in str(info.value)
+    assert "bob" not in str(info.value)

@@ -21,7 +21,9 @@ model was sent, or running out of steps) answers HTTP 400 and is re-raised when 
 
 :class:`ChatFaults` injects failures, bounded and deterministic, counted over requests in
 arrival order: HTTP statuses with ``Retry-After``, slow answers and slow chunks, malformed
-bodies, and connections dropped mid-body or mid-stream.
+bodies, and connections dropped mid-body or mid-stream; and the ways real servers differ
+(redirects, an error object mid-stream, ``stream: true`` ignored, no ``finish_reason``,
+tool-call names repeated in every chunk, a 500 for ``null`` content).
 """
 
 from __future__ import annotations
@@ -133,13 +135,24 @@ class ChatFaults:
     reject_null_content: bool = False
     """Answer HTTP 500 with a long pydantic validation message, as llama.cpp's Python server
     does, to any request holding an assistant message whose ``content`` is ``null``."""
+    stream_error: int = 0
+    """Send this many streamed answers as one chunk, then ``data: {"error": ...}`` (of
+    ``stream_error_type``) and ``[DONE]``, as vLLM and llama.cpp do when generation fails."""
+    stream_error_type: str = "server_error"
+    ignore_stream: bool = False
+    """Answer ``stream: true`` requests with a plain JSON body (servers that ignore it)."""
+    omit_finish_reason: bool = False
+    """Leave the ``finish_reason`` key out of JSON answers (some servers do)."""
+    redirect: int = 0
+    """Answer this many requests with ``307`` to ``redirect_to`` (before any other fault)."""
+    redirect_to: str = ""
     stream_names: Literal["once", "every_chunk", "split"] = "once"
     """How a streamed tool call's ``id`` and name arrive (every stream): once in its first
     chunk (OpenAI), whole in every chunk (llama.cpp's server) or split in two parts."""
 
 
 class _FaultState:
-    __slots__ = ("drop", "faults", "malformed", "requests", "slow")
+    __slots__ = ("drop", "faults", "malformed", "redirect", "requests", "slow", "stream_error")
 
     def __init__(self, faults: ChatFaults) -> None:
         self.faults = faults
@@ -147,6 +160,15 @@ class _FaultState:
         self.drop = faults.drop
         self.malformed = faults.malformed
         self.slow = faults.slow
+        self.redirect = faults.redirect
+        self.stream_error = faults.stream_error
+
+    def take(self, name: str) -> bool:
+        """Consume one of the ``redirect`` / ``stream_error`` faults, if any are left."""
+        left: int = getattr(self, name)
+        if left > 0:
+            setattr(self, name, left - 1)
+        return left > 0
 
     def next(self) -> tuple[int | None, str | None, float]:
         """(status to answer with, "drop" | "malformed" | None, delay) for the next request."""
@@ -341,6 +363,8 @@ class ChatEmulator:
         if body is None:
             return _error(400, "the request body is not a JSON object", "invalid_request_error")
         self.received.append(body)
+        if self._state.take("redirect"):
+            return web.Response(status=307, headers={"Location": self.faults.redirect_to})
         if self.faults.reject_null_content and _null_content(body):
             return _error(500, _NULL_CONTENT_ERROR, "internal_server_error")
         status, fault, delay = self._state.next()
@@ -359,7 +383,7 @@ class ChatEmulator:
             return _error(400, "a chat model cannot grade outcomes", "script_error")
         model = body.get("model")
         message, finish, usage = render_completion(step, self.agent, model)
-        if body.get("stream"):
+        if body.get("stream") and not self.faults.ignore_stream:
             options = body.get("stream_options") or {}
             frames = sse_chunks(
                 message,
@@ -373,7 +397,10 @@ class ChatEmulator:
             return await self._stream(request, frames, fault)
         if fault == "malformed":
             return web.Response(body=b'{"object":"chat.completion","choices":[]}')
-        data = json.dumps(completion_body(message, finish, usage, model)).encode()
+        completion = completion_body(message, finish, usage, model)
+        if self.faults.omit_finish_reason:
+            del completion["choices"][0]["finish_reason"]
+        data = json.dumps(completion).encode()
         if fault == "drop":
             return await self._drop(request, data)
         return web.Response(body=data, content_type="application/json")
@@ -385,6 +412,10 @@ class ChatEmulator:
         await resp.prepare(request)
         if fault == "malformed":
             frames = [frames[0], b"data: {this is not json\n\n", *frames[-1:]]
+        elif self._state.take("stream_error"):
+            kind = self.faults.stream_error_type
+            error = {"error": {"message": f"injected {kind}", "type": kind, "code": None}}
+            frames = [frames[0], b"data: " + json.dumps(error).encode() + b"\n\n", frames[-1]]
         for index, frame in enumerate(frames):
             if fault == "drop" and index == self.faults.drop_after:
                 _cut(request)

@@ -7,6 +7,16 @@ The model is reached through a *chat function* (:class:`ChatFunction`): by defau
 Chat Completions over HTTP (streaming or not), ``anthropic:<model>`` for the Messages API,
 or any ``async (ChatRequest) -> ChatResponse`` passed as ``Local(chat=...)`` —
 :class:`managedloop.testing.ScriptedChatModel` is one that needs no server.
+
+``Local(profile=...)`` picks what the HTTP client sends to servers that disagree on
+details (:mod:`managedloop.providers.local._profiles` has the table). ``model_config`` keys
+are sent verbatim as request-body keys (``temperature``, ``max_tokens``, ``tool_choice``,
+``top_p``, ``seed``, ``response_format``...), merged over the agent spec's
+``model_config``, except: ``model``, ``api_key``, ``base_url`` and ``metadata`` in the
+spec's ``model_config`` are read by the library, not sent; ``model``, ``messages``,
+``tools`` and ``stream`` are always the library's; ``stream_options`` is merged into the
+streamed request's (never sent unstreamed); ``parallel_tool_calls`` is dropped for
+profiles whose server does not support it.
 """
 
 from managedloop.providers.local._connection import (
@@ -17,6 +27,7 @@ from managedloop.providers.local._connection import (
     final_turn_text,
     is_transient,
 )
+from managedloop.providers.local._profiles import PROFILES, Profile
 from managedloop.providers.local._provider import Local, set_testing
 from managedloop.providers.local._types import (
     ChatFunction,
@@ -27,12 +38,14 @@ from managedloop.providers.local._types import (
 
 __all__ = [
     "DUPLICATE_DIRECTIVE",
+    "PROFILES",
     "ChatFunction",
     "ChatRequest",
     "ChatResponse",
     "History",
     "Local",
     "LocalConnection",
+    "Profile",
     "corrective_text",
     "duplicate_text",
     "final_turn_text",

@@ -514,30 +514,42 @@ def _assistant_message(raw: Mapping[str, Any], null_content: bool = False) -> di
     server known to want it.
     """
     calls = raw.get("tool_calls")
+    calls = [c for c in calls if isinstance(c, Mapping)] if isinstance(calls, list) else []
     content = raw.get("content")
     if content is None and not (null_content and calls):
         content = ""
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:
-        message["tool_calls"] = [
-            {
-                "id": c.get("id"),
-                "type": "function",
-                "function": {
-                    "name": (c.get("function") or {}).get("name", ""),
-                    "arguments": _arguments_text((c.get("function") or {}).get("arguments")),
-                },
-            }
-            for c in calls
-            if isinstance(c, Mapping)
-        ]
+        message["tool_calls"] = [_call(c) for c in calls]
     return message
 
 
+def _call(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """One tool call in neutral form. A call without a readable name keeps ``""`` (the
+    handler answers it as an unknown tool); a non-string id counts as none."""
+    fn = raw.get("function")
+    fn = fn if isinstance(fn, Mapping) else {}
+    name, call_id = fn.get("name"), raw.get("id")
+    return {
+        "id": call_id if isinstance(call_id, str) and call_id else None,
+        "type": "function",
+        "function": {
+            "name": name if isinstance(name, str) else "",
+            # no arguments key: no arguments (""); an explicit null is an input error
+            "arguments": _arguments_text(fn.get("arguments", "")),
+        },
+    }
+
+
 def _arguments_text(arguments: Any) -> str:
+    """Arguments as JSON text, as on the wire; a server that sent a decoded object gets it
+    encoded, and ``null`` stays ``"null"`` (an input error, never ``{}``)."""
     if isinstance(arguments, str):
         return arguments
-    return json.dumps(arguments if arguments is not None else {})
+    try:
+        return json.dumps(arguments, ensure_ascii=False, default=str)
+    except (ValueError, RecursionError):
+        return "null"  # unencodable (circular, or nested beyond recursion): unreadable
 
 
 def _usage(raw: Any, total: Usage | None) -> Usage | None:

@@ -15,9 +15,15 @@ Invariants:
   ``Authorization`` header of one request; it never reaches an exception or a log. Nor
   does a password in ``base_url``'s userinfo: reprs and errors show :func:`redact_url`.
 * Non-streaming: ``POST {base_url}/chat/completions`` and read one JSON body. Streaming:
-  ``stream: true`` with ``stream_options.include_usage``; SSE ``data:`` lines carry chunks
-  until ``data: [DONE]``; a stream that ends without ``[DONE]`` was dropped
-  (:class:`~managedloop.TransportError`, retried by the connection).
+  ``stream: true`` with ``stream_options.include_usage`` (when the profile allows); SSE
+  ``data:`` lines carry chunks until ``data: [DONE]``; a stream that ends without
+  ``[DONE]`` was dropped (:class:`~managedloop.TransportError`, retried by the
+  connection). A streamed request answered with a JSON body (the server ignored
+  ``stream``) is read as one and its text handed to ``on_delta`` once.
+* An error object in a 200 answer (``data: {"error": ...}`` mid-stream, or a JSON body
+  with ``error`` and no ``choices``) is a :class:`~managedloop.HostStreamError`
+  (``chat_stream_error``), retried when its ``code``/``type`` says transient.
+* Redirects are handled here, not by aiohttp: only a same-origin 307/308 is followed.
 * A non-2xx answer is an :class:`~managedloop.APIStatusError` whose message leads with the
   server's own error message (``error.message``, ``detail``, ``message``), up to 4 KiB:
   the cause is often deep in a long body. ``context["invalid_request"]`` marks a body that
@@ -31,9 +37,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import aiohttp
 
@@ -43,9 +50,11 @@ from managedloop.config import Secret
 from managedloop.errors import (
     APIStatusError,
     AuthenticationError,
+    HostStreamError,
     MalformedResponseError,
     TransportError,
 )
+from managedloop.providers.local._profiles import PROFILES, Profile
 from managedloop.providers.local._types import (
     ChatRequest,
     ChatResponse,
@@ -57,6 +66,11 @@ from managedloop.providers.local._types import (
 
 __all__ = ["ClientPool", "OpenAIChat", "parse_retry_after", "redact_url"]
 
+logger = logging.getLogger("managedloop.local")
+
+# Body keys the client sets itself: ``stream`` follows ``Local(stream=...)`` and
+# ``stream_options`` is merged in for streamed requests only (OpenAI refuses it otherwise).
+_SET_HERE = frozenset({"model", "messages", "tools", "stream", "stream_options"})
 _MAX_SSE_LINE = 1 << 24  # one SSE line may carry a whole tool call's arguments; 16 MiB is ample
 _EXPECTED = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 
@@ -116,15 +130,16 @@ class ClientPool:
 
 
 def redact_url(url: str) -> str:
-    """The URL without a password in its userinfo (safe for a repr or an error)."""
+    """The URL with any userinfo (user name and password) masked: safe for a repr or an
+    error. An unparseable URL is not shown at all."""
     try:
         parts = urlsplit(url)
+        parts.port  # noqa: B018  # raises on a bad port: the netloc is unreadable then
     except ValueError:
         return "<unparseable url>"
-    if parts.password is None:
+    if "@" not in parts.netloc:
         return url
-    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 _ERROR_EXCERPT = 4096  # characters of an error body kept: pydantic's messages run long
@@ -177,7 +192,7 @@ class OpenAIChat:
     """A chat function speaking Chat Completions to ``base_url`` (which ends before
     ``/chat/completions``, e.g. ``http://127.0.0.1:11434/v1``)."""
 
-    __slots__ = ("_api_key", "_headers", "_pool", "_shown", "_url", "base_url")
+    __slots__ = ("_api_key", "_headers", "_pool", "_shown", "_url", "base_url", "profile")
 
     def __init__(
         self,
@@ -185,8 +200,10 @@ class OpenAIChat:
         api_key: Secret | None,
         pool: ClientPool,
         headers: Mapping[str, str] | None = None,
+        profile: Profile | None = None,
     ) -> None:
         self.base_url = base_url
+        self.profile = profile if profile is not None else PROFILES["default"]
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._shown = redact_url(base_url)  # for reprs and errors
         self._api_key = api_key
@@ -206,12 +223,27 @@ class OpenAIChat:
         messages = request.messages
         parts = [b'{"model":', encode(request.model), b',"messages":']
         parts.append(messages.encoded() if isinstance(messages, History) else encode(messages))
+        profile = self.profile
+        options = request.options
         if request.tools:
             parts += [b',"tools":', request.tools_json or encode(list(request.tools))]
-        for key, value in request.options.items():
+            if profile.tool_choice is not None and "tool_choice" not in options:
+                parts += [b',"tool_choice":', encode(profile.tool_choice)]
+        for key, value in options.items():
+            if key in _SET_HERE:
+                continue
+            if key == "parallel_tool_calls" and not profile.parallel_tool_calls:
+                logger.debug("parallel_tool_calls dropped: profile %r", profile.name)
+                continue
             parts += [b",", encode(key), b":", encode(value)]
         if stream:
-            parts.append(b',"stream":true,"stream_options":{"include_usage":true}')
+            stream_options = options.get("stream_options")
+            stream_options = dict(stream_options) if isinstance(stream_options, Mapping) else {}
+            if profile.include_usage:
+                stream_options.setdefault("include_usage", True)
+            parts.append(b',"stream":true')
+            if stream_options:
+                parts += [b',"stream_options":', encode(stream_options)]
         parts.append(b"}")
         return b"".join(parts)
 
@@ -227,16 +259,35 @@ class OpenAIChat:
         stream = request.on_delta is not None
         body = self._body(request, stream)
         session = self._pool.session()
+        url = self._url
         try:
-            async with session.post(self._url, data=body, headers=self._request_headers()) as resp:
-                extra["status"] = resp.status
-                if resp.status >= 300:
-                    text = await resp.text(errors="replace")
-                    retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-                    raise status_error(resp.status, text, retry_after)
-                if stream:
-                    return await _read_stream(resp, request)
-                raw = await resp.read()
+            for _ in range(_MAX_REDIRECTS + 1):
+                # Redirects are never followed by aiohttp: it would re-send the body and
+                # the credentials to wherever the server points (another origin included).
+                async with session.post(
+                    url, data=body, headers=self._request_headers(), allow_redirects=False
+                ) as resp:
+                    extra["status"] = resp.status
+                    if resp.status in (307, 308) and _same_origin(url, resp):
+                        url = _location(url, resp)
+                        continue
+                    if 300 <= resp.status < 400:
+                        raise self._redirect_error(url, resp)
+                    if resp.status >= 300:
+                        text = await resp.text(errors="replace")
+                        retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+                        raise status_error(resp.status, text, retry_after)
+                    if stream and resp.content_type != "application/json":
+                        return await _read_stream(resp, request)
+                    raw = await resp.read()  # also a server that ignored stream: true
+                    break
+            else:
+                raise APIStatusError(
+                    f"the chat endpoint at {self._shown} redirected more than "
+                    f"{_MAX_REDIRECTS} times",
+                    code="redirect_refused",
+                    status=extra.get("status"),
+                )
         except _EXPECTED as exc:
             raise TransportError(
                 f"the chat request to {self._shown} failed: {type(exc).__name__}: {exc}",
@@ -244,70 +295,208 @@ class OpenAIChat:
             ) from None
         try:
             decoded = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise MalformedResponseError(
                 "the chat response is not JSON",
                 code="malformed_chat_response",
                 body=excerpt(raw.decode("utf-8", "replace")),
             ) from None
-        return parse_chat_completion(decoded)
+        if isinstance(decoded, Mapping) and "choices" not in decoded and decoded.get("error"):
+            raise stream_error(decoded["error"])  # an error object in a 200 JSON body
+        response = parse_chat_completion(decoded)
+        content = response.message.get("content")
+        if stream and isinstance(content, str) and content:
+            request.on_delta(content)  # type: ignore[misc]  # stream is on_delta is not None
+        return response
+
+    def _redirect_error(self, url: str, resp: aiohttp.ClientResponse) -> APIStatusError:
+        target = _origin(_location(url, resp))
+        same = target == _origin(url)
+        why = (
+            f"HTTP {resp.status} would turn the POST into a GET"
+            if same
+            else "redirects to another origin are never followed: the request carries "
+            "the conversation and the credentials"
+        )
+        return APIStatusError(
+            f"the chat endpoint at {self._shown} redirected (HTTP {resp.status}) to "
+            f"{target or 'an unreadable location'}; {why}",
+            code="redirect_refused",
+            status=resp.status,
+            location_origin=target,
+        )
+
+
+_MAX_REDIRECTS = 3  # same-origin 307/308 hops (a trailing-slash fix-up needs one)
+
+
+def _origin(url: str) -> str | None:
+    """``scheme://host[:port]`` of a URL, without userinfo, path or query (safe to show)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.scheme or not parts.hostname:
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    default = {"http": 80, "https": 443}.get(parts.scheme)
+    return f"{parts.scheme}://{host}" + (f":{port}" if port and port != default else "")
+
+
+def _location(url: str, resp: aiohttp.ClientResponse) -> str:
+    return urljoin(url, resp.headers.get("Location", ""))
+
+
+def _same_origin(url: str, resp: aiohttp.ClientResponse) -> bool:
+    target = _location(url, resp)
+    return _origin(target) is not None and _origin(target) == _origin(url)
 
 
 async def _read_stream(resp: aiohttp.ClientResponse, request: ChatRequest) -> ChatResponse:
     """Fold SSE chunks into one assistant message, handing text chunks to ``on_delta``."""
-    on_delta = request.on_delta
-    assert on_delta is not None
-    text: list[str] = []
-    calls: dict[int, _StreamedCall] = {}
-    finish_reason: str | None = None
-    usage: Mapping[str, Any] | None = None
-    done = False
+    assert request.on_delta is not None
+    fold = StreamFold(request.on_delta)
     while True:
         raw_line = await resp.content.readline(max_line_length=_MAX_SSE_LINE)
-        if not raw_line:
-            break  # end of body
+        if not raw_line or fold.line(raw_line):
+            break  # end of body, or data: [DONE]
+    return fold.result(request.tools)
+
+
+def _bad_chunk(data: bytes) -> MalformedResponseError:
+    return MalformedResponseError(
+        "a streamed chat chunk is not a Chat Completions chunk object",
+        code="malformed_chat_response",
+        body=excerpt(data.decode("utf-8", "replace")),
+    )
+
+
+class StreamFold:
+    """The sans-IO half of the stream reader: SSE lines in, one :class:`ChatResponse` out.
+
+    Raises only :class:`~managedloop.MalformedResponseError` (a chunk that is not a chunk
+    object), :class:`~managedloop.HostStreamError` (an error object in the stream) and
+    :class:`~managedloop.TransportError` (no ``data: [DONE]``).
+    """
+
+    __slots__ = ("calls", "done", "finish_reason", "on_delta", "text", "usage")
+
+    def __init__(self, on_delta: Callable[[str], None]) -> None:
+        self.on_delta = on_delta
+        self.text: list[str] = []
+        self.calls: dict[int, _StreamedCall] = {}
+        self.finish_reason: str | None = None
+        self.usage: Mapping[str, Any] | None = None
+        self.done = False
+
+    def line(self, raw_line: bytes) -> bool:
+        """Take one SSE line; ``True`` once ``data: [DONE]`` arrived."""
         line = raw_line.strip()
         if not line.startswith(b"data:"):
-            continue  # blank separators, comments, event:/id: fields
+            return False  # blank separators, comments, event:/id: fields
         data = line[5:].strip()
         if data == b"[DONE]":
-            done = True
-            break
+            self.done = True
+            return True
         try:
             chunk = json.loads(data)
-            choices = chunk.get("choices") or []
-        except (ValueError, AttributeError):
-            raise MalformedResponseError(
-                "a streamed chat chunk is not a JSON object",
-                code="malformed_chat_response",
-                body=excerpt(data.decode("utf-8", "replace")),
-            ) from None
+        except (ValueError, RecursionError):
+            raise _bad_chunk(data) from None
+        if not isinstance(chunk, Mapping):
+            raise _bad_chunk(data)
+        if chunk.get("error") is not None:
+            raise stream_error(chunk["error"])
         if isinstance(chunk.get("usage"), Mapping):
-            usage = chunk["usage"]
+            self.usage = chunk["usage"]
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list):
+            raise _bad_chunk(data)
         for choice in choices[:1]:
-            delta = choice.get("delta") or {}
+            if not isinstance(choice, Mapping):
+                raise _bad_chunk(data)
+            delta = choice.get("delta")
+            delta = delta if delta is not None else {}
+            calls = delta.get("tool_calls") if isinstance(delta, Mapping) else None
+            if not isinstance(delta, Mapping) or not isinstance(calls or [], list):
+                raise _bad_chunk(data)
             piece = delta.get("content")
             if isinstance(piece, str) and piece:
-                text.append(piece)
-                on_delta(piece)
-            for tc in delta.get("tool_calls") or ():
+                self.text.append(piece)
+                self.on_delta(piece)
+            for tc in calls or ():
+                if not isinstance(tc, Mapping):
+                    raise _bad_chunk(data)
                 index = tc.get("index")
-                if not isinstance(index, int):  # no index: continue the last call
-                    index = max(calls) if calls and not tc.get("id") else len(calls)
-                calls.setdefault(index, _StreamedCall()).add(tc)
-            if choice.get("finish_reason"):
-                finish_reason = choice["finish_reason"]
-    if not done:
-        raise TransportError("the chat stream ended before data: [DONE]", cause="stream_dropped")
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
-    if calls:
-        known = {
-            str((t.get("function") or {}).get("name"))
-            for t in request.tools
-            if isinstance(t, Mapping)
-        }
-        message["tool_calls"] = [calls[i].message(known) for i in sorted(calls)]
-    return ChatResponse(message=message, finish_reason=finish_reason, usage=usage)
+                if not isinstance(index, int) or isinstance(index, bool):
+                    # no index: continue the last call, unless this chunk opens a new one
+                    index = max(self.calls) if self.calls and not tc.get("id") else len(self.calls)
+                self.calls.setdefault(index, _StreamedCall()).add(tc)
+            finish = choice.get("finish_reason")
+            if isinstance(finish, str) and finish:
+                self.finish_reason = finish
+        return False
+
+    def result(self, tools: Sequence[Mapping[str, Any]] = ()) -> ChatResponse:
+        if not self.done:
+            raise TransportError(
+                "the chat stream ended before data: [DONE]", cause="stream_dropped"
+            )
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None}
+        if self.calls:
+            known = {
+                fn["name"]
+                for t in tools
+                if isinstance(t, Mapping)
+                and isinstance(fn := t.get("function"), Mapping)
+                and isinstance(fn.get("name"), str)
+            }
+            message["tool_calls"] = [self.calls[i].message(known) for i in sorted(self.calls)]
+        return ChatResponse(message=message, finish_reason=self.finish_reason, usage=self.usage)
+
+
+# Error types / codes that say "try again later" when a server reports an error object
+# inside a 200 response (a stream, or a JSON body): the usual OpenAI-style names.
+_TRANSIENT_KINDS = frozenset(
+    {
+        "server_error",
+        "internal_server_error",
+        "internal_error",
+        "overloaded_error",
+        "overloaded",
+        "rate_limit_error",
+        "rate_limit_exceeded",
+        "timeout",
+        "service_unavailable",
+    }
+)
+
+
+def stream_error(error: Any) -> HostStreamError:
+    """The exception for an error object inside a 200 answer (``data: {"error": ...}``).
+
+    ``context["transient"]`` says whether the connection retries it: an integer ``code``
+    of 408, 429 or >= 500, or a ``type``/``code`` naming a server-side or rate-limit error.
+    """
+    fields = error if isinstance(error, Mapping) else {"message": error}
+    message = fields.get("message")
+    text = message if isinstance(message, str) and message else json.dumps(error, default=str)
+    code, kind = fields.get("code"), fields.get("type")
+    status = code if isinstance(code, int) and not isinstance(code, bool) else None
+    names = {str(v).lower() for v in (code, kind) if isinstance(v, str)}
+    transient = bool(names & _TRANSIENT_KINDS) or (
+        status is not None and (status in (408, 429) or status >= 500)
+    )
+    if says_invalid(error):  # its message, type or code says the request was invalid
+        transient = False
+    return HostStreamError(
+        f"the chat endpoint reported an error: {excerpt(text, _ERROR_EXCERPT)}",
+        code="chat_stream_error",
+        server_message=excerpt(text, _ERROR_EXCERPT),
+        error_type=kind if isinstance(kind, str) else None,
+        status=status,
+        transient=transient,
+    )
 
 
 class _StreamedCall:

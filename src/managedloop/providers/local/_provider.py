@@ -12,18 +12,19 @@ chat function over HTTP, unless ``chat=`` injects one.
 
 from __future__ import annotations
 
-import math
+import inspect
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit
 
-from managedloop import _retry, config
+from managedloop import _retry, _validate, config
 from managedloop.config import MISSING, Secret
 from managedloop.errors import InvalidOptionsError
 from managedloop.providers.base import OpenRequest
 from managedloop.providers.local._connection import LocalConnection, RetryPolicy
 from managedloop.providers.local._http import ClientPool, OpenAIChat, redact_url
+from managedloop.providers.local._profiles import Profile, resolve_profile
 from managedloop.providers.local._types import ChatFunction, History, encode
 
 __all__ = ["ANTHROPIC_PREFIX", "DEFAULT_BASE_URL", "Local", "set_testing"]
@@ -50,12 +51,17 @@ def _check_url(value: Any) -> str:
         raise InvalidOptionsError(
             f"base_url must be a string, got {type(value).__name__}", option="base_url"
         )
-    parts = urlsplit(value)
     try:
+        parts = urlsplit(value)
         port_ok = parts.port is None or parts.port > 0
-    except ValueError:
-        port_ok = False
-    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+    except ValueError:  # a bad port or a malformed IPv6 host
+        parts, port_ok = urlsplit(""), False
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or not port_ok
+        or any(c.isspace() or ord(c) < 32 for c in value)
+    ):
         raise InvalidOptionsError(
             f"base_url must be an http(s) URL with a host, got {redact_url(value)!r}",
             option="base_url",
@@ -65,19 +71,16 @@ def _check_url(value: Any) -> str:
     return value
 
 
-def _number(name: str, value: Any, *, positive: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise InvalidOptionsError(f"{name} must be a number, got {value!r}", option=name)
-    if value < 0 or (positive and value == 0):
-        kind = "positive" if positive else ">= 0"
-        raise InvalidOptionsError(f"{name} must be {kind}, got {value!r}", option=name)
-    return float(value)
+def _seconds(name: str, value: Any, *, allow_zero: bool = False) -> float:
+    seconds = _validate.duration(name, value, allow_none=False, allow_zero=allow_zero)
+    assert seconds is not None  # allow_none=False
+    return seconds
 
 
-def _integer(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidOptionsError(f"{name} must be an integer >= 0, got {value!r}", option=name)
-    return value
+def _int(name: str, value: Any) -> int:
+    number = _validate.integer(name, value)
+    assert number is not None  # allow_none=False
+    return number
 
 
 class Local:
@@ -94,8 +97,12 @@ class Local:
         chat: Your own chat function (see :class:`ChatRequest`); replaces HTTP entirely.
         stream: Stream responses; text chunks reach ``handle_event`` as
             ``managedloop.text_delta`` events while the model writes.
-        model_config: Extra request-body parameters (``temperature``, ``max_tokens``...),
-            merged over the agent spec's ``model_config``.
+        model_config: Extra request-body parameters (``temperature``, ``max_tokens``,
+            ``tool_choice``...), sent verbatim, merged over the agent spec's
+            ``model_config`` (the exceptions are listed in the package docstring).
+        profile: What the HTTP client sends to a given kind of server: ``"llama.cpp"``,
+            ``"vllm"``, ``"ollama"``, ``"openai"`` or a :class:`Profile` (default: one that
+            works on OpenAI and llama.cpp as written; see ``_profiles``).
         max_retries: Retries of a transient failure per model call.
         retry_backoff: Seconds before the first retry; doubles each retry (at most 60 s;
             jittered: each wait is between half of that and all of it).
@@ -109,6 +116,14 @@ class Local:
 
     Use ``async with Local(...) as provider`` to keep connections pooled across runs;
     otherwise the pool closes when the last session on it ends.
+
+    Unknown keywords, wrong types, NaN or infinite durations, malformed URLs and a
+    ``base_url`` with credentials *plus* an ``api_key`` raise ``InvalidOptionsError``
+    (``invalid_opts``). A ``base_url``'s userinfo is never shown (``***@host``).
+    Redirects: a same-origin 307/308 is followed (method, body and headers kept, at most
+    3 hops); any other redirect — another origin, or a 301/302/303 that would turn the POST
+    into a GET — is refused with ``APIStatusError(code="redirect_refused")`` naming the
+    target's origin only: the conversation and the credentials never leave the origin.
     """
 
     name: ClassVar[str] = "local"
@@ -124,6 +139,7 @@ class Local:
         chat: ChatFunction | None = None,
         stream: bool = False,
         model_config: Mapping[str, Any] | None = None,
+        profile: str | Profile | None = None,
         max_retries: int = 3,
         retry_backoff: float = 1.0,
         max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
@@ -132,15 +148,21 @@ class Local:
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         headers: Mapping[str, str] | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
+        **unknown: Any,
     ) -> None:
+        _validate.no_unknown_keywords("Local", unknown, _ACCEPTED)
         if model is not None and (not isinstance(model, str) or not model.strip()):
             raise InvalidOptionsError("model must be a non-empty string", option="model")
         if chat is not None and not callable(chat):
             raise InvalidOptionsError("chat must be an async callable", option="chat")
         if not isinstance(stream, bool):
             raise InvalidOptionsError("stream must be True or False", option="stream")
-        if model_config is not None and not isinstance(model_config, Mapping):
-            raise InvalidOptionsError("model_config must be a mapping", option="model_config")
+        if model_config is not None and not (
+            isinstance(model_config, Mapping) and all(isinstance(k, str) for k in model_config)
+        ):
+            raise InvalidOptionsError(
+                "model_config must be a mapping with string keys", option="model_config"
+            )
         if headers is not None and not (
             isinstance(headers, Mapping)
             and all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
@@ -150,17 +172,18 @@ class Local:
             raise InvalidOptionsError("sleep must be an async callable", option="sleep")
         self.model = model
         self.stream = stream
+        self.profile = resolve_profile(profile)
         self.model_config = dict(model_config or {})
         self._anthropic = model is not None and model.startswith(ANTHROPIC_PREFIX)
         self._chat = chat
         self._retry = RetryPolicy(
-            max_retries=_integer("max_retries", max_retries),
-            backoff=_number("retry_backoff", retry_backoff, positive=False),
-            max_retry_after=_number("max_retry_after", max_retry_after, positive=False),
+            max_retries=_int("max_retries", max_retries),
+            backoff=_seconds("retry_backoff", retry_backoff, allow_zero=True),
+            max_retry_after=_seconds("max_retry_after", max_retry_after, allow_zero=True),
             sleep=sleep or _retry.sleep,
         )
-        self._timeout = _number("timeout", timeout, positive=True)
-        self._connect_timeout = _number("connect_timeout", connect_timeout, positive=True)
+        self._timeout = _seconds("timeout", timeout)
+        self._connect_timeout = _seconds("connect_timeout", connect_timeout)
         self._headers = dict(headers or {})
 
         if self._anthropic:
@@ -175,15 +198,22 @@ class Local:
             url = _check_url(url)
         if key is not MISSING and key is not None and not isinstance(key, Secret):
             raise InvalidOptionsError("api_key must be a string", option="api_key")
+        if url is not None and "@" in urlsplit(url).netloc and isinstance(key, Secret):
+            # aiohttp refuses both at request time (a raw ValueError on every run)
+            raise InvalidOptionsError(
+                "base_url carries credentials (user:password@) and an api_key is set too; "
+                "pass only one of them",
+                option="base_url",
+            )
         self.base_url: str | None = url
         self._api_key: Any = key  # Secret, None, or MISSING (anthropic: the SDK default)
         self._pool = ClientPool(
             timeout=self._timeout,
             connect_timeout=self._connect_timeout,
-            max_connections=_integer("max_connections", max_connections),
+            max_connections=_int("max_connections", max_connections),
         )
         self._http = (
-            OpenAIChat(url, key, self._pool, self._headers)
+            OpenAIChat(url, key, self._pool, self._headers, self.profile)
             if chat is None and not self._anthropic and url is not None
             else None
         )
@@ -198,6 +228,8 @@ class Local:
             parts.append(f"api_key={self._api_key!r}")
         if self.stream:
             parts.append("stream=True")
+        if self.profile.name != "default":
+            parts.append(f"profile={self.profile.name!r}")
         return f"Local({', '.join(parts)})"
 
     async def __aenter__(self) -> Self:
@@ -278,4 +310,8 @@ class Local:
             stream=self.stream,
             retry=self._retry,
             on_close=on_close,
+            null_content=self.profile.null_content and chat is self._http,
         )
+
+
+_ACCEPTED = tuple(inspect.signature(Local.__init__).parameters)[1:-1]  # not self, **unknown

@@ -124,18 +124,23 @@ def parse_chat_completion(body: Any) -> ChatResponse:
     try:
         choice = body["choices"][0]
         message = choice["message"]
-        finish_reason = choice["finish_reason"]
-    except (KeyError, IndexError, TypeError):
+        # a missing finish_reason is read like null (servers differ; both mean "not said")
+        finish_reason = choice.get("finish_reason")
+    except (KeyError, IndexError, TypeError, AttributeError):
         raise MalformedResponseError(
-            "the chat response has no choices[0].message / finish_reason",
+            "the chat response has no choices[0].message",
             code="malformed_chat_response",
             body=excerpt(body),
         ) from None
-    if not isinstance(message, Mapping) or not (
-        finish_reason is None or isinstance(finish_reason, str)
+    calls = message.get("tool_calls") if isinstance(message, Mapping) else None
+    if (
+        not isinstance(message, Mapping)
+        or not (finish_reason is None or isinstance(finish_reason, str))
+        or not (calls is None or isinstance(calls, list))
     ):
         raise MalformedResponseError(
-            "the chat response's choices[0].message is not an object",
+            "the chat response's choices[0] is not a message object with a string "
+            "finish_reason and a tool_calls list",
             code="malformed_chat_response",
             body=excerpt(body),
         )

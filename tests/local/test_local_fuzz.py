@@ -1,0 +1,208 @@
+"""Property tests (issue 7 "Fuzzing"): the chat-response normaliser, the SSE stream reader
+and tool-argument decoding through the Local host raise nothing but the library's named
+errors, and any split of a valid stream decodes like the whole."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.base_protocol import BaseProtocol
+from hypothesis import given
+from hypothesis import strategies as st
+from tests_local_helpers import RecordingChat, completion, drive, open_conn, tc
+
+import managedloop as ml
+from managedloop.errors import ManagedLoopError
+from managedloop.providers.base import UserMessage
+from managedloop.providers.local import Local
+from managedloop.providers.local._connection import _assistant_message
+from managedloop.providers.local._http import _MAX_SSE_LINE, StreamFold
+from managedloop.providers.local._types import parse_chat_completion
+from managedloop.testing._chat_render import sse_chunks
+
+pytestmark = pytest.mark.fuzz
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=25,
+)
+# bodies shaped roughly like completions, so the normaliser's deeper branches are reached
+message_like = st.fixed_dictionaries(
+    {},
+    optional={
+        "role": json_values,
+        "content": st.none() | st.text(max_size=10) | json_values,
+        "tool_calls": st.lists(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "id": json_values,
+                    "function": st.fixed_dictionaries(
+                        {}, optional={"name": json_values, "arguments": json_values}
+                    )
+                    | json_values,
+                },
+            )
+            | json_values,
+            max_size=3,
+        )
+        | json_values,
+    },
+)
+completion_like = st.fixed_dictionaries(
+    {},
+    optional={
+        "choices": st.lists(
+            st.fixed_dictionaries(
+                {}, optional={"message": message_like | json_values, "finish_reason": json_values}
+            )
+            | json_values,
+            max_size=2,
+        )
+        | json_values,
+        "usage": json_values,
+    },
+)
+
+
+@given(st.one_of(json_values, completion_like))
+def test_the_chat_response_normaliser_raises_only_named_errors(body: Any) -> None:
+    try:
+        response = parse_chat_completion(body)
+    except ManagedLoopError:
+        return
+    message = _assistant_message(response.message)
+    assert message["role"] == "assistant"
+    for call in message.get("tool_calls", ()):
+        assert isinstance(call["function"]["name"], str)
+        decoded, error = ml.handler.decode_tool_input(call["function"]["arguments"])
+        assert isinstance(decoded, dict)
+        assert error is None or decoded == {}
+
+
+def _read(data: bytes, cuts: list[int]) -> tuple[str, Any]:
+    """Feed ``data`` to a real aiohttp StreamReader in pieces cut at ``cuts`` and fold it."""
+
+    async def main() -> tuple[str, Any]:
+        loop = asyncio.get_running_loop()
+        # a limit above any generated stream: the fake protocol cannot pause reading
+        reader = aiohttp.StreamReader(BaseProtocol(loop), 2**24, loop=loop)
+        start = 0
+        for cut in [*sorted(set(cuts)), len(data)]:
+            if cut > start:
+                reader.feed_data(data[start:cut])
+                start = cut
+        reader.feed_eof()
+        deltas: list[str] = []
+        fold = StreamFold(deltas.append)
+        try:
+            while True:
+                line = await reader.readline(max_line_length=_MAX_SSE_LINE)
+                if not line or fold.line(line):
+                    break
+            response = fold.result([{"type": "function", "function": {"name": "get_weather"}}])
+        except ManagedLoopError as exc:
+            return "error", (type(exc).__name__, exc.code)
+        return "ok", ("".join(deltas), response.message, response.finish_reason, response.usage)
+
+    return asyncio.run(main())
+
+
+tool_call = st.tuples(
+    st.sampled_from(["get_weather", "lookup", "get"]),
+    st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5), max_size=3),
+)
+
+
+@given(
+    text=st.text(max_size=40),
+    calls=st.lists(tool_call, max_size=3),
+    style=st.sampled_from(["once", "every_chunk", "split"]),
+    chunk_size=st.integers(1, 9),
+    usage=st.none() | st.just({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}),
+    cuts=st.lists(st.integers(0, 4000), max_size=12),
+)
+def test_any_split_of_a_valid_stream_decodes_like_the_whole(
+    text: str, calls: list[Any], style: Any, chunk_size: int, usage: Any, cuts: list[int]
+) -> None:
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": f"call_{i}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+            }
+            for i, (name, args) in enumerate(calls)
+        ]
+    finish = "tool_calls" if calls else "stop"
+    frames = sse_chunks(
+        message,
+        finish,
+        usage,
+        "m",
+        chunk_size=chunk_size,
+        include_usage=True,
+        name_style=style,
+    )
+    data = b"".join(frames)
+    whole = _read(data, [])
+    assert _read(data, [c % (len(data) + 1) for c in cuts]) == whole
+    assert whole[0] == "ok"
+    deltas, decoded, finish_reason, got_usage = whole[1]
+    assert deltas == text
+    assert decoded == message
+    assert finish_reason == finish
+    assert got_usage == usage
+
+
+@given(st.binary(max_size=300), st.lists(st.integers(0, 300), max_size=6))
+def test_arbitrary_bytes_on_the_stream_raise_only_named_errors(
+    data: bytes, cuts: list[int]
+) -> None:
+    _read(data, cuts)  # _read lets only ManagedLoopError through as a value
+
+
+@given(st.lists(json_values, max_size=4))
+def test_arbitrary_json_chunks_raise_only_named_errors(chunks: list[Any]) -> None:
+    data = (
+        b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    )
+    _read(data, [])
+
+
+@given(st.text(max_size=60) | json_values.map(json.dumps))
+def test_tool_arguments_through_the_local_host(arguments: str) -> None:
+    async def main() -> Any:
+        chat = RecordingChat([completion(None, "tool_calls", [tc("c1", "get_weather", arguments)])])
+        spec = ml.AgentSpec(tools=[get_weather])
+        conn = await open_conn(Local(model="m", chat=chat), spec)
+        try:
+            return conn.normalize(await drive(conn, UserMessage("go")))
+        finally:
+            await conn.aclose()
+
+    turn = asyncio.run(main())
+    (use,) = turn.custom_tool_uses
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        value = None
+    if isinstance(value, dict) and use.input_error is None:
+        assert use.input == value
+    else:
+        assert use.input_error is not None
+        assert use.input == {}
+
+
+@ml.tool
+def get_weather(city: str = "x") -> str:
+    """Current weather for a city."""
+    return f"Sunny in {city}"
