@@ -89,13 +89,6 @@ KNOWN_VIOLATIONS: frozenset[tuple[str, str, str]] = frozenset(
             "managedloop.providers.local._types",
             "private module of managedloop.providers.local",
         ),
-        # Core (this branch fixes these).
-        ("managedloop/session/driver.py", "managedloop.handler", "private name: _too_deep"),
-        (
-            "managedloop/tools.py",
-            "managedloop.handler",
-            "private name: _ToolTimeoutError, _UnknownToolError",
-        ),
     }
 )
 KNOWN_CIRCLES: frozenset[tuple[str, ...]] = frozenset(

@@ -55,7 +55,7 @@ from managedloop.errors import (
     SessionTimeoutError,
     UnsupportedError,
 )
-from managedloop.handler import MAX_INPUT_DEPTH, _too_deep, run_tool_calls
+from managedloop.handler import MAX_INPUT_DEPTH, run_tool_calls, too_deep
 from managedloop.providers.base import (
     Connection,
     DefineOutcome,
@@ -320,13 +320,13 @@ def _bounded(turn: TurnResult) -> TurnResult:
     """
     uses = turn.custom_tool_uses
     for u in uses:  # a plain loop: this runs on every turn with tool uses
-        if u.input_error is None and _too_deep(u.input):
+        if u.input_error is None and too_deep(u.input):
             break
     else:
         return turn
     checked = [
         dataclasses.replace(u, input={}, input_error=_TOO_DEEP)
-        if u.input_error is None and _too_deep(u.input)
+        if u.input_error is None and too_deep(u.input)
         else u
         for u in uses
     ]
