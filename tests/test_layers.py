@@ -100,8 +100,6 @@ KNOWN_CIRCLES: frozenset[tuple[str, ...]] = frozenset(
             "managedloop.providers.agentcore._provision",
         ),
         ("managedloop.providers.claude._artifacts", "managedloop.providers.claude._provider"),
-        # Core (this branch fixes it).
-        ("managedloop.errors", "managedloop.results"),
     }
 )
 

@@ -27,12 +27,12 @@ from managedloop.errors import (
     UnsupportedError,
 )
 from managedloop.handler import Handler
+from managedloop.outcome import Outcome
 from managedloop.provisioning.facade import provision, teardown
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
 from managedloop.results import (
     Artifact,
     CommandResult,
-    Outcome,
     SessionInfo,
     SessionResult,
     Terminal,

@@ -56,6 +56,7 @@ from managedloop.errors import (
     UnsupportedError,
 )
 from managedloop.handler import MAX_INPUT_DEPTH, run_tool_calls, too_deep
+from managedloop.outcome import Outcome
 from managedloop.providers.base import (
     Connection,
     DefineOutcome,
@@ -68,7 +69,6 @@ from managedloop.providers.base import (
     UserMessage,
 )
 from managedloop.results import (
-    Outcome,
     RawEvent,
     SessionInfo,
     SessionResult,

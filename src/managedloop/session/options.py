@@ -9,9 +9,10 @@ from typing import Any, TypedDict
 
 from managedloop import _validate
 from managedloop.errors import InvalidOptionsError
+from managedloop.outcome import Outcome
 from managedloop.providers.base import OpenRequest, Provider
 from managedloop.provisioning.specs import AgentSpec
-from managedloop.results import Outcome, SessionResult
+from managedloop.results import SessionResult
 from managedloop.session.machine import GuardInput, LoopOptions, TurnGuard
 from managedloop.tools import Toolset
 
