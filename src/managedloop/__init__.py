@@ -7,6 +7,7 @@ The curated public API. Provider SDKs (``anthropic``, ``botocore``) are not impo
 each provider loads its SDK on first use.
 """
 
+from managedloop._loops import syncify
 from managedloop.artifacts import Artifacts, ArtifactStore
 from managedloop.config import Secret, configure
 from managedloop.errors import (
@@ -42,7 +43,6 @@ from managedloop.results import (
     Usage,
 )
 from managedloop.session import GuardInput, LiveSession, run, run_sync, start
-from managedloop.session.driver import syncify
 from managedloop.tools import Tool, ToolDefinition, Toolset, tool
 
 provision_sync = syncify(provision)
