@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from managedloop.errors import UnsupportedError
-from managedloop.results import Outcome, RawEvent, ToolResult, ToolUse, TurnResult
+from managedloop.outcome import Outcome
+from managedloop.results import RawEvent, ToolResult, ToolUse, TurnResult
 
 if TYPE_CHECKING:
     from managedloop.provisioning.specs import AgentSpec
