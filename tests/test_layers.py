@@ -99,7 +99,6 @@ KNOWN_CIRCLES: frozenset[tuple[str, ...]] = frozenset(
             "managedloop.providers.agentcore._provider",
             "managedloop.providers.agentcore._provision",
         ),
-        ("managedloop.providers.claude._artifacts", "managedloop.providers.claude._provider"),
     }
 )
 
