@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from managedloop.errors import MalformedResponseError, ManagedLoopError
 from managedloop.providers.agentcore import _converse as cv
-from managedloop.providers.agentcore._client import EventDecoder, map_error
+from managedloop.providers.agentcore._decoding import EventDecoder
+from managedloop.providers.agentcore._errors import map_error
 from managedloop.testing._agentcore import eventstream as es
 
 pytestmark = pytest.mark.fuzz
