@@ -91,16 +91,7 @@ KNOWN_VIOLATIONS: frozenset[tuple[str, str, str]] = frozenset(
         ),
     }
 )
-KNOWN_CIRCLES: frozenset[tuple[str, ...]] = frozenset(
-    {
-        # Each provider's methods call modules that need the provider class back.
-        (
-            "managedloop.providers.agentcore._artifacts",
-            "managedloop.providers.agentcore._provider",
-            "managedloop.providers.agentcore._provision",
-        ),
-    }
-)
+KNOWN_CIRCLES: frozenset[tuple[str, ...]] = frozenset()  # none left: keep it so
 
 
 @dataclass(frozen=True, order=True)
