@@ -44,11 +44,17 @@ class EventDecoder:
     def feed(self, data: bytes) -> Iterator[dict[str, Any]]:
         """The events completed by ``data`` (an incomplete frame waits for more bytes)."""
         from botocore.exceptions import EventStreamError
+        from botocore.parsers import ResponseParserError
 
         self._buffer.add_data(data)
         for message in self._buffer:
             response = message.to_response_dict()
-            parsed = self._parser.parse(response, self._shape)
+            try:
+                parsed = self._parser.parse(response, self._shape)
+            except ValueError as exc:  # a payload that is not UTF-8 JSON (UnicodeDecodeError)
+                # botocore's parser lets the decode error through; it is a frame we cannot
+                # read, so it maps to ``bad_frame`` like any other (found by `make fuzz`).
+                raise ResponseParserError(f"undecodable event payload: {exc}") from exc
             if response["status_code"] != 200:
                 raise EventStreamError(parsed, self._operation)
             if parsed:
