@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck pytest fuzz bench clean
+.PHONY: demo test test-oldest lint typecheck pytest fuzz bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,19 @@ pytest: $(STAMP_DEV)
 
 test: lint typecheck pytest
 
+# The whole suite again on the oldest anthropic and botocore we claim to support
+# (ci/oldest.txt pins pyproject's floors); `make test` runs on the newest.
+VENV_OLD := .venv-oldest
+$(VENV_OLD)/.installed: pyproject.toml ci/oldest.txt
+	$(PYTHON) -m venv $(VENV_OLD)
+	$(VENV_OLD)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_OLD)/bin/python -m pip install --quiet -e ".[dev]" -c ci/oldest.txt
+	touch $@
+
+test-oldest: $(VENV_OLD)/.installed
+	$(VENV_OLD)/bin/python -m pip list 2>/dev/null | grep -iE '^(anthropic|botocore) '
+	$(VENV_OLD)/bin/python -m pytest -q
+
 # The hypothesis properties with the "fuzz" profile: 10,000 examples per property.
 fuzz: $(STAMP_DEV)
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q -m fuzz --timeout=0
@@ -47,4 +60,4 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	touch $@
 
 clean:
-	rm -rf $(VENV) .coverage .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV_OLD) .coverage .mypy_cache .ruff_cache
