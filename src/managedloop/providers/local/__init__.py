@@ -6,7 +6,8 @@
 The model is reached through a *chat function* (:class:`ChatFunction`): by default OpenAI
 Chat Completions over HTTP (streaming or not), ``anthropic:<model>`` for the Messages API,
 or any ``async (ChatRequest) -> ChatResponse`` passed as ``Local(chat=...)`` —
-:class:`managedloop.testing.ScriptedChatModel` is one that needs no server.
+:class:`managedloop.testing.ScriptedChatModel` is one that needs no server, and
+:class:`LlamaCppChat` runs a real GGUF model in this process (extra ``local-model``).
 """
 
 from managedloop.providers.local._connection import (
@@ -16,6 +17,7 @@ from managedloop.providers.local._connection import (
     final_turn_text,
     is_transient,
 )
+from managedloop.providers.local._llama_cpp import LlamaCppChat
 from managedloop.providers.local._provider import Local, set_testing
 from managedloop.providers.local._types import (
     ChatFunction,
@@ -30,6 +32,7 @@ __all__ = [
     "ChatRequest",
     "ChatResponse",
     "History",
+    "LlamaCppChat",
     "Local",
     "LocalConnection",
     "corrective_text",

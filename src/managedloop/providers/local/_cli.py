@@ -30,15 +30,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LABEL",
+    "MODEL_LABEL",
     "add_run_arguments",
     "demo",
+    "demo_model",
     "emulate",
     "model_config_for_run",
     "provider_for_run",
 ]
 
 LABEL = "Local"
+MODEL_LABEL = "Local, SmolLM2 in-process"
 DEMO_MODEL = "emulator"
+# A weak model's loop is bounded tightly: the guards (duplicate calls, the final-turn
+# directive) then show, and a run never takes more than a few seconds.
+DEMO_MODEL_MAX_TURNS = 6
 # Body keys the loop writes itself: a --set of one would send it twice or break the loop.
 _LOOP_KEYS = frozenset({"model", "messages", "tools", "stream", "stream_options"})
 _TOOL_CHOICES = ("auto", "none", "required")
@@ -54,6 +60,16 @@ def demo(agent: AgentSpec, prompt: str, script: Sequence[Step] | None = None) ->
     with ChatEmulator(script) as emu:
         provider = Local(model=DEMO_MODEL, base_url=emu.base_url, api_key=emu.api_key)
         return run_sync(provider, agent=agent, prompt=prompt)
+
+
+def demo_model(agent: AgentSpec, prompt: str) -> SessionResult:
+    """Run ``agent`` on the Local host over the offline in-process model (SmolLM2 through
+    llama.cpp, extra ``managedloop[local-model]``): a real model, no server, no network."""
+    from managedloop.providers.local._llama_cpp import LlamaCppChat
+    from managedloop.session import run_sync
+
+    provider = Local(model="smollm2-135m-instruct", chat=LlamaCppChat())
+    return run_sync(provider, agent=agent, prompt=prompt, max_turns=DEMO_MODEL_MAX_TURNS)
 
 
 # -- argument types (a ValueError/ArgumentTypeError becomes a usage error, exit 2) ------
