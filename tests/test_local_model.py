@@ -309,3 +309,12 @@ def test_close_frees_the_model_and_a_later_call_loads_again() -> None:
     chat.close()  # twice is fine
     assert fake.closed == 1
     assert chat._llama is None
+
+
+@pytest.mark.parametrize(
+    "config", [{"max_tokens": "9"}, {"max_tokens": 2.5}, {"temperature": -1}, {"temperature": True}]
+)
+def test_bad_numeric_options_are_named_errors(config: dict[str, Any]) -> None:
+    with pytest.raises(ml.InvalidOptionsError) as info:
+        _run(FakeLlama("x"), tools=[], model_config=config)
+    assert info.value.context["option"] in config

@@ -262,17 +262,17 @@ class LlamaCppChat:
             llama = self._load()
             kwargs: dict[str, Any] = {
                 "messages": messages,
-                "temperature": float(options.get("temperature", 0.0)),
+                "temperature": _option(options, "temperature", 0.0, float),
             }
             for key in ("seed", "top_p"):
                 if key in options:
                     kwargs[key] = options[key]
             if plan == "answer":
-                kwargs["max_tokens"] = int(options.get("max_tokens", DEFAULT_ANSWER_TOKENS))
+                kwargs["max_tokens"] = _option(options, "max_tokens", DEFAULT_ANSWER_TOKENS, int)
                 if self.grammar:
                     kwargs["grammar"] = self._grammar("answer", request)
             else:
-                kwargs["max_tokens"] = int(options.get("max_tokens", DEFAULT_DECISION_TOKENS))
+                kwargs["max_tokens"] = _option(options, "max_tokens", DEFAULT_DECISION_TOKENS, int)
                 if self.grammar:
                     kwargs["grammar"] = self._grammar(plan, request)
             raw = llama.create_chat_completion(**kwargs)
@@ -388,6 +388,16 @@ def _parse_json(text: str) -> Any:
         return json.JSONDecoder().raw_decode(text[start:])[0]
     except ValueError:
         return None
+
+
+def _option(options: Mapping[str, Any], key: str, default: Any, kind: type) -> Any:
+    """A numeric request option, or a named error (not a ValueError from a worker thread)."""
+    value = options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise InvalidOptionsError(f"{key} must be a number >= 0, got {value!r}", option=key)
+    if kind is int and not isinstance(value, int):
+        raise InvalidOptionsError(f"{key} must be an integer, got {value!r}", option=key)
+    return kind(value)
 
 
 def _forced_tool(options: Mapping[str, Any]) -> str | None:
