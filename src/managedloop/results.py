@@ -148,6 +148,9 @@ class TurnResult(_Json):
     usage: Usage | None = None
     """``None`` means this turn reported no usage."""
     events: list[RawEvent] = field(default_factory=list)
+    host_answered: bool = False
+    """``requires_action`` whose calls the host answered itself (Local: every call repeated
+    an earlier one): nothing to run, and the loop asks the model again (another turn)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from typing import Any
 
 import anyio
@@ -40,6 +39,7 @@ from managedloop.providers.agentcore._provision import (
     harness_name,
 )
 from managedloop.testing import AgentCoreEmulator, AgentCoreFaults
+from managedloop.testing.agentcore import ManualClock
 
 from .conftest import make_provider
 
@@ -70,7 +70,15 @@ async def provision(
 ) -> Any:
     kw.setdefault("execution_role_arn", emu.execution_role_arn)
     kw.setdefault("timeout", 3.0)
+    if isinstance(emu.clock, ManualClock):  # the emulator's timings and ours on one clock
+        kw.setdefault("clock", emu.clock)
+        kw.setdefault("sleep", emu.clock.sleep)
     return await provider.provision(spec, **kw)
+
+
+def manual(**kw: Any) -> AgentCoreEmulator:
+    """An emulator on a :class:`ManualClock`: deadlines, polls and latencies are exact."""
+    return AgentCoreEmulator(faults=fast(**kw), clock=ManualClock())
 
 
 def created_ids(emu: AgentCoreEmulator) -> list[str]:
@@ -263,42 +271,44 @@ async def test_endpoint_failures_are_named_and_rolled_back(
 
 
 async def test_harness_ready_timeout_carries_its_wait_context() -> None:
-    async with AgentCoreEmulator(faults=fast(harness_ready_after=30)) as emu:
+    # On a manual clock shared with the emulator: this once failed on a loaded machine at
+    # 0.6003 s against a 0.6 s wall-clock bound. Now every number is exact.
+    async with manual(harness_ready_after=30) as emu:
         with make_provider(emu) as provider:
-            started = time.monotonic()
+            started = emu.clock()
             with pytest.raises(ml.ProvisioningError) as info:
-                await provision(emu, provider, timeout=0.6)
-            elapsed = time.monotonic() - started
+                await provision(emu, provider, timeout=0.75)
+            elapsed = emu.clock() - started
         err = info.value
         assert err.code == "harness_ready_timeout"
         assert err.context["last_status"] == "CREATING"
-        assert err.context["polls"] > 3
-        assert err.context["elapsed"] < 0.6
-        assert elapsed < 0.6 + 0.5  # + the rollback's own small budget
+        # poll = 0.75 / 12 = 0.0625 s (exact in binary); the wait stops while one more sleep
+        # would no longer fit the deadline: 11 sleeps, 12 polls, 0.6875 s
+        assert err.context["polls"] == 12
+        assert err.context["elapsed"] == 0.6875
+        assert elapsed <= 0.75  # the rollback's DELETE took no (virtual) time
         assert emu.operations("GetHarnessEndpoint") == []  # never READY: no endpoint calls
         assert len(deletes(emu)) == 1
 
 
 async def test_endpoint_ready_timeout_inherits_what_the_harness_wait_left() -> None:
-    async with AgentCoreEmulator(
-        faults=fast(harness_ready_after=0.15, endpoint_ready_after=30)
-    ) as emu:
+    async with manual(harness_ready_after=0.15, endpoint_ready_after=30) as emu:
         with make_provider(emu) as provider:
-            started = time.monotonic()
+            started = emu.clock()
             with pytest.raises(ml.ProvisioningError) as info:
                 await provision(emu, provider, timeout=0.6)
-            elapsed = time.monotonic() - started
+            elapsed = emu.clock() - started
         err = info.value
         assert err.code == "endpoint_ready_timeout"
         assert err.context["phase"] == "endpoint"
         assert err.context["last_status"] == "CREATING"
-        assert err.context["elapsed"] < 0.6 - 0.1  # the harness wait used part of the budget
-        assert elapsed < 0.6 + 0.5
+        assert err.context["elapsed"] < 0.6 - 0.15  # the harness wait used part of the budget
+        assert elapsed <= 0.6
         assert len(deletes(emu)) == 1
 
 
 async def test_an_endpoint_404_is_waited_on_then_ready() -> None:
-    async with AgentCoreEmulator(faults=fast(endpoint_absent_for=0.6)) as emu:
+    async with manual(endpoint_absent_for=0.6) as emu:
         with make_provider(emu) as provider:
             await provision(emu, provider, timeout=3)
         statuses = [r.status for r in emu.operations("GetHarnessEndpoint")]
@@ -318,7 +328,7 @@ async def test_endpoint_name_overrides_the_polled_endpoint(emu: AgentCoreEmulato
 
 
 async def test_409_adopts_a_live_namesake_and_never_rolls_it_back() -> None:
-    async with AgentCoreEmulator(faults=fast()) as emu:
+    async with manual() as emu:
         with make_provider(emu) as provider:
             first = await provision(emu, provider)
             emu.faults = fast(endpoint_outcome="READY")
@@ -333,7 +343,7 @@ async def test_409_adopts_a_live_namesake_and_never_rolls_it_back() -> None:
 
 
 async def test_409_adopts_a_creating_namesake_and_waits_for_it() -> None:
-    async with AgentCoreEmulator(faults=fast(harness_ready_after=0.3)) as emu:
+    async with manual(harness_ready_after=0.3) as emu:
         with make_provider(emu) as provider:
             name = harness_name(SPEC)
             seeded = emu.add_harness(name, status="CREATING")
@@ -345,7 +355,7 @@ async def test_409_adopts_a_creating_namesake_and_waits_for_it() -> None:
 
 
 async def test_409_waits_out_a_deleting_namesake_then_recreates() -> None:
-    async with AgentCoreEmulator(faults=fast()) as emu:
+    async with manual() as emu:
         name = harness_name(SPEC)
         emu.add_harness(name, deleting=True, delete_after=0.2)
         with make_provider(emu) as provider:
@@ -356,7 +366,7 @@ async def test_409_waits_out_a_deleting_namesake_then_recreates() -> None:
 
 
 async def test_a_namesake_that_never_finishes_deleting(caplog: pytest.LogCaptureFixture) -> None:
-    async with AgentCoreEmulator(faults=fast()) as emu:
+    async with manual() as emu:
         name = harness_name(SPEC)
         emu.add_harness(name, deleting=True, delete_after=None)
         with make_provider(emu) as provider, pytest.raises(ml.ProvisioningError) as info:
@@ -369,7 +379,7 @@ async def test_a_namesake_that_never_finishes_deleting(caplog: pytest.LogCapture
 
 
 async def test_the_delete_wait_reports_the_status_it_saw() -> None:
-    async with AgentCoreEmulator(faults=fast()) as emu:
+    async with manual() as emu:
         name = harness_name(SPEC)
         emu.add_harness(name, deleting=True, delete_after=0.1, delete_outcome="DELETE_FAILED")
         with make_provider(emu) as provider, pytest.raises(ml.ProvisioningError) as info:
@@ -379,13 +389,15 @@ async def test_the_delete_wait_reports_the_status_it_saw() -> None:
 
 
 async def test_no_budget_left_after_the_delete_wait_is_a_ready_timeout_without_create() -> None:
-    async with AgentCoreEmulator(faults=fast()) as emu:
+    async with manual() as emu:
         name = harness_name(SPEC)
-        emu.add_harness(name, deleting=True, delete_after=0.35)
+        # poll 0.0625 s: the last poll with budget for another is at 0.625 s; the namesake is
+        # gone at 0.65 s, seen at 0.6875 s, when a re-create no longer fits the budget.
+        emu.add_harness(name, deleting=True, delete_after=0.65)
         with make_provider(emu) as provider, pytest.raises(ml.ProvisioningError) as info:
-            await provision(emu, provider, timeout=0.4)
+            await provision(emu, provider, timeout=0.75)
         err = info.value
-        assert err.code in ("harness_ready_timeout", "harness_still_deleting")
+        assert err.code == "harness_ready_timeout"
         assert err.context["harness_id"] == name
         assert err.context["phase"] == "deleted"
         assert len(emu.operations("CreateHarness")) == 1
@@ -455,12 +467,12 @@ class Spy:
 
 
 async def test_every_request_is_bounded_by_the_remaining_budget() -> None:
-    async with AgentCoreEmulator(faults=fast(harness_ready_after=0.5)) as emu:
+    async with manual(harness_ready_after=0.5) as emu:
         with make_provider(emu) as provider:
             spy = Spy(provider)
             await provision(emu, provider, timeout=3.0)
         (create,) = spy.timeouts("create_harness")
-        assert 2.5 < create <= 3.0  # a POST gets the whole remaining budget (1 attempt)
+        assert create == 3.0  # a POST gets the whole remaining budget (1 attempt)
         gets = spy.timeouts("get_harness")
         assert len(gets) >= 3
         assert all(t <= 1.0 for t in gets)  # GETs: remaining / 3 attempts
@@ -471,41 +483,45 @@ async def test_every_request_is_bounded_by_the_remaining_budget() -> None:
 async def test_no_wait_outlives_its_deadline_by_more_than_one_requests_share() -> None:
     latency = 0.1
     timeout = 0.8
-    async with AgentCoreEmulator(
-        faults=fast(harness_ready_after=30, control_latency=latency)
-    ) as emu:
+    async with manual(harness_ready_after=30, control_latency=latency) as emu:
         with make_provider(emu) as provider:
-            started = time.monotonic()
+            started = emu.clock()
             with pytest.raises(ml.ProvisioningError) as info:
                 await provision(emu, provider, timeout=timeout)
-            decided = started + info.value.context["elapsed"]
+            decided = emu.clock()
         assert info.value.code == "harness_ready_timeout"
-        assert decided - started <= timeout + latency
+        assert info.value.context["polls"] >= 3
+        # the last poll may start just inside the deadline and take one request's latency
+        assert decided - started <= timeout + 2 * latency  # + the rollback DELETE's latency
 
 
 async def test_requests_slower_than_the_budget_are_cut_and_renamed() -> None:
+    # Real sockets here (a read timeout is the socket's): so no wall-clock bound, but the
+    # proof that the slow GET was *cut* rather than waited out: the wait ended on a read
+    # timeout (had it been awaited, the GET would have answered CREATING, with no cause).
     async with AgentCoreEmulator(faults=fast(harness_ready_after=30)) as emu:
         with make_provider(emu) as provider:
-            emu.faults = fast(harness_ready_after=30, control_latency=0.0)
-            handle_started = time.monotonic()
             spy = Spy(provider)
-            emu_faults_after_create = fast(harness_ready_after=30, control_latency=2.0)
-
             original = spy._inner
 
             async def slow_after_create(operation: str, **kw: Any) -> Any:
+                out = await original(operation, **kw)
                 if operation == "create_harness":
-                    out = await original(operation, **kw)
-                    emu.faults = emu_faults_after_create
-                    return out
-                return await original(operation, **kw)
+                    emu.faults = fast(harness_ready_after=30, control_latency=2.0)
+                return out
 
             spy._inner = slow_after_create  # type: ignore[method-assign]
+            emu.faults = fast(harness_ready_after=30, control_latency=0.0)
             with pytest.raises(ml.ProvisioningError) as info:
                 await provision(emu, provider, timeout=0.6)
-            elapsed = time.monotonic() - handle_started
-        assert info.value.code == "harness_ready_timeout"
-        assert elapsed < 0.6 + 0.6 / 3 + 2.5  # the rollback DELETE may wait out its latency
+        err = info.value
+        assert err.code == "harness_ready_timeout"
+        assert isinstance(err.__cause__, ml.TransportError)
+        assert err.__cause__.code == "stream_idle_timeout"  # the read timeout cut it
+        gets = spy.timeouts("get_harness")
+        assert gets
+        assert all(t <= 0.6 / 3 for t in gets)  # each attempt: at most remaining / attempts
+        assert spy.timeouts("delete_harness") == [10.0]  # rollback on its own fixed budget
 
 
 async def test_a_poll_error_with_budget_left_surfaces_verbatim_and_rolls_back(
@@ -587,12 +603,21 @@ async def test_a_cancelled_provision_rolls_back_what_it_created(
             caplog.at_level(logging.INFO, "managedloop.agentcore.provision"),
             make_provider(emu) as provider,
         ):
-            started = time.monotonic()
-            with anyio.move_on_after(0.3) as scope:
+            # Cancelled deterministically, mid-wait: when the first poll comes back.
+            spy = Spy(provider)
+            original = spy._inner
+            with anyio.CancelScope() as scope:
+
+                async def cancel_on_poll(operation: str, **kw: Any) -> Any:
+                    out = await original(operation, **kw)
+                    if operation == "get_harness":
+                        scope.cancel()
+                    return out
+
+                spy._inner = cancel_on_poll  # type: ignore[method-assign]
                 await provision(emu, provider, timeout=30)
-            elapsed = time.monotonic() - started
         assert scope.cancelled_caught
-        assert elapsed < 0.3 + 1.0  # cancelled promptly; the rollback is one quick DELETE
+        assert len(spy.timeouts("get_harness")) == 1  # cancelled promptly: no further poll
         (created,) = emu.operations("CreateHarness")
         (hid,) = deletes(emu)
         assert hid.startswith(created.body["harnessName"])
@@ -605,7 +630,17 @@ async def test_a_cancelled_provision_never_deletes_an_adopted_harness() -> None:
     async with AgentCoreEmulator(faults=fast()) as emu:
         seeded = emu.add_harness(harness_name(SPEC), status="CREATING")
         with make_provider(emu) as provider:
-            with anyio.move_on_after(0.3) as scope:
+            spy = Spy(provider)
+            original = spy._inner
+            with anyio.CancelScope() as scope:
+
+                async def cancel_on_poll(operation: str, **kw: Any) -> Any:
+                    out = await original(operation, **kw)
+                    if operation == "get_harness":
+                        scope.cancel()
+                    return out
+
+                spy._inner = cancel_on_poll  # type: ignore[method-assign]
                 await provision(emu, provider, timeout=30)
         assert scope.cancelled_caught
         assert len(emu.operations("CreateHarness")) == 1  # the 409 that led to adoption
@@ -757,10 +792,8 @@ async def test_teardown_forms(emu: AgentCoreEmulator) -> None:
 async def _wait_gone(emu: AgentCoreEmulator, hid: str) -> None:
     import anyio
 
-    for _ in range(100):
-        if emu.harness_status(hid) is None:
-            return
-        await anyio.sleep(0.02)
+    while emu.harness_status(hid) is not None:  # no cap: the per-test timeout is the guard
+        await anyio.sleep(0.01)
 
 
 # --------------------------------------------------------------------------- units

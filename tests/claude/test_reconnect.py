@@ -7,10 +7,13 @@ Reference §9 lines covered here:
   drops reconnects); only exhausted reconnects raise ``stream_dropped`` with the partial
   result.
 * ``session_requires_action_recovery_live_shape_test``: several uses resumed in one POST,
-  then a stale idle re-referencing one of them. *Changed:* the use is re-run and
-  re-posted alone only when the history shows its result never landed
-  (``lose_results``); a result that did land is not sent twice (``stale_idle``,
-  ``stale_idle_early``); never an empty events POST (``split_requires_action``).
+  then a stale idle re-referencing one of them. *Changed:* a result the history shows
+  never landed (``lose_results``) is re-sent from the connection's store, never
+  recomputed (issue 7: a tool runs at most once per tool-use id); a POST whose every
+  result was lost is found by the echo timeout or the next reconnect and re-sent within a
+  bound (``result_not_recorded`` after ``RESULT_RESENDS``); a result that did land is not
+  sent twice (``stale_idle``, ``stale_idle_early``); never an empty events POST
+  (``split_requires_action``).
 * ``session_resume_test``: resume with a prompt when idle delivers it; resume
   mid-requires_action redispatches the pending tool and does not deliver the prompt; a
   fresh session never re-sends its kickoff after a drop (every matrix run); ``resumed``
@@ -331,24 +334,129 @@ async def test_stale_idle_before_the_echo_is_checked_in_the_history() -> None:
         assert history_reads, "the stale idle was dismissed without consulting the history"
 
 
-async def test_result_that_never_landed_is_answered_again() -> None:
-    """The API acknowledged a tool result but lost it and names the call again: the turn
-    ends, the tool is re-run and its result re-sent (at-least-once), and the session goes
-    on. Every other use is answered once; the server ends with one result per use."""
+def _counting_spec() -> tuple[ml.AgentSpec, Counter[str]]:
+    """SPEC's tools, counting each run by its input (a tool use has a distinct city)."""
+    runs: Counter[str] = Counter()
+
+    @ml.tool(name="get_weather")
+    def weather(city: str) -> str:
+        """Current weather for a city."""
+        runs[city] += 1
+        return f"Sunny in {city}"
+
+    @ml.tool(name="get_time")
+    def time_of(city: str) -> str:
+        """Local time in a city."""
+        runs[city] += 1
+        return f"Noon in {city}"
+
+    return ml.AgentSpec(name="matrix", tools=[weather, time_of]), runs
+
+
+def _recorded_results(session: Any) -> Counter[str]:
+    return Counter(
+        e["custom_tool_use_id"] for e in session.events if e["type"] == "user.custom_tool_result"
+    )
+
+
+async def _run_counting(
+    emu: ClaudeEmulator,
+    faults: ClaudeFaults,
+    counting: tuple[ml.AgentSpec, Counter[str]] | None = None,
+    **provider_options: Any,
+) -> tuple[Any, Any, Counter[str]]:
+    spec, runs = counting or _counting_spec()
+    emu.faults = faults
+    emu.agent.script = list(SCRIPT)
+    async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as client:
+        handle = await ml.provision(make_provider(client), spec)
+        provider = make_provider(client, agent=handle, environment=handle, **provider_options)
+        result = await ml.run(provider, agent=spec, prompt="Go", timeout=20)
+    return result, emu.state.sessions[result.session_id], runs
+
+
+async def test_result_that_never_landed_is_resent_not_recomputed() -> None:
+    """The API acknowledged a tool result but lost it and names the call again: the stored
+    result is re-sent (the tool does not run again) and the session goes on. Every other
+    use is answered once; the server ends with exactly one result per use."""
     with ClaudeEmulator() as emu:
-        result, session = await _run_once(emu, ClaudeFaults(lose_results=1))
+        result, session, runs = await _run_counting(emu, ClaudeFaults(lose_results=1))
     assert result.terminal is ml.Terminal.END_TURN, result
     assert result.text == "all done"
+    assert runs == Counter({"A": 1, "B": 1, "C": 1}), "each tool ran once"
     uses = [e["id"] for e in session.events if e["type"] == "agent.custom_tool_use"]
     wire = Counter(wire_results(emu, session.id))
     assert wire == Counter({uses[0]: 2, uses[1]: 1, uses[2]: 1})
-    landed = [
-        e["custom_tool_use_id"] for e in session.events if e["type"] == "user.custom_tool_result"
-    ]
-    assert sorted(landed) == sorted(uses)
+    assert _recorded_results(session) == Counter(uses)
     assert [u.id for u in result.custom_tool_uses] == uses  # no duplicate in the result
     assert wire_messages(emu, session.id) == ["Go"]
     assert sorted(e["id"] for e in result.events) == sorted(e["id"] for e in session.events)
+
+
+async def test_every_result_of_a_post_lost_is_resent_after_the_echo_timeout() -> None:
+    """All three results of one POST acknowledged and dropped: no echo and no idle ever
+    follows. Once the echo is overdue the connection reopens the stream, reconciles the
+    history and re-sends the three stored results; the tools ran once each, the host
+    records each result once, and the run ends instead of waiting out the idle timeout.
+    (Any echo timeout is correct: an early check finds the results landed and re-sends
+    nothing, so the small value only keeps the test fast.)"""
+    with ClaudeEmulator() as emu:
+        result, session, runs = await _run_counting(
+            emu, ClaudeFaults(lose_results=3), result_echo_timeout=0.05
+        )
+    assert result.terminal is ml.Terminal.END_TURN, result
+    assert result.text == "all done"
+    assert runs == Counter({"A": 1, "B": 1, "C": 1})
+    uses = [e["id"] for e in session.events if e["type"] == "agent.custom_tool_use"]
+    assert _recorded_results(session) == Counter(uses), "each result recorded exactly once"
+    assert Counter(wire_results(emu, session.id)) == Counter(dict.fromkeys(uses, 2))
+    assert wire_messages(emu, session.id) == ["Go"]
+    assert sorted(e["id"] for e in result.events) == sorted(e["id"] for e in session.events)
+
+
+async def test_lost_results_are_resent_after_a_reconnect() -> None:
+    """The stream drops right as the results POST arrives and every result is lost: the
+    reconnect's history page shows none of them, so they are re-sent at once (the echo
+    timeout is far away: only the reconnect can find them)."""
+    posts = Counter[str]()
+
+    def cut_on_results(method: str, path: str) -> None:
+        if method == "POST" and path.endswith("/events"):
+            posts["events"] += 1
+            if posts["events"] == 2:  # the kickoff message, then the results
+                sid = path.split("/")[3]
+                emu.state.sessions[sid].close_streams()
+
+    with ClaudeEmulator() as emu:
+        faults = ClaudeFaults(lose_results=3, before_request=cut_on_results)
+        result, session, runs = await _run_counting(emu, faults, result_echo_timeout=3600)
+    assert result.terminal is ml.Terminal.END_TURN, result
+    assert runs == Counter({"A": 1, "B": 1, "C": 1})
+    uses = [e["id"] for e in session.events if e["type"] == "agent.custom_tool_use"]
+    assert _recorded_results(session) == Counter(uses)
+    opens = [r for r in emu.requests if r.path == f"/v1/sessions/{session.id}/events/stream"]
+    assert len(opens) == 2
+
+
+async def test_a_result_the_host_never_records_fails_by_name() -> None:
+    """A host that acknowledges and drops every re-send too: after RESULT_RESENDS re-sends
+    the session fails with result_not_recorded (bounded), and the tool still ran once."""
+    from managedloop.providers.claude._connection import RESULT_RESENDS
+
+    counting = _counting_spec()
+    with ClaudeEmulator() as emu:
+        with pytest.raises(ml.ProviderError) as info:
+            await _run_counting(
+                emu, ClaudeFaults(lose_results=100), counting, result_echo_timeout=0.01
+            )
+        session = emu.session()
+    assert info.value.code == "result_not_recorded"
+    assert counting[1] == Counter({"A": 1, "B": 1, "C": 1})
+    assert info.value.partial_result is not None
+    uses = [e["id"] for e in session.events if e["type"] == "agent.custom_tool_use"]
+    sends = RESULT_RESENDS + 1  # the first send, then every re-send
+    assert Counter(wire_results(emu, session.id)) == Counter(dict.fromkeys(uses, sends))
+    assert _recorded_results(session) == Counter()
 
 
 async def test_the_connection_itself_yields_each_event_once_across_a_drop() -> None:
@@ -370,3 +478,88 @@ async def test_the_connection_itself_yields_each_event_once_across_a_drop() -> N
         assert emu.faults.used_drops == {3}
         ids = [e["id"] for e in got if isinstance(e, dict)]
         assert ids == [e["id"] for e in emu.events()]  # each once, in history order
+
+
+async def test_events_without_an_id_are_neither_merged_nor_repeated() -> None:
+    """The docs warn an event's id may be empty (an interrupt). Deduped by id alone, two
+    such events were one: the second was dropped as "seen". Keyed by type and
+    processed_at, each is yielded once, including across the reconnect's history page."""
+    from managedloop.providers.base import OpenRequest, UserMessage
+
+    with ClaudeEmulator() as emu:
+
+        def idless_then_reply(request: Any) -> Any:
+            for stamp in ("2026-01-01T00:00:00.000001Z", "2026-01-01T00:00:00.000002Z"):
+                emu.session().emit({"type": "agent.thinking", "id": "", "processed_at": stamp})
+            return say("x")
+
+        emu.agent.script = [idless_then_reply]
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as client:
+            handle = await ml.provision(make_provider(client), SPEC)
+            provider = make_provider(client, agent=handle, environment=handle)
+            emu.faults = ClaudeFaults(drop_stream_after=(5,))  # after both id-less events
+            conn = await provider.open(OpenRequest(agent=handle))
+            try:
+                got = [e async for e in conn.turn(UserMessage("Go"))]
+            finally:
+                await conn.aclose()
+        assert emu.faults.used_drops == {5}
+        kinds = [e["type"] for e in got if isinstance(e, dict)]
+        assert kinds == [e["type"] for e in emu.events()]
+        assert kinds.count("agent.thinking") == 2
+
+
+async def test_a_landed_result_leaves_nothing_outstanding() -> None:
+    """Once every result's echo is seen, nothing is held for re-sending and no echo
+    deadline stays armed (a stale one would reopen the stream right after the next batch
+    of results, however promptly their echoes came)."""
+    from managedloop.providers.base import OpenRequest, ToolResults, UserMessage
+    from managedloop.results import ToolResult
+
+    with ClaudeEmulator() as emu:
+        emu.agent.script = list(SCRIPT)
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as client:
+            handle = await ml.provision(make_provider(client), SPEC)
+            provider = make_provider(client, agent=handle, environment=handle)
+            conn = await provider.open(OpenRequest(agent=handle))
+            try:
+                first = conn.normalize([e async for e in conn.turn(UserMessage("Go"))])
+                uses = first.custom_tool_uses
+                results = [ToolResult(tool_use_id=u.id, text="ok") for u in uses]
+                last = conn.normalize([e async for e in conn.turn(ToolResults(uses, results))])
+            finally:
+                await conn.aclose()
+    assert len(uses) == 3
+    assert last.terminal is ml.Terminal.END_TURN
+    assert conn._results == {}
+    assert conn._echo_deadline is None
+
+
+async def test_a_resend_the_host_refuses_counts_as_recorded() -> None:
+    """A lost result is answered by someone else before our re-send lands: the host answers
+    the re-send 400 (that use no longer awaits a result). That is "recorded", not a
+    failure: the session goes on and the tool ran once."""
+    posts = Counter[str]()
+
+    def answer_elsewhere(method: str, path: str) -> None:
+        if method == "POST" and path.endswith("/events"):
+            posts["events"] += 1
+            if posts["events"] == 3:  # message, results (one lost), then our re-send
+                session = emu.state.sessions[path.split("/")[3]]
+                (lost,) = session.open_calls
+                other = {
+                    "type": "user.custom_tool_result",
+                    "custom_tool_use_id": lost,
+                    "content": [{"type": "text", "text": "answered elsewhere"}],
+                }
+                session.accept([other])
+
+    with ClaudeEmulator() as emu:
+        faults = ClaudeFaults(lose_results=1, before_request=answer_elsewhere)
+        result, session, runs = await _run_counting(emu, faults)
+    assert result.terminal is ml.Terminal.END_TURN, result
+    assert runs == Counter({"A": 1, "B": 1, "C": 1})
+    uses = [e["id"] for e in session.events if e["type"] == "agent.custom_tool_use"]
+    assert _recorded_results(session) == Counter(uses)
+    statuses = [r.status for r in emu.requests if r.method == "POST" and r.path.endswith("/events")]
+    assert statuses == [200, 200, 400]

@@ -264,7 +264,9 @@ async def test_list_all_follows_cursors_and_stops_on_a_repeat() -> None:
 
 
 def test_reconnect_backoff_is_capped_exponential() -> None:
-    from managedloop.providers.claude._connection import backoff_delay
+    from managedloop.providers.claude._connection import StreamOptions
 
-    assert [backoff_delay(n, 0.5) for n in range(3)] == [0.5, 1.0, 2.0]
-    assert backoff_delay(7, 0.5) == backoff_delay(30, 0.5) == 64.0
+    policy = StreamOptions(backoff=0.5, max_reconnects=10, idle_timeout=1, sleep=None).reconnect
+    assert [policy.ceiling(n) for n in range(3)] == [0.5, 1.0, 2.0]
+    assert policy.ceiling(7) == policy.ceiling(30) == 64.0
+    assert all(32.0 <= policy.backoff(30) <= 64.0 for _ in range(20))  # jittered below it

@@ -22,9 +22,9 @@ from tests_local_helpers import RecordingChat, completion, drive, open_conn, tc
 import managedloop as ml
 from managedloop.providers.base import ToolResults, UserMessage
 from managedloop.providers.local import (
-    DUPLICATE_DIRECTIVE,
     Local,
     corrective_text,
+    duplicate_text,
     final_turn_text,
 )
 from managedloop.results import ToolResult
@@ -61,12 +61,8 @@ async def test_duplicate_call_is_self_answered_and_the_next_call_sees_the_direct
     events = await drive(
         conn, ToolResults(turn.custom_tool_uses, [ToolResult(tool_use_id="c1", text="found x")])
     )
-    # one turn: the duplicate response, its self-answer, then the next model call
-    assert [e["type"] for e in events] == [
-        "local.duplicate_tool_call",
-        "local.model_response",
-        "local.model_response",
-    ]
+    # one turn, one model call: the duplicate response and its self-answer
+    assert [e["type"] for e in events] == ["local.duplicate_tool_call", "local.model_response"]
     assert events[0] == {
         "type": "local.duplicate_tool_call",
         "tool_call_id": "c2",
@@ -75,17 +71,25 @@ async def test_duplicate_call_is_self_answered_and_the_next_call_sees_the_direct
     }
     assert "tool_calls" not in events[1]["message"]  # only fresh calls are shown
     assert events[1]["duplicates"] == 1
+    turn = conn.normalize(events)
+    assert turn.terminal is ml.Terminal.REQUIRES_ACTION
+    assert turn.host_answered
+    assert turn.custom_tool_uses == []
+    assert len(chat.requests) == 2
+    # the loop asks again with an empty resume: that is the next turn and model call
+    events = await drive(conn, ToolResults([], []))
+    assert [e["type"] for e in events] == ["local.model_response"]
     last_sent = chat.requests[2]["messages"]
     assert last_sent[-1] == {
         "role": "tool",
         "tool_call_id": "c2",
-        "content": json.dumps({"duplicate": True, "message": DUPLICATE_DIRECTIVE}),
+        "content": json.dumps({"duplicate": True, "message": duplicate_text("finish")}),
     }
+    assert "call your terminal tool (finish) now" in duplicate_text("finish")
     turn = conn.normalize(events)
     assert turn.terminal is ml.Terminal.END_TURN
     assert turn.text == "done"
-    assert turn.usage is not None
-    assert turn.usage.input_tokens == 20  # both model calls of the turn count
+    assert not turn.host_answered
 
 
 async def test_mixed_turn_surfaces_only_fresh_calls() -> None:
@@ -125,7 +129,7 @@ def test_duplicate_only_turn_continues_a_real_session() -> None:
     assert result.terminal is ml.Terminal.END_TURN
     assert result.reason is None
     assert result.text == "the answer"
-    assert result.turns == 2  # the duplicate-only responses stayed inside turn 2
+    assert result.turns == 4  # every model call is a turn, the re-asks included
     assert [u.input for u in result.custom_tool_uses] == [{"q": "x"}]
     kinds = [e["type"] for e in result.events]
     assert kinds.count("local.duplicate_tool_call") == 2
@@ -138,8 +142,10 @@ def test_duplicate_loop_is_bounded_by_max_turns() -> None:
     model = ScriptedChatModel([call("lookup", {"q": "x"})] * 10)
     result = ml.run_sync(Local(model="m", chat=model), agent=SPEC, prompt="go", max_turns=4)
     assert result.terminal is ml.Terminal.TERMINATED
-    assert result.reason == "unresolved_requires_action"
+    assert result.reason == "max_turns"  # the real reason, not unresolved_requires_action
     assert len(model.requests) == 4  # never more model calls than max_turns
+    assert result.turns == 4
+    assert [u.input for u in result.custom_tool_uses] == [{"q": "x"}]  # ran once
 
 
 async def test_two_consecutive_errors_inject_the_corrective() -> None:

@@ -2,7 +2,8 @@
 
 Deliberate change: HTTP 429 is transient here (the reference never retried it), and a
 server's ``Retry-After`` (seconds or an HTTP date, capped by ``max_retry_after``) replaces
-the exponential backoff for that retry.
+the exponential backoff for that retry. The backoff is jittered (``managedloop._retry``):
+each wait lies in ``[c / 2, c]`` for the reference's ``c = retry_backoff * 2**n``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 from tests_local_helpers import RecordingChat, completion
 
 import managedloop as ml
+from managedloop._retry import JITTER
 from managedloop.providers.local import Local, is_transient, set_testing
 from managedloop.providers.local._http import parse_retry_after
 from managedloop.testing import ChatEmulator, ChatFaults, Fail, ScriptedChatModel, call, say
@@ -31,6 +33,13 @@ class Sleeps:
         self.delays.append(seconds)
 
 
+def backoffs(delays: list[float], ceilings: list[float]) -> bool:
+    """Whether each wait is its exponential ceiling with the equal jitter taken off."""
+    return len(delays) == len(ceilings) and all(
+        c * (1 - JITTER) <= d <= c for d, c in zip(delays, ceilings, strict=True)
+    )
+
+
 def status(code: int, retry_after: float | None = None) -> ml.APIStatusError:
     kind = ml.AuthenticationError if code == 401 else ml.APIStatusError
     return kind(f"HTTP {code}", status=code, retry_after=retry_after)
@@ -42,7 +51,7 @@ async def test_transient_errors_retry_with_exponential_backoff_then_succeed() ->
     provider = Local(model="m", chat=chat, retry_backoff=0.1, sleep=sleeps)
     result = await ml.run(provider, agent=SPEC, prompt="q")
     assert result.text == "ok"
-    assert sleeps.delays == [0.1, 0.2]
+    assert backoffs(sleeps.delays, [0.1, 0.2])
     assert len(chat.requests) == 3
 
 
@@ -53,7 +62,7 @@ async def test_exhausted_retries_surface_the_last_error() -> None:
     with pytest.raises(ml.APIStatusError) as info:
         await ml.run(provider, agent=SPEC, prompt="q")
     assert info.value.status == 504
-    assert sleeps.delays == [1, 2, 4]
+    assert backoffs(sleeps.delays, [1, 2, 4])
     assert info.value.partial_result is not None
 
 
@@ -153,7 +162,7 @@ def test_dropped_connection_is_retried(stream: bool) -> None:
         )
         result = ml.run_sync(provider, agent=ml.AgentSpec(tools=[lookup]), prompt="q")
     assert result.text == "a long enough answer to be cut mid-stream"
-    assert sleeps.delays == [1.0, 2.0]
+    assert backoffs(sleeps.delays, [1.0, 2.0])
     assert len(emu.received) == 4
 
 

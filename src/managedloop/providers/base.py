@@ -55,11 +55,15 @@ class UserMessage:
     """A user message (the kickoff prompt or a follow-up)."""
 
     text: str
+    reprompt: bool = False
+    """A re-prompt inside the current request (the terminal-tool reminder), not a new
+    request: per-request host state (Local's guards and call count) carries on."""
 
 
 @dataclass(frozen=True, slots=True)
 class ToolResults:
-    """Results for the custom tool uses the host is waiting on (never empty)."""
+    """Results for the custom tool uses the host is waiting on. Empty only after a turn
+    with ``TurnResult.host_answered`` (the host answered its calls itself: ask again)."""
 
     tool_uses: Sequence[ToolUse]
     results: Sequence[ToolResult]

@@ -10,18 +10,31 @@ normalised turn at a time (:meth:`Machine.on_turn`) and it answers with the next
 Per-request state (turns, events, tool uses, usage, re-prompts) resets with
 :meth:`Machine.begin_request`, so a live session's follow-up message starts fresh.
 
+The budget: **one turn is one model call** (one host turn on the managed hosts).
+``max_turns=N`` bounds the model calls of one request on every host: the machine counts
+each :class:`~managedloop.results.TurnResult` it is fed as one turn, and a host never makes
+more than one model call per turn (Local's re-ask after a turn whose calls were all
+repeats is a turn of its own, flagged ``host_answered``). So ``result.turns`` is the number
+of model calls made, and a request stops after turn N at the latest, with reason
+``max_turns`` when it stopped only for that. ``custom_tool_uses`` lists the calls the loop
+ran (a call with an ``input_error`` is answered with an error result and listed; calls of
+the turn that hit a limit are not run and not listed).
+
 Order of checks after each turn (the first that applies wins):
 
 1. the turn guard (``turn_guard`` and the token budgets) may halt → ``terminated``;
 2. ``requires_action`` with tool uses → run them, unless ``max_turns`` is used up
    (→ ``terminated``, reason ``max_turns``);
-3. ``requires_action`` with none → ``terminated``, reason ``unresolved_requires_action``
+3. ``requires_action`` the host answered itself (``host_answered``) → ask again with an
+   empty resume, unless ``max_turns`` is used up (→ ``terminated``, reason ``max_turns``);
+4. ``requires_action`` with none → ``terminated``, reason ``unresolved_requires_action``
    (an empty tool-result resume is never sent) — unless the turn holds server tool uses,
    which the host waits to have confirmed: ``requires_action``, reason
    ``tool_confirmation_required``;
-4. ``end_turn`` while terminal-tool enforcement is on and the tool was not called: re-prompt
-   while re-prompts and turns remain, else finish with reason ``no_terminal_tool``;
-5. otherwise finish with the turn's terminal.
+5. ``end_turn`` while terminal-tool enforcement is on and the tool was not called: re-prompt
+   (a :class:`UserMessage` with ``reprompt=True``) while re-prompts and turns remain, else
+   finish with reason ``no_terminal_tool``;
+6. otherwise finish with the turn's terminal.
 
 Deliberate change from the reference: ``max_turns=N`` allows exactly N turns (the reference
 ran turn N+1 before tripping) and every library-made stop is a result, not an exception.
@@ -33,7 +46,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from managedloop.providers.base import TurnInput, UserMessage
+from managedloop.providers.base import ToolResults, TurnInput, UserMessage
 from managedloop.results import RawEvent, SessionResult, Terminal, ToolUse, TurnResult, Usage
 
 __all__ = ["Finish", "GuardInput", "LoopOptions", "Machine", "RunTools", "Send", "reprompt_text"]
@@ -142,7 +155,6 @@ class Machine:
         req.turns += 1
         req.last = turn
         req.events.extend(turn.events)
-        self.add_tool_uses(turn.custom_tool_uses)
         req.server_tool_uses.extend(turn.server_tool_uses)
         usage = turn.usage
         if usage is not None:
@@ -158,7 +170,14 @@ class Machine:
                 return Finish(self.result(session_id, Terminal.TERMINATED, reason=str(halt)))
 
         if turn.terminal is Terminal.REQUIRES_ACTION:
-            if not turn.custom_tool_uses and turn.server_tool_uses:
+            if turn.custom_tool_uses or turn.host_answered:
+                if req.turns >= opts.max_turns:  # not run, so not listed as run
+                    return Finish(self.result(session_id, Terminal.TERMINATED, reason="max_turns"))
+                if not turn.custom_tool_uses:  # the host answered every call: ask again
+                    return Send(ToolResults(tool_uses=[], results=[]))
+                self.add_tool_uses(turn.custom_tool_uses)
+                return RunTools(turn.custom_tool_uses)
+            if turn.server_tool_uses:
                 # The host holds its own (server) tools for a confirmation only the caller
                 # can give (``send_event``): still waiting, but not on anything we can run.
                 return Finish(
@@ -166,15 +185,9 @@ class Machine:
                         session_id, Terminal.REQUIRES_ACTION, reason="tool_confirmation_required"
                     )
                 )
-            if not turn.custom_tool_uses:
-                return Finish(
-                    self.result(
-                        session_id, Terminal.TERMINATED, reason="unresolved_requires_action"
-                    )
-                )
-            if req.turns >= opts.max_turns:
-                return Finish(self.result(session_id, Terminal.TERMINATED, reason="max_turns"))
-            return RunTools(turn.custom_tool_uses)
+            return Finish(
+                self.result(session_id, Terminal.TERMINATED, reason="unresolved_requires_action")
+            )
 
         if (
             turn.terminal is Terminal.END_TURN
@@ -184,7 +197,7 @@ class Machine:
         ):
             if req.reprompts_left > 0 and req.turns < opts.max_turns:
                 req.reprompts_left -= 1
-                return Send(UserMessage(reprompt_text(opts.terminal_tool)))
+                return Send(UserMessage(reprompt_text(opts.terminal_tool), reprompt=True))
             return Finish(self.result(session_id, Terminal.END_TURN, reason="no_terminal_tool"))
 
         return Finish(self.result(session_id, turn.terminal))

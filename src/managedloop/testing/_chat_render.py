@@ -180,8 +180,14 @@ def sse_chunks(
     *,
     chunk_size: int,
     include_usage: bool,
+    name_style: str = "once",
 ) -> list[bytes]:
-    """The SSE ``data:`` frames of one streamed completion, ending with ``[DONE]``."""
+    """The SSE ``data:`` frames of one streamed completion, ending with ``[DONE]``.
+
+    ``name_style`` is how a tool call's ``id`` and ``function.name`` arrive, as real
+    servers differ: ``"once"`` (OpenAI: in the call's first chunk), ``"every_chunk"``
+    (llama.cpp: whole, in every chunk of the call) or ``"split"`` (in two parts).
+    """
     base = {
         "id": f"chatcmpl-{time.time_ns():x}",
         "object": "chat.completion.chunk",
@@ -197,11 +203,38 @@ def sse_chunks(
     frames += [frame({"content": p}) for p in _pieces(message.get("content") or "", chunk_size)]
     for index, call in enumerate(message.get("tool_calls") or ()):
         fn = call["function"]
-        head = {"index": index, "id": call["id"], "type": "function"}
-        frames.append(frame({"tool_calls": [{**head, "function": {"name": fn["name"]}}]}))
+        name, call_id = fn["name"], call["id"]
+        arguments = list(_pieces(fn["arguments"], chunk_size)) or [""]
+        if name_style == "every_chunk":  # llama.cpp: id and whole name in every chunk
+            frames += [
+                frame(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": index,
+                                "id": call_id,
+                                "type": "function",
+                                "function": {"name": name, "arguments": p},
+                            }
+                        ]
+                    }
+                )
+                for p in arguments
+            ]
+            continue
+        if name_style == "split":  # id and name in two parts each, then the arguments
+            cut, id_cut = max(1, len(name) // 2), max(1, len(call_id) // 2)
+            head = {"index": index, "id": call_id[:id_cut], "type": "function"}
+            frames.append(frame({"tool_calls": [{**head, "function": {"name": name[:cut]}}]}))
+            rest = {"index": index, "id": call_id[id_cut:], "function": {"name": name[cut:]}}
+            frames.append(frame({"tool_calls": [rest]}))
+        else:  # OpenAI: id and name once, in the first chunk of the call
+            head = {"index": index, "id": call_id, "type": "function"}
+            frames.append(frame({"tool_calls": [{**head, "function": {"name": name}}]}))
         frames += [
             frame({"tool_calls": [{"index": index, "function": {"arguments": p}}]})
-            for p in _pieces(fn["arguments"], chunk_size)
+            for p in arguments
+            if p
         ]
     frames.append(frame({}, finish))
     if include_usage and usage is not None:

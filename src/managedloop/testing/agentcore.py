@@ -53,6 +53,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
 import re
 import secrets
 import shutil
@@ -72,22 +73,90 @@ from managedloop.testing._agentcore.sigv4 import SignatureError, verify
 from managedloop.testing.script import Fail, Grade, ModelRequest, Reply, ScriptedAgent, Step
 from managedloop.tools import ToolDefinition
 
-__all__ = ["AgentCoreEmulator", "AgentCoreFaults", "RecordedRequest"]
+__all__ = ["ROUTES", "AgentCoreEmulator", "AgentCoreFaults", "ManualClock", "RecordedRequest"]
 
 ACCOUNT = "123456789012"
 SERVICE = "bedrock-agentcore"  # both planes sign with this name
-_SESSION_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9-_]*$")
-_HARNESS_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,39}$")
-_ENDPOINT_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,47}$")
-_ROLE_RE = re.compile(r"^arn:aws(-[^:]+)?:iam::\d{12}:role/.+$")
+# Applied with fullmatch, as the service does (``$`` would accept a trailing newline).
+_SESSION_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9-_]*")
+_HARNESS_NAME_RE = re.compile(r"[a-zA-Z][a-zA-Z0-9_]{0,39}")
+_ENDPOINT_NAME_RE = re.compile(r"[a-zA-Z][a-zA-Z0-9_]{0,47}")
+_ROLE_RE = re.compile(r"arn:aws(-[^:]+)?:iam::\d{12}:role/[\w+=,.@/-]+")
 _MOUNT_RE = re.compile(r"/mnt/([A-Za-z0-9._-]+)")
 _EXCEPTION_STATUS = {
     "validationException": 400,
     "internalServerException": 500,
     "runtimeClientError": 424,
 }
+# Every operation the emulator serves: (plane's botocore service, operation, method, path).
+# ``tests/agentcore/test_shapes.py`` sends each one through botocore and checks every
+# response against the operation's output shape strictly; a route added to the dispatch
+# without a line here fails that test (it compares this table with what was recorded).
+ROUTES: tuple[tuple[str, str, str, str], ...] = (
+    ("bedrock-agentcore-control", "CreateHarness", "POST", "/harnesses"),
+    ("bedrock-agentcore-control", "ListHarnesses", "GET", "/harnesses"),
+    ("bedrock-agentcore-control", "GetHarness", "GET", "/harnesses/{harnessId}"),
+    ("bedrock-agentcore-control", "DeleteHarness", "DELETE", "/harnesses/{harnessId}"),
+    (
+        "bedrock-agentcore-control",
+        "ListHarnessEndpoints",
+        "GET",
+        "/harnesses/{harnessId}/endpoints",
+    ),
+    (
+        "bedrock-agentcore-control",
+        "CreateHarnessEndpoint",
+        "POST",
+        "/harnesses/{harnessId}/endpoints",
+    ),
+    (
+        "bedrock-agentcore-control",
+        "GetHarnessEndpoint",
+        "GET",
+        "/harnesses/{harnessId}/endpoints/{endpointName}",
+    ),
+    (
+        "bedrock-agentcore-control",
+        "DeleteHarnessEndpoint",
+        "DELETE",
+        "/harnesses/{harnessId}/endpoints/{endpointName}",
+    ),
+    ("bedrock-agentcore", "InvokeHarness", "POST", "/harnesses/invoke"),
+    ("bedrock-agentcore", "InvokeAgentRuntimeCommand", "POST", "/runtimes/{arn}/commands"),
+)
 _RECORD_INDEX = web.RequestKey("managedloop_record_index", int)
 SHUTDOWN_GRACE = 0.5  # seconds; stalled handlers are cancelled on exit, not waited for
+_STALL_TICK = 0.01  # seconds; how often a stall looks whether its client went away
+
+
+class ManualClock:
+    """A monotonic clock that moves only when told to, or when something sleeps on it.
+
+    Share one between the emulator (``AgentCoreEmulator(clock=...)``: harness and endpoint
+    status timings and ``control_latency`` run on it) and the code under test (e.g.
+    ``provider.provision(..., clock=clock, sleep=clock.sleep)``), and every deadline,
+    poll and latency is exact: no test depends on how fast the machine is. ``sleep``
+    advances the clock at once and yields to the event loop (asyncio or anyio).
+    """
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self._now = start
+        self._lock = threading.Lock()  # the emulator reads it from its own thread
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += max(0.0, seconds)
+
+    async def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+        await asyncio.sleep(0)
+
+    def __repr__(self) -> str:
+        return f"ManualClock(now={self():.3f})"
 
 
 @dataclass(kw_only=True)
@@ -110,7 +179,8 @@ class AgentCoreFaults:
     exception_type: str = "internalServerException"
     exception_message: str = "emulated failure"
     stall_at: int | None = None
-    """Sleep ``stall_seconds`` before frame N."""
+    """Sleep ``stall_seconds`` before frame N (``math.inf``: until :meth:`AgentCoreEmulator.
+    release_stalls` or until the client goes away, which counts as a disconnect)."""
     stall_seconds: float = 0.0
     chunk_delay: float = 0.0
     """Sleep this long before every frame (a slow but live stream)."""
@@ -118,6 +188,14 @@ class AgentCoreFaults:
     """Answer the invoke with this HTTP error before any frame (429: ThrottlingException)."""
     reuse_block_index: bool = False
     """Put every tool block of a turn at ``contentBlockIndex`` 0 (observed live)."""
+    duplicate_frame: int | None = None
+    """Send frame N twice in a row (a replaying proxy). The client got a corrupted turn,
+    so a retry with the same body is served the same turn again."""
+    duplicate_every_frame: bool = False
+    """Send every frame twice in a row."""
+    raw_tool_input: str | None = None
+    """Stream this text as every tool block's input instead of the call's JSON (e.g.
+    ``"null"`` or ``'{"city": '``): what a model emitting invalid arguments sends."""
     skip: int = 0
     times: int | None = 1
     """How many invokes (after ``skip``) the data-plane faults hit; ``None``: all."""
@@ -146,7 +224,8 @@ class AgentCoreFaults:
     command_exception: str | None = None
     """Answer every command with this exception frame after ``contentStart``."""
     command_stall: float = 0.0
-    """Seconds to wait after ``contentStart`` before running a command."""
+    """Seconds to wait after ``contentStart`` before running a command (``math.inf``: until
+    released or the client goes away)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -177,6 +256,7 @@ class _Endpoint:
     ready_after: float
     outcome: str
     fixed: str | None = None
+    created_at: float = field(default_factory=time.time)  # epoch seconds, for the wire
 
     def status(self, now: float) -> str | None:
         if self.fixed is not None:
@@ -201,6 +281,7 @@ class _Harness:
     endpoints: dict[str, _Endpoint] = field(default_factory=dict)
     deleting_since: float | None = None
     fixed: str | None = None
+    created_at: float = field(default_factory=time.time)  # epoch seconds, for the wire
 
     def status(self, now: float) -> str | None:
         """``None`` once it is gone."""
@@ -214,15 +295,15 @@ class _Harness:
 
     def view(self, now: float) -> dict[str, Any]:
         b = self.body
-        env = b.get("environment") or {"agentCoreRuntimeEnvironment": {}}
+        env = _environment_view(self, b.get("environment"))
         return {
             "harnessId": self.id,
             "harnessName": self.name,
             "arn": self.arn,
             "status": self.status(now),
             "executionRoleArn": b.get("executionRoleArn", ""),
-            "createdAt": self.created,
-            "updatedAt": self.created,
+            "createdAt": self.created_at,
+            "updatedAt": self.created_at,
             "model": b.get("model")
             or {"bedrockModelConfig": {"modelId": "us.anthropic.claude-sonnet-4-6"}},
             "systemPrompt": b.get("systemPrompt") or [{"text": "You are a helpful agent."}],
@@ -266,8 +347,13 @@ class AgentCoreEmulator:
         commands: CommandFn | str | None = "shell",
         verify_signatures: bool = True,
         port: int = 0,
+        clock: ManualClock | None = None,
     ) -> None:
         self.agent = agent if agent is not None else ScriptedAgent(script)
+        self.clock: Callable[[], float] = clock if clock is not None else time.monotonic
+        """Status timings (and, with a :class:`ManualClock`, ``control_latency``) use it."""
+        self._manual = clock
+        self._release = threading.Event()
         self.region = region
         self.commands = commands
         self.verify_signatures = verify_signatures
@@ -401,6 +487,31 @@ class AgentCoreEmulator:
 
         await anyio.to_thread.run_sync(self.stop)
 
+    # ---------------------------------------------------------------- timing helpers
+
+    async def _latency(self, seconds: float) -> None:
+        """A request's latency: on the manual clock if there is one (instant, exact)."""
+        if self._manual is not None:
+            await self._manual.sleep(seconds)
+        else:
+            await asyncio.sleep(seconds)
+
+    async def _stall(self, request: web.Request, seconds: float) -> bool:
+        """Wait ``seconds`` of real time (or, for ``inf``, until :meth:`release_stalls`);
+        ``False`` as soon as the client has gone away."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds if math.isfinite(seconds) else math.inf
+        while loop.time() < deadline and not self._release.is_set():
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                return False
+            await asyncio.sleep(min(_STALL_TICK, max(0.0, deadline - loop.time())))
+        return True
+
+    def release_stalls(self) -> None:
+        """End every current and future stall (``stall_seconds``/``command_stall``) now."""
+        self._release.set()
+
     # ---------------------------------------------------------------- state helpers
 
     def set_script(self, script: Sequence[Step] | None) -> None:
@@ -422,7 +533,7 @@ class AgentCoreEmulator:
     ) -> Any:
         """Seed a harness. ``status=None`` follows the fault timings; ``deleting=True`` puts it
         in DELETING, gone after ``delete_after`` seconds (``None``: never)."""
-        now = time.monotonic()
+        now = self.clock()
         hid = f"{name}-{secrets.token_hex(5)}"
         arn = f"arn:aws:bedrock-agentcore:{self.region}:{ACCOUNT}:harness/{hid}"
         harness = _Harness(
@@ -455,10 +566,10 @@ class AgentCoreEmulator:
         """The current status of a harness (``None`` when it does not exist)."""
         with self._lock:
             h = self._harnesses.get(harness_id)
-            return h.status(time.monotonic()) if h else None
+            return h.status(self.clock()) if h else None
 
     def harness_names(self) -> list[str]:
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
             return [h.name for h in self._harnesses.values() if h.status(now) is not None]
 
@@ -520,10 +631,10 @@ class AgentCoreEmulator:
             return await self._command(request, headers, parts[1], body)
         if parts and parts[0] == "harnesses":
             if self._faults.control_latency:
-                await asyncio.sleep(self._faults.control_latency)
+                await self._latency(self._faults.control_latency)
             response = self._control(request, headers, method, parts, body)
             if method == "POST" and len(parts) == 1 and self._faults.create_latency:
-                await asyncio.sleep(self._faults.create_latency)
+                await self._latency(self._faults.create_latency)
             return response
         return _error(404, "UnknownOperationException", f"no route for {method} {path}")
 
@@ -561,7 +672,7 @@ class AgentCoreEmulator:
         parts: list[str],
         body: dict[str, Any],
     ) -> web.Response:
-        now = time.monotonic()
+        now = self.clock()
         n = len(parts)
         if n == 1 and method == "POST":
             self._record("CreateHarness", request, headers, body)
@@ -599,7 +710,7 @@ class AgentCoreEmulator:
                 return _error(404, "ResourceNotFoundException", f"harness {parts[1]} not found")
             if op == "CreateHarnessEndpoint":
                 name = body.get("endpointName", "")
-                if not isinstance(name, str) or not _ENDPOINT_NAME_RE.match(name):
+                if not isinstance(name, str) or not _ENDPOINT_NAME_RE.fullmatch(name):
                     return _error(400, "ValidationException", "invalid endpointName")
                 with self._lock:
                     if name in harness.endpoints:
@@ -636,7 +747,7 @@ class AgentCoreEmulator:
         if f.create_status is not None and not f.create_commits:
             return _create_failure(f.create_status)
         name = body.get("harnessName")
-        if not isinstance(name, str) or not _HARNESS_NAME_RE.match(name):
+        if not isinstance(name, str) or not _HARNESS_NAME_RE.fullmatch(name):
             return _error(
                 400,
                 "ValidationException",
@@ -645,7 +756,7 @@ class AgentCoreEmulator:
                 "[a-zA-Z][a-zA-Z0-9_]{0,39}",
             )
         role = body.get("executionRoleArn")
-        if not isinstance(role, str) or not _ROLE_RE.match(role):
+        if not isinstance(role, str) or not _ROLE_RE.fullmatch(role):
             return _error(
                 400, "ValidationException", f"Value {role!r} at 'executionRoleArn' is invalid"
             )
@@ -690,8 +801,8 @@ class AgentCoreEmulator:
                     "harnessName": h.name,
                     "arn": h.arn,
                     "status": h.status(now),
-                    "createdAt": h.created,
-                    "updatedAt": h.created,
+                    "createdAt": h.created_at,
+                    "updatedAt": h.created_at,
                 }
                 for h in page
             ]
@@ -717,14 +828,14 @@ class AgentCoreEmulator:
         self._record("InvokeHarness", request, headers, body)
         lower = {k.lower(): v for k, v in headers.items()}
         sid = lower.get("x-amzn-bedrock-agentcore-runtime-session-id", "")
-        if not (33 <= len(sid) <= 100) or not _SESSION_RE.match(sid):
+        if not (33 <= len(sid) <= 100) or not _SESSION_RE.fullmatch(sid):
             return _error(
                 400,
                 "ValidationException",
                 "Value at 'runtimeSessionId' failed to satisfy constraint: Member must have "
                 "length between 33 and 100 and match pattern [a-zA-Z0-9][a-zA-Z0-9-_]*",
             )
-        now = time.monotonic()
+        now = self.clock()
         arn = request.query.get("harnessArn", "")
         qualifier = request.query.get("qualifier", "DEFAULT")
         with self._lock:
@@ -858,6 +969,8 @@ class AgentCoreEmulator:
                 )
             )
             raw = json.dumps(dict(call.input))
+            if faults is not None and faults.raw_tool_input is not None:
+                raw = faults.raw_tool_input
             cut = max(1, len(raw) // 2)
             for fragment in (raw[:cut], raw[cut:]):
                 if fragment:
@@ -903,14 +1016,18 @@ class AgentCoreEmulator:
         )
         resp.enable_chunked_encoding()
         f = faults
+        duplicated = False
         try:
             await resp.prepare(request)
             for i, data in enumerate(frames):
                 if f is not None:
                     if f.chunk_delay:
                         await asyncio.sleep(f.chunk_delay)
-                    if f.stall_at == i and f.stall_seconds:
-                        await asyncio.sleep(f.stall_seconds)
+                    stall = f.stall_seconds if f.stall_at == i else 0.0
+                    if stall and not await self._stall(request, stall):
+                        with self._lock:
+                            self.disconnects += 1
+                        return resp, False
                     if f.truncate_after == i:
                         if f.cut_mid_frame:
                             await resp.write(data[: len(data) // 2])
@@ -929,13 +1046,16 @@ class AgentCoreEmulator:
                         await resp.write(es.corrupt(data))
                         await resp.write_eof()
                         return resp, False
+                    if f.duplicate_every_frame or f.duplicate_frame == i:
+                        await resp.write(data)
+                        duplicated = True
                 await resp.write(data)
             await resp.write_eof()
         except (ConnectionError, RuntimeError):
             with self._lock:
                 self.disconnects += 1
             return resp, False
-        return resp, True
+        return resp, not duplicated
 
     # ---------------------------------------------------------------- data plane: commands
 
@@ -962,8 +1082,10 @@ class AgentCoreEmulator:
         try:
             await resp.prepare(request)
             await resp.write(es.event_frame("chunk", {"contentStart": {}}))
-            if f.command_stall:
-                await asyncio.sleep(f.command_stall)
+            if f.command_stall and not await self._stall(request, f.command_stall):
+                with self._lock:
+                    self.disconnects += 1
+                return resp
             if f.command_exception:
                 await resp.write(es.exception_frame(f.command_exception, "emulated failure"))
                 await resp.write_eof()
@@ -1052,6 +1174,25 @@ def _error(status: int, code: str, message: str) -> web.Response:
     return web.json_response(body, status=status, headers={"x-amzn-ErrorType": code})
 
 
+def _environment_view(harness: _Harness, requested: Any) -> dict[str, Any]:
+    """The harness's runtime environment as GetHarness shows it: the requested settings
+    plus what the service fills in (the runtime it made; public network and lifecycle
+    defaults), all required by botocore's ``HarnessAgentCoreRuntimeEnvironment``."""
+    runtime = dict((requested or {}).get("agentCoreRuntimeEnvironment") or {})
+    runtime_id = f"{harness.name}_runtime-{harness.id.rsplit('-', 1)[-1]}"
+    region = harness.arn.split(":")[3]
+    return {
+        "agentCoreRuntimeEnvironment": {
+            "agentRuntimeArn": f"arn:aws:bedrock-agentcore:{region}:{ACCOUNT}:runtime/{runtime_id}",
+            "agentRuntimeName": f"{harness.name}_runtime",
+            "agentRuntimeId": runtime_id,
+            "lifecycleConfiguration": {"idleRuntimeSessionTimeout": 900, "maxLifetime": 28800},
+            "networkConfiguration": {"networkMode": "PUBLIC"},
+            **runtime,
+        }
+    }
+
+
 def _endpoint_view(harness: _Harness, ep: _Endpoint, now: float) -> dict[str, Any]:
     return {
         "harnessId": harness.id,
@@ -1059,8 +1200,8 @@ def _endpoint_view(harness: _Harness, ep: _Endpoint, now: float) -> dict[str, An
         "endpointName": ep.name,
         "arn": f"{harness.arn}/harness-endpoint/{ep.name}",
         "status": ep.status(now),
-        "createdAt": ep.created,
-        "updatedAt": ep.created,
+        "createdAt": ep.created_at,
+        "updatedAt": ep.created_at,
         "liveVersion": "1",
         "targetVersion": "1",
     }

@@ -32,7 +32,7 @@ import secrets
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from aiohttp import web
 
@@ -130,6 +130,12 @@ class ChatFaults:
     delay: float = 0.0
     chunk_delay: float = 0.0
     """Seconds between streamed frames (every stream)."""
+    reject_null_content: bool = False
+    """Answer HTTP 500 with a long pydantic validation message, as llama.cpp's Python server
+    does, to any request holding an assistant message whose ``content`` is ``null``."""
+    stream_names: Literal["once", "every_chunk", "split"] = "once"
+    """How a streamed tool call's ``id`` and name arrive (every stream): once in its first
+    chunk (OpenAI), whole in every chunk (llama.cpp's server) or split in two parts."""
 
 
 class _FaultState:
@@ -335,6 +341,8 @@ class ChatEmulator:
         if body is None:
             return _error(400, "the request body is not a JSON object", "invalid_request_error")
         self.received.append(body)
+        if self.faults.reject_null_content and _null_content(body):
+            return _error(500, _NULL_CONTENT_ERROR, "internal_server_error")
         status, fault, delay = self._state.next()
         if delay:
             await asyncio.sleep(delay)
@@ -360,6 +368,7 @@ class ChatEmulator:
                 model,
                 chunk_size=self.chunk_size,
                 include_usage=bool(options.get("include_usage")),
+                name_style=self.faults.stream_names,
             )
             return await self._stream(request, frames, fault)
         if fault == "malformed":
@@ -428,6 +437,38 @@ class ChatEmulator:
                 status=500 if isinstance(step, Fail) else 400,
             )
         return web.json_response(render_messages_response(step, self.agent, body.get("model")))
+
+
+def _null_content(body: Mapping[str, Any]) -> bool:
+    messages = body.get("messages")
+    return isinstance(messages, list) and any(
+        isinstance(m, Mapping) and m.get("role") == "assistant" and m.get("content") is None
+        for m in messages
+    )
+
+
+# What llama-cpp-python's server says (HTTP 500) about a null assistant content: pydantic
+# tries every message type of the union first, so the line naming the cause comes late.
+_NULL_CONTENT_ERROR = (
+    "5 validation errors for CreateChatCompletionRequest\n"
+    + "".join(
+        f"messages.2.{kind}.role\n  Input should be '{role}' [type=literal_error, "
+        f"input_value='assistant', input_type=str]\n"
+        "    For further information visit https://errors.pydantic.dev/2.9/v/literal_error\n"
+        for kind, role in (
+            ("ChatCompletionRequestSystemMessage", "system"),
+            ("ChatCompletionRequestUserMessage", "user"),
+            ("ChatCompletionRequestToolMessage", "tool"),
+            ("ChatCompletionRequestFunctionMessage", "function"),
+        )
+    )
+    + (
+        "messages.2.ChatCompletionRequestAssistantMessage.content\n"
+        "  Input should be a valid string [type=string_type, input_value=None, "
+        "input_type=NoneType]\n"
+        "    For further information visit https://errors.pydantic.dev/2.9/v/string_type"
+    )
+)
 
 
 def _cut(request: web.Request) -> None:

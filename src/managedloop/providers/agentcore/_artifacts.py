@@ -8,9 +8,11 @@ same runtime session id on a ``sessionStorage`` mount (declared in the harness
 
 Invariants relied on:
 
-* names are ``[A-Za-z0-9._-]+`` and never ``.``/``..``, checked before any command runs,
-  so a name can be single-quoted into a shell command without escaping; the mount path is
-  checked the same way (``/mnt/<name>``, no quotes);
+* names are ``[A-Za-z0-9._-]+`` (a full match: no trailing newline), never ``.``/``..`` and
+  at most :data:`MAX_NAME_BYTES` (so ``<name>.mlpart`` still fits the filesystem's 255),
+  checked before any command runs, so a name can be single-quoted into a shell command
+  without escaping; the mount path is checked the same way (``/mnt/<name>``, never
+  ``/mnt/.`` or ``/mnt/..``: those are the mount's parent, outside it);
 * a command is at most 65,536 characters, so ``put`` streams base64 in 48,000-character
   chunks into ``<name>.mlpart`` (first chunk truncates, later ones append), then one command
   decodes it into place atomically (``os.replace``) and removes the temp file; empty
@@ -40,8 +42,11 @@ __all__ = ["CHUNK", "SessionStorage"]
 CHUNK = 48_000  # base64 chars per put command: the code + quoting stays under the 65,536 cap
 COMMAND_LIMIT = 65_536  # the service's maximum command length
 NOT_FOUND = 3  # exit code the scripts use for a missing file
-_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
-_MOUNT_RE = re.compile(r"^/mnt/[A-Za-z0-9._-]+$")
+# Applied with fullmatch: ``$`` matches before a trailing newline, so ``'x\n'`` passed.
+_NAME_RE = re.compile(r"[A-Za-z0-9._-]+")
+_MOUNT_RE = re.compile(r"/mnt/([A-Za-z0-9._-]+)")
+_TEMP_SUFFIXES = (".mlpart", ".mltmp")  # put's temp files sit beside the target
+MAX_NAME_BYTES = 255 - max(map(len, _TEMP_SUFFIXES))  # so <name>.mlpart still fits NAME_MAX
 
 _LIST = """
 import json, os, sys
@@ -102,17 +107,38 @@ def command(code: str, *args: str) -> str:
 
 
 def check_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME_RE.match(name) or name in (".", ".."):
+    if (
+        not isinstance(name, str)
+        or _NAME_RE.fullmatch(name) is None
+        or name in (".", "..")
+        or len(name) > MAX_NAME_BYTES
+    ):
         raise ArtifactError(
-            f"artifact name {name!r} must be [A-Za-z0-9._-]+ (not '.' or '..') on session storage",
+            f"artifact name {name!r} must be 1-{MAX_NAME_BYTES} characters of [A-Za-z0-9._-] "
+            "(not '.' or '..') on session storage",
             code="invalid_name",
             name=name,
         )
     return name
 
 
+def check_mount(mount: Any) -> str:
+    """``/mnt/<name>`` (one trailing ``/`` dropped), never ``/mnt/.`` or ``/mnt/..``."""
+    if isinstance(mount, str) and mount.endswith("/"):
+        mount = mount[:-1]
+    match = _MOUNT_RE.fullmatch(mount) if isinstance(mount, str) else None
+    if match is None or match.group(1) in (".", ".."):
+        raise InvalidOptionsError(
+            f"mount must be /mnt/<name> ([A-Za-z0-9._-], not '.' or '..'), got {mount!r}",
+            option="mount",
+        )
+    return str(mount)
+
+
 class SessionStorage:
     """An :class:`~managedloop.ArtifactStore` over one session's storage mount."""
+
+    max_name_bytes = MAX_NAME_BYTES
 
     def __init__(
         self,
@@ -123,11 +149,7 @@ class SessionStorage:
         harness_arn: str | None = None,
         timeout: int | None = None,
     ) -> None:
-        mount = mount.rstrip("/") if isinstance(mount, str) else mount
-        if not isinstance(mount, str) or not _MOUNT_RE.match(mount):
-            raise InvalidOptionsError(
-                f"mount must be /mnt/<name> ([A-Za-z0-9._-]), got {mount!r}", option="mount"
-            )
+        mount = check_mount(mount)
         self.provider = provider
         self.session_id = session_id
         self.mount = mount

@@ -34,14 +34,14 @@ import os
 import re
 import ssl
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping
+from typing import Any, NoReturn
 
 import aiohttp
 import anyio
 import yarl
 
-from managedloop import telemetry
+from managedloop import _retry, telemetry
 from managedloop.config import MISSING, Secret, resolve, reveal
 from managedloop.errors import (
     APIStatusError,
@@ -73,21 +73,75 @@ def _botocore() -> Any:
     return botocore
 
 
-# botocore's own DEBUG logging prints the canonical request (``botocore.auth``) and the
-# prepared request's headers (``botocore.endpoint``), both carrying the session token in
-# clear. Secrets must not reach a log line, whoever writes it, so those two loggers get a
-# filter that masks the token (and a bearer-style Authorization signature is harmless: it
-# is per request). A filter runs only for records that pass the level check: free when
-# DEBUG is off.
-_TOKEN_RE = re.compile(r"(x-amz-security-token[\"']?\s*[:=]\s*b?[\"']?)[^\s\"',}]+", re.IGNORECASE)
+# Credentials must never reach a log line, an error's text or its context, whoever wrote
+# the text: botocore's DEBUG logging prints the canonical request (``botocore.auth``) and
+# the prepared request's headers (``botocore.endpoint``), and AWS answers a signature
+# mismatch with a 403 whose message *echoes the canonical request*, signed headers and
+# all, so ``x-amz-security-token:<token>`` arrives inside the error body. :func:`redact`
+# masks, in any text: the session token (header, query, JSON or repr form), SigV4
+# signatures (``Signature=``/``X-Amz-Signature=``), the credential scope of a presigned
+# URL (``X-Amz-Credential=``), secret-key/token assignments, and the literal values of
+# the credentials this client holds (whatever form the text has).
+_REDACTED = "<redacted>"
+_VALUE = r"[^\s\"',}&\\]+"
+_SECRET_PATTERNS = (
+    re.compile(r"(x-amz-security-token[\"']?\s*[:=]\s*b?[\"']?)" + _VALUE, re.IGNORECASE),
+    re.compile(r"(x-amz-signature[\"']?\s*[:=]\s*[\"']?)" + _VALUE, re.IGNORECASE),
+    re.compile(r"(x-amz-credential[\"']?\s*[:=]\s*[\"']?)" + _VALUE, re.IGNORECASE),
+    re.compile(r"(\bSignature=)[0-9a-fA-F]+"),
+    re.compile(
+        r"((?:aws_secret_access_key|aws_session_token|secret_?access_?key|session_?token)"
+        r"[\"']?\s*[:=]\s*b?[\"']?)" + _VALUE,
+        re.IGNORECASE,
+    ),
+)
 _REDACTED_LOGGERS = ("botocore.auth", "botocore.endpoint", "botocore.parsers")
+_MIN_LITERAL = 8  # shorter "secrets" (test stubs) would mask ordinary words
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with every credential masked (see above)."""
+    for secret in secrets:
+        if len(secret) >= _MIN_LITERAL and secret in text:
+            text = text.replace(secret, _REDACTED)
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub(r"\1" + _REDACTED, text)
+    return text
+
+
+def _redact_value(value: Any, secrets: Iterable[str]) -> Any:
+    """A context value with every string inside it redacted (dicts, lists, tuples)."""
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, Mapping):
+        return {k: _redact_value(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_redact_value(v, secrets) for v in value)
+    return value
+
+
+def scrubbed(error: ManagedLoopError, secrets: Iterable[str] = ()) -> ManagedLoopError:
+    """``error`` with its message, args and context redacted in place (and returned)."""
+    secrets = tuple(secrets)
+    error.args = tuple(_redact_value(a, secrets) for a in error.args)
+    for key, value in list(error.context.items()):
+        error.context[key] = _redact_value(value, secrets)
+    return error
+
+
+def leaks(exc: BaseException, secrets: Iterable[str] = ()) -> bool:
+    """Whether ``exc`` (its text or its botocore response) holds a credential."""
+    secrets = tuple(secrets)
+    text = f"{exc!s}\n{getattr(exc, 'response', '')!r}"
+    return redact(text, secrets) != text
 
 
 class _RedactTokens(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if "ecurity-token" in message or "ECURITY-TOKEN" in message:
-            record.msg = _TOKEN_RE.sub(r"\1<redacted>", message)
+        masked = redact(message)
+        if masked != message:
+            record.msg = masked
             record.args = None
         return True
 
@@ -196,6 +250,17 @@ class Clients:
                 return out
         return {}
 
+    def secrets(self) -> tuple[str, ...]:
+        """The secret values this client signs with (to mask them in error text)."""
+        found = [reveal(v) for v in (self._secret, self._token) if v is not None]
+        credentials = client_internals(self._client)[0] if self._client is not None else None
+        for name in ("secret_key", "token"):
+            # A plain or cached value only: never trigger a credential refresh here.
+            value = getattr(credentials, f"_{name}", None) or getattr(credentials, name, None)
+            if isinstance(value, str):
+                found.append(value)
+        return tuple(v for v in found if isinstance(v, str) and v)
+
     def build(self, service: str, *, read_timeout: float) -> Any:
         """A new client of ``service`` (the caller closes it, or :meth:`data` owns it)."""
         _botocore()
@@ -285,11 +350,39 @@ def _get_config(session: Any) -> str | None:
 
 
 def map_error(
-    exc: BaseException, *, operation: str, stream_code: str = "harness_stream_error"
+    exc: BaseException,
+    *,
+    operation: str,
+    stream_code: str = "harness_stream_error",
+    secrets: Iterable[str] = (),
 ) -> ManagedLoopError:
-    """Translate a botocore/urllib3 failure into the managedloop tree (never leaks keys)."""
+    """Translate a botocore/urllib3 failure into the managedloop tree.
+
+    Its text and context are redacted (:func:`redact`, plus the literal ``secrets``): a
+    403 echoes the canonical request, session token included. The caller must not chain
+    ``exc`` when :func:`leaks` says it holds a credential (see :func:`raise_mapped`).
+    """
     if isinstance(exc, ManagedLoopError):
         return exc
+    return scrubbed(_map_error(exc, operation=operation, stream_code=stream_code), secrets)
+
+
+def raise_mapped(mapped: ManagedLoopError, exc: BaseException, secrets: Iterable[str]) -> NoReturn:
+    """Raise ``mapped``, chained to ``exc`` unless ``exc`` itself holds a credential.
+
+    Must be called *outside* the ``except`` block that caught ``exc``: inside it, Python
+    would still attach ``exc`` as ``__context__`` (printed in tracebacks as "During
+    handling of the above exception...").
+    """
+    if mapped is exc:
+        raise mapped
+    if leaks(exc, secrets):
+        mapped.context["cause_redacted"] = type(exc).__name__
+        raise mapped
+    raise mapped from exc
+
+
+def _map_error(exc: BaseException, *, operation: str, stream_code: str) -> ManagedLoopError:
     from botocore import exceptions as be
     from botocore.eventstream import ParserError as FrameError
     from botocore.parsers import ResponseParserError
@@ -358,13 +451,9 @@ def map_error(
 
 
 def retryable(exc: ManagedLoopError) -> bool:
-    """Transport failures, undecodable frames, throttling and 5xx (but not 424)."""
-    if isinstance(exc, TransportError | MalformedResponseError):
-        return True
-    if type(exc) is APIStatusError:
-        status = exc.status
-        return status is not None and (status == 429 or (status >= 500))
-    return False
+    """Whether a failed call may be tried again: :func:`managedloop._retry.retryable`
+    (transport failures, damaged frames, 408, 429 and 5xx; never 424 or another 4xx)."""
+    return _retry.retryable(exc)
 
 
 # ---------------------------------------------------------------------------- data plane
@@ -607,7 +696,12 @@ class HttpSessions:
 
 
 def _map_stream_error(
-    exc: Exception, *, operation: str, stream_code: str, idle_timeout: float
+    exc: Exception,
+    *,
+    operation: str,
+    stream_code: str,
+    idle_timeout: float,
+    secrets: tuple[str, ...],
 ) -> ManagedLoopError:
     if isinstance(exc, aiohttp.SocketTimeoutError) or (
         isinstance(exc, aiohttp.ServerTimeoutError)
@@ -622,12 +716,15 @@ def _map_stream_error(
     if isinstance(exc, aiohttp.ClientError):
         # A dropped or refused connection (``ClientPayloadError``, ``ServerDisconnectedError``,
         # ...): most are not ``OSError``s, and ``map_error`` only knows botocore and urllib3.
-        return TransportError(
-            f"{operation}: connection failed ({type(exc).__name__}: {exc})",
-            code="transport_error",
-            operation=operation,
+        return scrubbed(
+            TransportError(
+                f"{operation}: connection failed ({type(exc).__name__}: {exc})",
+                code="transport_error",
+                operation=operation,
+            ),
+            secrets,
         )
-    return map_error(exc, operation=operation, stream_code=stream_code)
+    return map_error(exc, operation=operation, stream_code=stream_code, secrets=secrets)
 
 
 async def stream_call(
@@ -652,6 +749,8 @@ async def stream_call(
     registered in ``inflight`` while it runs (a connection's ``aclose`` uses it when the
     consumer was torn down between events).
     """
+    secrets = clients.secrets()
+    failure: tuple[ManagedLoopError, Exception] | None = None
     with telemetry.span("agent_core.request", span_meta or {"operation": operation}) as extra:
         try:
             wire = clients.wire()
@@ -673,10 +772,16 @@ async def stream_call(
             )
         except Exception as exc:
             mapped = _map_stream_error(
-                exc, operation=operation, stream_code=stream_code, idle_timeout=idle_timeout
+                exc,
+                operation=operation,
+                stream_code=stream_code,
+                idle_timeout=idle_timeout,
+                secrets=secrets,
             )
             extra["status"] = mapped.context.get("status")
-            raise mapped from (None if mapped is exc else exc)
+            failure = (mapped, exc)
+        if failure is not None:  # raised outside the except: no __context__ to leak through
+            raise_mapped(*failure, secrets)
         finished = False
         if inflight is not None:
             inflight.add(response.close)
@@ -695,10 +800,14 @@ async def stream_call(
             extra["status"] = 200
         except Exception as exc:
             mapped = _map_stream_error(
-                exc, operation=operation, stream_code=stream_code, idle_timeout=idle_timeout
+                exc,
+                operation=operation,
+                stream_code=stream_code,
+                idle_timeout=idle_timeout,
+                secrets=secrets,
             )
             extra["status"] = mapped.context.get("status", response.status)
-            raise mapped from (None if mapped is exc else exc)
+            failure = (mapped, exc)
         finally:
             if inflight is not None:
                 inflight.discard(response.close)
@@ -706,3 +815,5 @@ async def stream_call(
                 response.release()
             else:  # ended early: drop the connection, so the server sees us go
                 response.close()
+        if failure is not None:
+            raise_mapped(*failure, secrets)

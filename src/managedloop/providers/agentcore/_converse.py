@@ -17,7 +17,18 @@ Protocol invariants this module relies on (``agentcore-wire.md`` §2, reference 
   last ``metadata.usage`` describe the invoke;
 * resuming after inline tools re-sends **two** messages: the assistant message holding the
   ``toolUse`` blocks (the harness does not persist the partial turn) and the user message
-  holding one ``toolResult`` per ``toolUse``; duplicate ids are rejected by the service.
+  holding one ``toolResult`` per ``toolUse``; duplicate ids are rejected by the service;
+* frames carry no sequence number, so a frame delivered twice (a replaying proxy, a
+  buggy retry) can only be told by the block and message state it breaks. :class:`StreamCheck`
+  refuses, with ``MalformedResponseError(code="duplicate_frame")``: a ``messageStart``
+  inside an open message, a second ``messageStop`` with no ``messageStart`` between, a
+  ``contentBlockStart`` repeating the tool block open at its index, and a
+  ``contentBlockStop`` for a block already stopped. What it cannot tell apart from the
+  model's own output is a repeated delta *inside* an open block: a repeated text delta is
+  indistinguishable from a model repeating itself, and a repeated tool-input fragment makes
+  the input invalid JSON (an error result; the tool never runs). Tolerated on purpose
+  (reference goldens): ``metadata`` twice (the last wins), text after ``messageStop``, one
+  tool id at two indices (merged), an index reused by another tool without a stop.
 """
 
 from __future__ import annotations
@@ -26,12 +37,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from managedloop.errors import MalformedResponseError
 from managedloop.handler import decode_tool_input
 from managedloop.results import RawEvent, Terminal, ToolResult, ToolUse, TurnResult, Usage
 from managedloop.tools import ToolDefinition
 
 __all__ = [
     "ParsedTurn",
+    "StreamCheck",
     "inline_function",
     "merge_tools",
     "normalize",
@@ -79,48 +92,128 @@ class ParsedTurn:
     """Text and reasoning blocks of the last assistant message, to echo on resume."""
 
 
+class StreamCheck:
+    """Refuses the block/message states only a duplicated (or reordered) frame produces.
+
+    Fed every envelope of one invoke, in order, as it arrives (see the module docstring).
+    """
+
+    __slots__ = ("_active", "_closed", "_message_open", "_open", "_stopped")
+
+    def __init__(self) -> None:
+        self._message_open = False  # saw messageStart, no messageStop yet
+        self._stopped = False  # saw messageStop, no messageStart since
+        self._open: set[int | None] = set()  # indices started (or streaming text), not stopped
+        self._closed: set[int | None] = set()  # indices stopped and not reopened
+        self._active: dict[int | None, str] = {}  # index -> the toolUseId open there
+
+    def _refuse(self, what: str, event_type: str, index: Any = None) -> MalformedResponseError:
+        return MalformedResponseError(
+            f"InvokeHarness stream: {what} (a frame delivered twice or out of order)",
+            code="duplicate_frame",
+            event_type=event_type,
+            index=index,
+        )
+
+    def feed(self, event: Any) -> None:
+        if not isinstance(event, Mapping):
+            return
+        if "messageStart" in event:
+            if self._message_open:
+                raise self._refuse("messageStart inside an open message", "messageStart")
+            self._message_open, self._stopped = True, False
+            self._open.clear()
+            self._closed.clear()
+            self._active.clear()
+        elif "messageStop" in event:
+            if self._stopped:
+                raise self._refuse("a second messageStop for one message", "messageStop")
+            self._message_open, self._stopped = False, True
+        elif "contentBlockStart" in event:
+            body = _mapping(event["contentBlockStart"])
+            index = _index(body.get("contentBlockIndex"))
+            uid = _mapping(_mapping(body.get("start")).get("toolUse")).get("toolUseId")
+            if uid is not None and index in self._open and self._active.get(index) == uid:
+                raise self._refuse(
+                    f"contentBlockStart repeats tool block {uid!r} at index {index}",
+                    "contentBlockStart",
+                    index,
+                )
+            self._open.add(index)
+            self._closed.discard(index)
+            if isinstance(uid, str):
+                self._active[index] = uid
+            else:
+                self._active.pop(index, None)
+        elif "contentBlockDelta" in event:
+            index = _index(_mapping(event["contentBlockDelta"]).get("contentBlockIndex"))
+            self._open.add(index)
+            self._closed.discard(index)
+        elif "contentBlockStop" in event:
+            index = _index(_mapping(event["contentBlockStop"]).get("contentBlockIndex"))
+            if index in self._closed:
+                raise self._refuse(
+                    f"contentBlockStop for block {index}, already stopped",
+                    "contentBlockStop",
+                    index,
+                )
+            self._open.discard(index)
+            self._closed.add(index)
+            self._active.pop(index, None)
+
+
 def parse(events: Iterable[Any]) -> ParsedTurn:
-    """Fold a turn's Converse envelopes into stop reason, text, tool uses and usage."""
+    """Fold a turn's Converse envelopes into stop reason, text, tool uses and usage.
+
+    Any sequence of values is accepted; malformed parts are ignored, except the states a
+    duplicated frame leaves (:class:`StreamCheck`), which raise ``MalformedResponseError``.
+    """
+    check = StreamCheck()
     blocks: dict[str, _Block] = {}  # insertion order = first-seen order
-    active: dict[int, _Block] = {}
+    active: dict[int | None, _Block] = {}
     text: list[str] = []
     stop_reason: str | None = None
     usage: dict[str, Any] | None = None
     # The last assistant message's text and reasoning, by index, to echo back on resume.
-    echo: dict[int, dict[str, Any]] = {}
+    echo: dict[int | None, dict[str, Any]] = {}
     for event in events:
+        check.feed(event)
         if not isinstance(event, Mapping):
             continue
         if "contentBlockDelta" in event:
-            body = event["contentBlockDelta"]
-            index = body.get("contentBlockIndex")
-            delta = body.get("delta") or {}
-            if "text" in delta and isinstance(delta["text"], str):
+            body = _mapping(event["contentBlockDelta"])
+            index = _index(body.get("contentBlockIndex"))
+            delta = _mapping(body.get("delta"))
+            if isinstance(delta.get("text"), str):
                 text.append(delta["text"])
                 entry = echo.setdefault(index, {"text": ""})
                 if "text" in entry:
                     entry["text"] += delta["text"]
             elif "toolUse" in delta:
                 block = active.get(index)
-                fragment = (delta["toolUse"] or {}).get("input")
+                fragment = _mapping(delta["toolUse"]).get("input")
                 if block is not None and isinstance(fragment, str):
                     block.fragments.append(fragment)
             elif "reasoningContent" in delta:
                 _reasoning(echo.setdefault(index, {"reasoningContent": {}}), delta)
         elif "contentBlockStart" in event:
-            body = event["contentBlockStart"]
-            start = (body.get("start") or {}).get("toolUse")
+            body = _mapping(event["contentBlockStart"])
+            start = _mapping(body.get("start")).get("toolUse")
             if isinstance(start, Mapping) and isinstance(start.get("toolUseId"), str):
                 uid = start["toolUseId"]
                 block = blocks.get(uid)
                 if block is None:  # a repeated id keeps its first position (dedupe)
-                    block = _Block(uid, str(start.get("name", "")), start.get("type"))
+                    kind = start.get("type")
+                    block = _Block(
+                        uid, str(start.get("name", "")), kind if isinstance(kind, str) else None
+                    )
                     blocks[uid] = block
-                active[body.get("contentBlockIndex")] = block
+                active[_index(body.get("contentBlockIndex"))] = block
         elif "messageStop" in event:
-            stop_reason = (event["messageStop"] or {}).get("stopReason")
+            reason = _mapping(event["messageStop"]).get("stopReason")
+            stop_reason = reason if isinstance(reason, str) else None
         elif "metadata" in event:
-            found = (event["metadata"] or {}).get("usage")
+            found = _mapping(event["metadata"]).get("usage")
             if isinstance(found, Mapping):
                 usage = dict(found)
         elif "messageStart" in event:
@@ -138,8 +231,25 @@ def parse(events: Iterable[Any]) -> ParsedTurn:
     )
 
 
+_EMPTY: Mapping[str, Any] = {}
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` if it is a mapping, else an empty one (a malformed part is ignored)."""
+    return value if isinstance(value, Mapping) else _EMPTY
+
+
+def _index(value: Any) -> int | None:
+    """A block index: an ``int`` (never a ``bool``), else ``None``."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _tokens(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 def _reasoning(entry: dict[str, Any], delta: Mapping[str, Any]) -> None:
-    part = delta["reasoningContent"] or {}
+    part = _mapping(delta["reasoningContent"])
     target = entry.setdefault("reasoningContent", {})
     if "redactedContent" in part:
         target["redactedContent"] = part["redactedContent"]
@@ -160,8 +270,8 @@ def turn_result(parsed: ParsedTurn, events: Sequence[RawEvent]) -> TurnResult:
     usage = None
     if parsed.usage is not None:
         usage = Usage(
-            input_tokens=int(parsed.usage.get("inputTokens") or 0),
-            output_tokens=int(parsed.usage.get("outputTokens") or 0),
+            input_tokens=_tokens(parsed.usage.get("inputTokens")),
+            output_tokens=_tokens(parsed.usage.get("outputTokens")),
             raw=[parsed.usage],
         )
     return TurnResult(
@@ -179,7 +289,7 @@ def text_delta(event: RawEvent) -> str | None:
     body = event.get("contentBlockDelta") if isinstance(event, Mapping) else None
     if not isinstance(body, Mapping):
         return None
-    value = (body.get("delta") or {}).get("text")
+    value = _mapping(body.get("delta")).get("text")
     return value if isinstance(value, str) else None
 
 

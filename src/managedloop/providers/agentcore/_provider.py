@@ -23,6 +23,7 @@ Protocol invariants this provider relies on (``agentcore-wire.md``, reference §
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import logging
@@ -35,7 +36,7 @@ from typing import Any, ClassVar
 
 import anyio
 
-from managedloop import telemetry
+from managedloop import _retry, _validate, telemetry
 from managedloop.config import MISSING
 from managedloop.errors import (
     InvalidOptionsError,
@@ -48,6 +49,7 @@ from managedloop.providers.agentcore._client import (
     SERVICE,
     Clients,
     map_error,
+    raise_mapped,
     retryable,
     stream_call,
 )
@@ -81,9 +83,18 @@ DEFAULT_RETRY_BACKOFF = 0.5  # seconds, doubled per retry (capped below): drops 
 MAX_RETRY_BACKOFF = 4.0  # seconds; a retry is for a blip, not for an outage
 DEFAULT_COMMAND_IDLE_TIMEOUT = 300.0  # seconds; matches the service's default command timeout
 
-_SESSION_ID_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_-]*$")
-_ENDPOINT_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,47}$")
-_HARNESS_ARN_RE = re.compile(r"^arn:aws[a-z-]*:bedrock-agentcore:[^:]*:\d*:harness/(.+)$")
+# Every pattern is applied with re.fullmatch (``_validate.matches``): ``re.match`` with
+# ``$`` accepts a trailing newline, and ``qualifier=DEFAULT%0A`` then reached the wire.
+_SESSION_ID_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_-]*")
+_PREFIX_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_-]{0,59}")
+_ENDPOINT_RE = re.compile(r"[a-zA-Z][a-zA-Z0-9_]{0,47}")
+# The harness id is what the control plane takes in a path: no '/', no whitespace/controls.
+_HARNESS_ARN_RE = re.compile(r"arn:aws[a-z-]*:bedrock-agentcore:[a-z0-9-]*:\d*:harness/([^/\s]+)")
+
+# The keywords botocore's ``create_client`` (and boto3's ``Session.client``) take, besides
+# the ones this constructor names itself (region_name, endpoint_url, the keys, config):
+# they go to botocore untouched. Anything else is refused here, not at run time.
+_BOTOCORE_CLIENT_KEYWORDS = frozenset({"api_version", "use_ssl", "verify", "aws_account_id"})
 
 
 def validate_runtime_session_id(value: Any, *, option: str = "runtime_session_id") -> str:
@@ -96,7 +107,7 @@ def validate_runtime_session_id(value: Any, *, option: str = "runtime_session_id
     if (
         not isinstance(value, str)
         or not 33 <= len(value) <= 100
-        or _SESSION_ID_RE.match(value) is None
+        or _SESSION_ID_RE.fullmatch(value) is None
     ):
         shown = value if isinstance(value, str) and len(value) <= 120 else type(value).__name__
         raise InvalidOptionsError(
@@ -110,26 +121,24 @@ def validate_runtime_session_id(value: Any, *, option: str = "runtime_session_id
 
 def new_runtime_session_id(prefix: str = "ml") -> str:
     """A fresh, valid runtime session id: ``<prefix>-<32 hex>`` (prefix: up to 60 chars)."""
-    if not re.match(r"^[a-zA-Z0-9][a-zA-Z0-9_-]{0,59}$", prefix):
-        raise InvalidOptionsError(
-            "prefix must be 1-60 characters of [a-zA-Z0-9_-] starting with a letter or digit",
-            option="prefix",
-        )
+    _validate.matches(
+        "prefix",
+        prefix,
+        _PREFIX_RE,
+        "1-60 characters of [a-zA-Z0-9_-] starting with a letter or digit",
+    )
     return validate_runtime_session_id(f"{prefix}-{uuid.uuid4().hex}")
 
 
 def validate_endpoint_name(value: Any) -> str:
-    if not isinstance(value, str) or _ENDPOINT_RE.match(value) is None:
-        raise InvalidOptionsError(
-            f"endpoint_name must match [a-zA-Z][a-zA-Z0-9_]{{0,47}}, got {value!r}",
-            option="endpoint_name",
-        )
-    return value
+    return _validate.matches(
+        "endpoint_name", value, _ENDPOINT_RE, "a name matching [a-zA-Z][a-zA-Z0-9_]{0,47}"
+    )
 
 
 def harness_id_of(arn: str) -> str:
     """The control plane's harness id (the text after ``harness/``) of a harness ARN."""
-    match = _HARNESS_ARN_RE.match(arn)
+    match = _HARNESS_ARN_RE.fullmatch(arn) if isinstance(arn, str) else None
     if match is None:
         raise InvalidOptionsError(f"not a harness ARN: {arn!r}", option="harness_arn")
     return match.group(1)
@@ -174,6 +183,34 @@ def _arn_of(agent: Any) -> str | None:
     return arn if isinstance(arn, str) else None
 
 
+_OWN_KEYWORDS = (
+    "harness_arn",
+    "runtime_session_id",
+    "session_id",
+    "endpoint_name",
+    "timeout_seconds",
+    "max_iterations",
+    "max_tokens",
+    "model",
+    "system_prompt",
+    "actor_id",
+    "runtime_user_id",
+    "harness_tools",
+    "idle_timeout",
+    "invoke_retries",
+    "retry_backoff",
+    "client",
+    "control_client",
+    "session",
+    "region_name",
+    "endpoint_url",
+    "control_endpoint_url",
+    "aws_access_key_id",
+    "aws_secret_access_key",
+    "aws_session_token",
+    "config",
+)
+
 OutputCallback = Callable[[str, str], Awaitable[None] | None]
 
 
@@ -192,7 +229,10 @@ class BedrockAgentCore:
     Clients: ``client=`` (a ``bedrock-agentcore`` botocore client), ``control_client=``,
     ``session=`` (boto3 or botocore), or the standard client keywords (``region_name``,
     ``endpoint_url``, ``aws_access_key_id``, ``aws_secret_access_key``,
-    ``aws_session_token``, ``config``, and any other ``create_client`` keyword).
+    ``aws_session_token``, ``config``, and botocore's other ``create_client`` keywords:
+    ``api_version``, ``use_ssl``, ``verify``, ``aws_account_id``). Any other keyword, a
+    wrong type, or a NaN/infinite duration raises ``InvalidOptionsError(code="invalid_opts")``
+    here, before any request.
     """
 
     name: ClassVar[str] = "agentcore"
@@ -229,6 +269,10 @@ class BedrockAgentCore:
         config: Any = None,
         **client_options: Any,
     ) -> None:
+        unknown = {k: v for k, v in client_options.items() if k not in _BOTOCORE_CLIENT_KEYWORDS}
+        _validate.no_unknown_keywords(
+            "BedrockAgentCore", unknown, [*_OWN_KEYWORDS, *_BOTOCORE_CLIENT_KEYWORDS]
+        )
         if harness_arn is not None:
             harness_id_of(harness_arn)
         if runtime_session_id is not None:
@@ -242,22 +286,29 @@ class BedrockAgentCore:
             ("max_iterations", max_iterations),
             ("max_tokens", max_tokens),
         ):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                raise InvalidOptionsError(f"{opt} must be a positive integer", option=opt)
-        if not isinstance(idle_timeout, int | float) or idle_timeout <= 0:
-            raise InvalidOptionsError(
-                "idle_timeout must be positive seconds", option="idle_timeout"
-            )
-        if (
-            isinstance(invoke_retries, bool)
-            or not isinstance(invoke_retries, int)
-            or invoke_retries < 0
+            _validate.integer(opt, value, minimum=1, allow_none=True)
+        for opt, given in (
+            ("actor_id", actor_id),
+            ("runtime_user_id", runtime_user_id),
+            ("region_name", region_name),
+            ("endpoint_url", endpoint_url),
+            ("control_endpoint_url", control_endpoint_url),
+        ):
+            if given is not None:
+                _validate.text(opt, given)
+        if system_prompt is not MISSING and system_prompt is not None:
+            _validate.text("system_prompt", system_prompt, allow_empty=True)
+        if harness_tools is not None and (
+            isinstance(harness_tools, str | bytes | Mapping)
+            or not isinstance(harness_tools, Sequence)
+            or not all(isinstance(t, Mapping) for t in harness_tools)
         ):
             raise InvalidOptionsError(
-                "invoke_retries must be an integer >= 0", option="invoke_retries"
+                "harness_tools must be a list of harness tool mappings", option="harness_tools"
             )
+        _validate.duration("idle_timeout", idle_timeout, allow_none=False)
+        _validate.duration("retry_backoff", retry_backoff, allow_none=False, allow_zero=True)
+        _validate.integer("invoke_retries", invoke_retries, minimum=0)
         if model is not None and not isinstance(model, str | Mapping):
             raise InvalidOptionsError("model must be a model id or a model union", option="model")
         self.harness_arn = harness_arn
@@ -290,6 +341,7 @@ class BedrockAgentCore:
             options=client_options,
         )
         self._harness_info: dict[str, dict[str, Any]] = {}
+        self._harness_flights: dict[tuple[asyncio.AbstractEventLoop, str], _Flight] = {}
         # Close the data client this provider built when it goes away. It never sends (aiohttp
         # carries the data plane), so this frees botocore's resources, not open sockets.
         self._finalizer = weakref.finalize(self, Clients.close, self.clients)
@@ -365,25 +417,46 @@ class BedrockAgentCore:
         )
 
     async def _harness_tools(self, arn: str) -> dict[str, Any]:
-        """The harness's deployed tools and allowedTools (read once per harness)."""
+        """The harness's deployed tools and allowedTools (read once per harness).
+
+        Concurrent first uses on one event loop share one in-flight ``GetHarness`` (200
+        sessions opened at once made 200 calls): the first caller fetches, the others wait
+        for its outcome, success or failure. A failure is not cached: the next use retries.
+        """
         if self.harness_tools is not None:
             return {"tools": self.harness_tools, "allowedTools": None}
         cached = self._harness_info.get(arn)
         if cached is not None:
             return cached
-        hid = harness_id_of(arn)
+        # Keyed by loop as well: an anyio.Event belongs to one event loop, and run_sync from
+        # several threads runs one loop per thread.
+        key = (asyncio.get_running_loop(), arn)
+        flight = self._harness_flights.get(key)
+        if flight is not None:
+            await flight.done.wait()
+            if flight.info is not None:
+                return flight.info
+            assert flight.error is not None
+            raise _tools_unavailable(harness_id_of(arn), flight.error)
+        flight = self._harness_flights[key] = _Flight()
         try:
-            harness = (await self.control_call("get_harness", harnessId=hid))["harness"]
-        except ManagedLoopError as exc:
-            raise ProviderError(
-                f"cannot read harness {hid} to merge its tools with the client's ({exc.code}); "
-                "pass harness_tools=[...] (or []) to skip GetHarness",
-                code="harness_tools_unavailable",
-                cause=exc.code,
-            ) from exc
-        info = {"tools": harness.get("tools") or [], "allowedTools": harness.get("allowedTools")}
-        self._harness_info[arn] = info
-        return info
+            hid = harness_id_of(arn)
+            try:
+                harness = (await self.control_call("get_harness", harnessId=hid))["harness"]
+            except ManagedLoopError as exc:
+                flight.error = exc
+                raise _tools_unavailable(hid, exc) from exc
+            info = {
+                "tools": harness.get("tools") or [],
+                "allowedTools": harness.get("allowedTools"),
+            }
+            self._harness_info[arn] = flight.info = info
+            return info
+        finally:
+            if flight.info is None and flight.error is None:  # cancelled or a raw failure
+                flight.error = ProviderError("GetHarness did not complete", code="cancelled")
+            del self._harness_flights[key]
+            flight.done.set()
 
     async def control_call(
         self, operation: str, *, read_timeout: float | None = None, **params: Any
@@ -400,13 +473,17 @@ class BedrockAgentCore:
                 if owned:
                     client.close()
 
+        secrets = self.clients.secrets()
         with telemetry.span("agent_core.request", meta) as extra:
+            failure: tuple[ManagedLoopError, Exception] | None = None
             try:
                 result = await anyio.to_thread.run_sync(call)
             except Exception as exc:
-                mapped = map_error(exc, operation=operation)
+                mapped = map_error(exc, operation=operation, secrets=secrets)
                 extra["status"] = mapped.context.get("status")
-                raise mapped from exc
+                failure = (mapped, exc)
+            if failure is not None:
+                raise_mapped(*failure, secrets)  # outside the except: no __context__ leak
             extra["status"] = result.get("ResponseMetadata", {}).get("HTTPStatusCode", 200)
             return result
 
@@ -434,9 +511,14 @@ class BedrockAgentCore:
         arn = harness_arn or self.harness_arn
         if arn is None:
             raise InvalidOptionsError("run_command needs a harness_arn", option="harness_arn")
+        harness_id_of(arn)
         validate_runtime_session_id(session_id, option="session_id")
         if not isinstance(command, str) or not 1 <= len(command) <= 65536:
             raise InvalidOptionsError("command must be 1-65536 characters", option="command")
+        _validate.integer("timeout", timeout, minimum=1, allow_none=True)
+        _validate.duration("idle_timeout", idle_timeout, allow_none=False)
+        if qualifier is not None:
+            validate_endpoint_name(qualifier)
         body: dict[str, Any] = {"command": command}
         if timeout is not None:
             body["timeout"] = timeout
@@ -502,6 +584,26 @@ class BedrockAgentCore:
         from managedloop.providers.agentcore._provision import teardown
 
         return await teardown(self, handle, **options)
+
+
+class _Flight:
+    """One in-flight GetHarness that concurrent first uses wait on."""
+
+    __slots__ = ("done", "error", "info")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.info: dict[str, Any] | None = None
+        self.error: ManagedLoopError | None = None
+
+
+def _tools_unavailable(hid: str, exc: ManagedLoopError) -> ProviderError:
+    return ProviderError(
+        f"cannot read harness {hid} to merge its tools with the client's ({exc.code}); "
+        "pass harness_tools=[...] (or []) to skip GetHarness",
+        code="harness_tools_unavailable",
+        cause=exc.code,
+    )
 
 
 def _request_meta(operation: str) -> dict[str, Any]:
@@ -602,18 +704,21 @@ class _Connection(ConnectionBase):
         meta = _request_meta("invoke_harness")
         last: ManagedLoopError | None = None
         events: list[RawEvent] = []  # this attempt's, as yielded
+        policy = _retry.Policy(
+            retries=p.invoke_retries, base=p.retry_backoff, cap=MAX_RETRY_BACKOFF
+        )
         for attempt in range(attempts):
             if attempt:
-                delay = min(p.retry_backoff * 2 ** (attempt - 1), MAX_RETRY_BACKOFF)
+                assert last is not None  # set by the failed attempt before this one
+                delay = policy.wait(last, attempt - 1)  # Retry-After, else jittered backoff
                 logger.warning(
                     "agentcore invoke retry session_id=%s attempt=%d/%d reason=%s",
                     self.session_id,
                     attempt + 1,
                     attempts,
-                    last.code if last else None,
+                    last.code,
                 )
-                if delay > 0:
-                    await anyio.sleep(delay)
+                await _retry.sleep(delay)
                 if events:  # the failed attempt already yielded some: the loop drops them
                     yield RESTART
             events = []
@@ -626,9 +731,11 @@ class _Connection(ConnectionBase):
                 span_meta=meta,
                 inflight=self._inflight,
             )
+            check = _converse.StreamCheck()  # a frame delivered twice is named, not merged
             try:
                 async with contextlib.aclosing(stream) as live:
                     async for event in live:
+                        check.feed(event)
                         events.append(event)
                         if "messageStop" in event:
                             stopped = True

@@ -42,7 +42,7 @@ from typing import Any
 
 import anyio
 
-from managedloop import telemetry
+from managedloop import _validate, telemetry
 from managedloop.config import MISSING
 from managedloop.errors import (
     APIStatusError,
@@ -85,8 +85,7 @@ ROLLBACK_ATTEMPT = 10.0  # seconds per DeleteHarness attempt during rollback (3 
 READ_ATTEMPTS = 3  # GET/LIST/DELETE are idempotent: up to 3 attempts within the budget
 WRITE_ATTEMPTS = 1  # CreateHarness is not: one attempt (a retry could create twice)
 HARNESS_NAME_MAX = 40  # the service's harnessName limit ([a-zA-Z][a-zA-Z0-9_]{0,39})
-_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,39}$")
-_ROLE_RE = re.compile(r"^arn:aws(-[^:]+)?:iam::\d{12}:role/.+$")
+_ROLE_RE = re.compile(r"arn:aws(-[^:]+)?:iam::\d{12}:role/[\w+=,.@/-]+")  # fullmatch
 _MODEL_UNIONS = (
     "bedrockModelConfig",
     "openAiModelConfig",
@@ -95,6 +94,7 @@ _MODEL_UNIONS = (
 )
 
 Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
 
 
 def classify(status: Any) -> str:
@@ -118,6 +118,7 @@ class WaitBudget:
     poll: float
     polls_left: float  # math.inf: no count limit
     clock: Clock = time.monotonic
+    sleep: Sleep = anyio.sleep  # with ``clock``: injectable, so deadline tests run exactly
 
     @classmethod
     def new(
@@ -127,18 +128,14 @@ class WaitBudget:
         max_polls: Any = None,
         *,
         clock: Clock = time.monotonic,
+        sleep: Sleep = anyio.sleep,
     ) -> WaitBudget:
         """An explicit ``timeout`` is the whole budget (any poll count is dropped so it
         cannot cap the caller) and derives the cadence ``clamp(timeout / 12, 0.05, 5)``.
         Without one, ``poll_interval`` (5 s) / ``max_polls`` (72) keep count semantics and
         the deadline is ``max(poll * (max_polls + 1), 365 s)``."""
-        for name, value in (("poll_interval", poll_interval), ("max_polls", max_polls)):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | float) or value < 0
-            ):
-                raise InvalidOptionsError(f"{name} must be a number >= 0", option=name)
-        if max_polls is not None and not isinstance(max_polls, int):
-            raise InvalidOptionsError("max_polls must be an integer >= 0", option="max_polls")
+        _validate.duration("poll_interval", poll_interval, allow_zero=True)
+        _validate.integer("max_polls", max_polls, allow_none=True)
         now = clock()
         if timeout is not MISSING:
             if (
@@ -155,11 +152,13 @@ class WaitBudget:
                 if poll_interval is not None
                 else min(max(timeout / 12, MIN_POLL), MAX_POLL)
             )
-            return cls(deadline=now + timeout, poll=poll, polls_left=math.inf, clock=clock)
+            return cls(
+                deadline=now + timeout, poll=poll, polls_left=math.inf, clock=clock, sleep=sleep
+            )
         poll = float(poll_interval) if poll_interval is not None else DEFAULT_POLL
         count = max_polls if max_polls is not None else DEFAULT_MAX_POLLS
         total = max(poll * (count + 1), DEFAULT_TIMEOUT)
-        return cls(deadline=now + total, poll=poll, polls_left=count, clock=clock)
+        return cls(deadline=now + total, poll=poll, polls_left=count, clock=clock, sleep=sleep)
 
     def remaining(self) -> float:
         return self.deadline - self.clock()
@@ -420,7 +419,7 @@ async def _wait(
                     ctx(),
                 )
             budget.spend()
-            await anyio.sleep(budget.poll)
+            await budget.sleep(budget.poll)
     except ProvisioningError as exc:
         if exc.context.get("phase") == phase:
             _stop(harness_id, phase, "error", exc.code, ctx(), caller=caller)
@@ -517,10 +516,16 @@ async def provision(
     name_prefix: str | None = None,
     tags: Mapping[str, str] | None = None,
     telemetry_metadata: Mapping[str, Any] | None = None,
+    clock: Clock = time.monotonic,
+    sleep: Sleep = anyio.sleep,
     **unknown: Any,
 ) -> AgentCoreHandle:
     """Create (or adopt) the harness for ``spec`` and wait until it and its endpoint are
-    READY, within ``timeout`` seconds (default 365) for the whole call."""
+    READY, within ``timeout`` seconds (default 365) for the whole call.
+
+    ``clock``/``sleep`` replace the monotonic clock and the poll sleep (tests share a
+    :class:`managedloop.testing.agentcore.ManualClock` with the emulator, so deadlines are exact).
+    """
     if unknown:
         name = sorted(unknown)[0]
         raise InvalidOptionsError(f"unknown provision option {name!r}", option=name)
@@ -532,13 +537,15 @@ async def provision(
             option="execution_role_arn",
         )
     role = execution_role_arn.strip()
-    if _ROLE_RE.match(role) is None:
+    if _ROLE_RE.fullmatch(role) is None:
         raise InvalidOptionsError(
             f"execution_role_arn must look like arn:aws:iam::<12 digits>:role/<name>, got {role!r}",
             option="execution_role_arn",
         )
     env = _coerce_environment(environment)
-    budget = WaitBudget.new(timeout, poll_interval, max_polls)
+    if not callable(clock) or not callable(sleep):
+        raise InvalidOptionsError("clock and sleep must be callables", option="clock")
+    budget = WaitBudget.new(timeout, poll_interval, max_polls, clock=clock, sleep=sleep)
     name = harness_name(agent, name_prefix, env)
     run = _Run(
         provider=provider,
@@ -780,7 +787,7 @@ async def _delete_wait(run: _Run) -> None:
             _stop(run.name, "deleted", "error", error.code, ctx(), caller=run.caller)
             raise error
         budget.spend()
-        await anyio.sleep(budget.poll)
+        await budget.sleep(budget.poll)
 
 
 async def _harness_status(run: _Run, harness_id: str) -> str | None:

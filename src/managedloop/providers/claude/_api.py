@@ -24,8 +24,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import math
 import os
 import time
+import urllib.parse
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -38,6 +40,7 @@ from managedloop.errors import (
     AuthenticationError,
     ConfigError,
     InvalidOptionsError,
+    MalformedResponseError,
     ManagedLoopError,
     ProviderError,
     TransportError,
@@ -138,21 +141,49 @@ def settings(
             key="api_key",
         )
     timeout = resolve("receive_timeout", receive_timeout)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
         raise ConfigError(
-            "receive_timeout must be a positive number of seconds",
+            "receive_timeout must be a positive, finite number of seconds",
             code="invalid_configuration",
             key="receive_timeout",
         )
+    url = str(resolve("base_url", base_url)).rstrip("/")
+    problem = _url_problem(url)
+    if problem is not None:
+        # The URL itself is not quoted: it may hold a password (that is one of the problems).
+        message = f"base_url {problem}"
+        if base_url is not MISSING:
+            raise InvalidOptionsError(message, option="base_url")
+        raise ConfigError(message, code="invalid_configuration", key="base_url")
     return ClientSettings(
         api_key=key if isinstance(key, Secret) or key is None else Secret(str(key)),
         bearer_token_file=os.fspath(path) if path is not None else None,
-        base_url=str(resolve("base_url", base_url)).rstrip("/"),
+        base_url=url,
         beta=str(resolve("beta", beta)),
         files_beta=str(resolve("files_beta", files_beta)),
         anthropic_version=str(resolve("anthropic_version", anthropic_version)),
         receive_timeout=float(timeout),
     )
+
+
+def _url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be the API's base URL, or ``None``. Credentials in it are refused:
+    the base URL is shown in reprs and errors, and the SDK authenticates with headers."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        return "is not a valid URL"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be an http(s) URL with a host"
+    if parts.username is not None or parts.password is not None:
+        return "must not carry credentials (pass api_key= or bearer_token_file=)"
+    return None
 
 
 def read_bearer_token(path: str, *, now: float | None = None) -> str:
@@ -385,7 +416,19 @@ class Api:
         SDK's raw response (``with_raw_response``) of one page (see :class:`Page`)."""
 
         async def page(cursor: str | None) -> Page:
-            return Page((await fetch(cursor)).http_response.json(), strict=strict)
+            response = (await fetch(cursor)).http_response
+            try:
+                body = response.json()
+            except (ValueError, RecursionError):
+                # Not JSON, or nested too deeply for the decoder: a named error, never a
+                # raw RecursionError out of a history read.
+                raise MalformedResponseError(
+                    "a list page is not decodable JSON",
+                    code="malformed_response",
+                    path=path,
+                    size=len(response.content),
+                ) from None
+            return Page(body, strict=strict)
 
         return [i for i in await self.list_all(path, page) if isinstance(i, dict)]
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from managedloop.artifacts import validate_name
 from managedloop.errors import ArtifactError, ManagedLoopError
+from managedloop.providers.claude._ids import ID_PATTERN
 from managedloop.results import Artifact
 
 if TYPE_CHECKING:
@@ -40,11 +41,17 @@ def output_path(name: str) -> str:
 class ClaudeArtifactStore:
     """An :class:`~managedloop.ArtifactStore` over one session's Files API scope."""
 
+    max_name_bytes = 255  # the sandbox writes /mnt/session/outputs/<name>: NAME_MAX
+
     def __init__(
         self, provider: ClaudeManagedAgents, session_id: str, *, mount_dir: str = "/data"
     ) -> None:
-        if not isinstance(session_id, str) or not session_id:
-            raise ArtifactError("an artifact store needs a session id", code="invalid_session_id")
+        if not isinstance(session_id, str) or ID_PATTERN.fullmatch(session_id) is None:
+            # The id reaches the Files API query and session URL paths (see _ids).
+            raise ArtifactError(
+                f"an artifact store needs a well-formed session id, got {session_id!r}",
+                code="invalid_session_id",
+            )
         self.provider = provider
         self.session_id = session_id
         self.mount_dir = mount_dir.rstrip("/") or "/data"

@@ -13,40 +13,59 @@ Invariants this connection keeps (the loop relies on them, see ``providers/base.
   have a result is stale (the server re-lists ids whose results have not "landed" yet) and
   does not end the turn, provided each result was seen landed (its echo on the stream or
   in the history, which is paged to check). A result we sent but cannot find there was
-  not delivered: the idle ends the turn and those uses are answered again
-  (at-least-once). Unknown ids also make us page the history before deciding.
+  not recorded: it is re-sent (see *Results are computed once*) and the turn goes on.
+  Unknown ids also make us page the history before deciding.
+* **Results are computed once, and recorded once.** Every tool result this connection
+  sends is stored by tool-use id until it is seen landed (the id stays in the answered set
+  for the life of the connection, one session), so a result the host lost is re-sent from
+  the store, never recomputed: a tool runs at most once per tool-use id, and the loop is
+  never asked to answer a use that already has a result. Lost results are found by
+  reconciling what we sent against the session's history (what the host recorded): after
+  every reconnect, when a ``requires_action`` idle names a result we sent, and when no
+  echo of a sent result has arrived within ``result_echo_timeout``
+  (:data:`RESULT_ECHO_TIMEOUT`; the stream is then reopened, which pages the history).
+  Only results missing from the history are re-sent, each in a POST of its own, so a
+  result the host did record is never sent twice, and a 400/409 on a re-send (the host no
+  longer awaits that use) counts as recorded. A result re-sent :data:`RESULT_RESENDS`
+  times and still not recorded raises ``ProviderError(code="result_not_recorded")``. So a
+  POST whose every result was lost costs at most ``(RESULT_RESENDS + 1) x
+  result_echo_timeout`` plus the requests, instead of waiting out the stream idle timeout
+  on every reconnect.
 * **Reconnect inside the turn.** A dropped stream (an error, a read timeout, or a clean end
-  of body mid-turn) is reopened with capped exponential backoff (``base x 2^min(n, 7)``,
-  ``n`` reset when a turn ends); the event history is paged and every event not yet
-  yielded is yielded, in history order, before the new stream is read. Nothing is re-sent:
-  the kickoff prompt is never repeated and tool results are only sent for tool uses that
-  have none.
+  of body mid-turn) is reopened with capped exponential backoff (jittered, at most
+  ``base x 2^min(n, 7)``, ``n`` reset when a turn ends; see :mod:`managedloop._retry`);
+  the event history is paged and every event not yet yielded is yielded, in history
+  order, before the new stream is read. The kickoff prompt is never repeated; the only
+  thing re-sent is a stored result the history lacks.
 * **Idempotent sends.** Event sends go out with the SDK's retries disabled. After an
   ambiguous failure (a timeout, a dropped connection, a 5xx: the server may have accepted
   the events) the history is checked and only what is not there is sent again: a tool
   result matches on ``custom_tool_use_id``; any other event matches an event of the same
   type and content *after the last event this connection had seen when the send began*
-  (user messages carry no client id, so position is the idempotency key). A 429 or 408
-  was not accepted and is retried after ``retry-after``.
+  (user messages carry no client id, so position is the idempotency key). A 429 was not
+  accepted and is re-sent as is after ``retry-after``; a 408 is history-checked like a 5xx.
+  What is retried at all is :func:`managedloop._retry.retryable`.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from managedloop import telemetry
+from managedloop import _retry, telemetry
 from managedloop.errors import (
     APIStatusError,
     AuthenticationError,
     HostStreamError,
     InvalidOptionsError,
     ManagedLoopError,
+    ProviderError,
     TransportError,
     UnsupportedError,
 )
@@ -68,23 +87,37 @@ from managedloop.results import RawEvent, TurnResult
 if TYPE_CHECKING:
     import httpx2
 
-__all__ = ["ClaudeConnection", "StreamOptions", "backoff_delay"]
+__all__ = ["ClaudeConnection", "StreamOptions"]
+
+logger = logging.getLogger("managedloop.providers.claude")
 
 BACKOFF_EXP_CAP = 7  # 2^7: the reference's cap, ≤ 64 s with the default 0.5 s base
 SEND_ATTEMPTS = 5  # an event send that fails 5 times in a row is a real outage
+RESULT_ECHO_TIMEOUT = 30.0
+"""Seconds to wait for the echo of a sent tool result before checking the history. The
+API processes a ``user.custom_tool_result`` on receipt (cma-wire.md §2) and echoes it at
+once, so 30 s of silence means it was probably lost; checking costs one reconnect and a
+history page, and is safe at any time (only what the history lacks is re-sent)."""
+RESULT_RESENDS = 3
+"""Re-sends of one tool result the history does not show before the session fails with
+``result_not_recorded``: a host that drops the same result 4 times will not record it."""
 RETRY_AFTER_CAP = 60.0  # seconds; never park a turn longer than this on one retry-after
 HISTORY_PAGE = 100
 
 
-def backoff_delay(attempt: int, base: float) -> float:
-    """Seconds before reconnect ``attempt`` (0-based): ``base x 2^min(attempt, 7)``."""
-    return float(base * (2 ** min(attempt, BACKOFF_EXP_CAP)))
-
-
 class StreamOptions:
-    """Connection tuning (immutable per provider)."""
+    """Connection tuning (immutable per provider). ``reconnect`` and ``send`` are the
+    retry policies (:mod:`managedloop._retry`) of stream reconnects and event sends."""
 
-    __slots__ = ("backoff", "idle_timeout", "max_reconnects", "sleep")
+    __slots__ = (
+        "backoff",
+        "idle_timeout",
+        "max_reconnects",
+        "reconnect",
+        "result_echo_timeout",
+        "send",
+        "sleep",
+    )
 
     def __init__(
         self,
@@ -93,11 +126,20 @@ class StreamOptions:
         max_reconnects: int,
         idle_timeout: float,
         sleep: Callable[[float], Awaitable[None]] | None,
+        result_echo_timeout: float = RESULT_ECHO_TIMEOUT,
     ) -> None:
         self.backoff = backoff
         self.max_reconnects = max_reconnects
         self.idle_timeout = idle_timeout
-        self.sleep = sleep or anyio.sleep
+        self.sleep = sleep or _retry.sleep
+        cap = backoff * 2**BACKOFF_EXP_CAP
+        self.reconnect = _retry.Policy(
+            retries=max_reconnects, base=backoff, cap=cap, retry_after_cap=RETRY_AFTER_CAP
+        )
+        self.send = _retry.Policy(
+            retries=SEND_ATTEMPTS - 1, base=backoff, cap=cap, retry_after_cap=RETRY_AFTER_CAP
+        )
+        self.result_echo_timeout = result_echo_timeout
 
 
 class _DropError(Exception):
@@ -168,13 +210,22 @@ class ClaudeConnection(ConnectionBase):
         self.options = options
         self.metadata = dict(metadata)
         self._stream: _Stream | None = None
-        self._seen: set[str] = set()
+        self._seen: set[Hashable] = set()
+        """Keys (``_wire.event_key``) of every event yielded: each is yielded once."""
         self._backlog: collections.deque[RawEvent] = collections.deque()
         self._tool_uses: dict[str, RawEvent] = {}
         self._answered: set[str] = set()
         """Tool uses with a result: sent by us (the POST was accepted) or seen landed."""
         self._confirmed: set[str] = set()
         """Tool uses whose result was seen on the stream or in the history."""
+        self._results: dict[str, dict[str, Any]] = {}
+        """Tool results sent but not yet seen landed, by tool-use id (re-sent, never
+        redone). A landed one is dropped: ``_answered`` keeps its id, so the use is never
+        answered again, and memory stays bounded by the results in flight."""
+        self._resends: collections.Counter[str] = collections.Counter()
+        self._echo_deadline: float | None = None
+        """When a sent result still unechoed makes us check the history (``None``: none)."""
+        self._planned_reconnect = False
         self._last_id: str | None = None
         self._attempts = 0
         self._turn_ids: set[str] = set()
@@ -234,7 +285,7 @@ class ClaudeConnection(ConnectionBase):
         while True:
             event = await self._next_event()
             eid = event.get("id")
-            if isinstance(eid, str) and eid in self._seen:
+            if _wire.event_key(event) in self._seen:
                 continue
             self._remember(event)
             if isinstance(eid, str) and eid in self._turn_ids:
@@ -245,8 +296,7 @@ class ClaudeConnection(ConnectionBase):
             final = await self._judge(event)
             while self._backlog and final:  # history paged while judging: older events first
                 older = self._backlog.popleft()
-                oid = older.get("id")
-                if isinstance(oid, str) and oid in self._seen:
+                if _wire.event_key(older) in self._seen:
                     continue
                 self._remember(older)
                 yield older
@@ -262,7 +312,9 @@ class ClaudeConnection(ConnectionBase):
         if isinstance(input, ToolResults):
             # Never answer a tool use twice (a redrive after a drop may repeat results).
             return [
-                _wire.result_event(r) for r in input.results if r.tool_use_id not in self._answered
+                _wire.result_event(r)
+                for r in input.results
+                if r.tool_use_id not in self._answered and r.tool_use_id not in self._results
             ]
         if isinstance(input, DefineOutcome):
             return [_wire.define_outcome(input.outcome)]
@@ -274,20 +326,21 @@ class ClaudeConnection(ConnectionBase):
         """POST ``events`` exactly once (see the module docstring); returns their ids."""
         if not events:
             return []  # the API rejects an empty send; an empty resume is never sent
+        for event in events:
+            tid = event.get("custom_tool_use_id")
+            is_result = event.get("type") == _wire.CUSTOM_TOOL_RESULT
+            if is_result and isinstance(tid, str) and tid not in self._confirmed:
+                # Stored before the POST: an ambiguous failure must not lose a result.
+                self._results.setdefault(tid, event)
         marker = self._last_id
         remaining = list(events)
         ids: list[str] = []
-        attempt = 0
+        attempts = _retry.Attempts(self.options.send, sleep=self.options.sleep)
         while True:
             try:
                 response = await self._post(remaining)
-            except (TransportError, APIStatusError) as exc:
-                if not _retryable(exc):
-                    raise
-                attempt += 1
-                if attempt >= SEND_ATTEMPTS:
-                    raise
-                await self.options.sleep(self._retry_delay(exc, attempt))
+            except ProviderError as exc:
+                await attempts.failed(exc)  # re-raises unless retried
                 if isinstance(exc, APIStatusError) and exc.status == 429:
                     continue  # a 429 was not accepted: resend as is
                 landed, landed_ids = self._landed(remaining, await self.history(), marker)
@@ -302,7 +355,63 @@ class ClaudeConnection(ConnectionBase):
         for event in events:
             if event.get("type") == _wire.CUSTOM_TOOL_RESULT:
                 self._answered.add(event["custom_tool_use_id"])
+        self._arm_echo_deadline()
         return ids
+
+    # -- results: stored, reconciled, re-sent ----------------------------------------------
+    def _outstanding(self) -> list[str]:
+        """Results we sent whose landing we have not seen yet (in send order)."""
+        return list(self._results)
+
+    def _landed_result(self, tool_use_id: str) -> None:
+        self._confirmed.add(tool_use_id)
+        self._results.pop(tool_use_id, None)
+        if not self._results:
+            self._echo_deadline = None
+
+    def _arm_echo_deadline(self) -> None:
+        if not self._results:
+            self._echo_deadline = None
+        elif self._echo_deadline is None:
+            self._echo_deadline = anyio.current_time() + self.options.result_echo_timeout
+
+    async def _reconcile(self, history: Sequence[RawEvent]) -> None:
+        """Re-send, from the store, each sent result that ``history`` does not hold."""
+        recorded = {
+            e.get("custom_tool_use_id")
+            for e in history
+            if e.get("type") == _wire.CUSTOM_TOOL_RESULT
+        }
+        for tid in [i for i in self._results if i in recorded]:
+            self._landed_result(tid)
+        self._echo_deadline = None
+        for tid in self._outstanding():
+            if self._resends[tid] >= RESULT_RESENDS:
+                raise ProviderError(
+                    f"the host acknowledged the result of tool use {tid!r} but never recorded "
+                    f"it, after {RESULT_RESENDS} re-sends",
+                    code="result_not_recorded",
+                    tool_use_id=tid,
+                    session_id=self.session_id,
+                )
+            self._resends[tid] += 1
+            logger.warning(
+                "session %s: the result of tool use %s is not in the history; re-sending it",
+                self.session_id,
+                tid,
+            )
+            try:
+                ids = await self.send([self._results[tid]])
+            except APIStatusError as exc:
+                if exc.status not in (400, 409) or isinstance(exc, AuthenticationError):
+                    raise
+                # The host no longer awaits this use: it has a result after all.
+                self._landed_result(tid)
+                continue
+            self._turn_ids.update(ids)
+            if self._turn_ids & self._seen:
+                self._gate_open = True
+        self._arm_echo_deadline()
 
     async def _post(self, events: list[dict[str, Any]]) -> Any:
         api, sid = self.api, self.session_id
@@ -317,19 +426,6 @@ class ClaudeConnection(ConnectionBase):
             )
 
         return await api.call("post", f"/v1/sessions/{sid}/events", post)
-
-    def _retry_delay(self, exc: ManagedLoopError, attempt: int) -> float:
-        delay = backoff_delay(attempt - 1, self.options.backoff)
-        headers = None
-        cause = exc.__cause__
-        response = getattr(cause, "response", None)
-        if response is not None:
-            headers = getattr(response, "headers", None)
-        if headers is not None:
-            value = headers.get("retry-after")
-            with contextlib.suppress(ValueError):
-                delay = float(value) if value is not None else delay
-        return max(0.0, min(delay, RETRY_AFTER_CAP))
 
     def _landed(
         self, sent: list[dict[str, Any]], history: list[RawEvent], marker: str | None
@@ -369,8 +465,8 @@ class ClaudeConnection(ConnectionBase):
     # -- reading ------------------------------------------------------------------------
     def _remember(self, event: RawEvent) -> None:
         eid = event.get("id")
-        if isinstance(eid, str):
-            self._seen.add(eid)
+        self._seen.add(_wire.event_key(event))
+        if isinstance(eid, str) and eid:
             self._last_id = eid
         kind = event.get("type")
         if kind == _wire.CUSTOM_TOOL_USE and isinstance(eid, str):
@@ -379,7 +475,7 @@ class ClaudeConnection(ConnectionBase):
             tid = event.get("custom_tool_use_id")
             if isinstance(tid, str):
                 self._answered.add(tid)
-                self._confirmed.add(tid)
+                self._landed_result(tid)
 
     async def _judge(self, event: RawEvent) -> bool:
         """Whether a boundary candidate ends this turn (see the module docstring)."""
@@ -404,30 +500,26 @@ class ClaudeConnection(ConnectionBase):
             return False  # stale: every named result's echo has been seen
         # We sent these results (and the API accepted the POST) but have not seen them
         # land. Dismissing the idle on our word alone could wait forever on a result the
-        # server lost, so the history decides: there -> stale; missing -> not delivered,
-        # so the turn ends and the loop answers those uses again (at-least-once, §2.7).
-        landed = {
-            e.get("custom_tool_use_id")
-            for e in await self._catch_up()
-            if e.get("type") == _wire.CUSTOM_TOOL_RESULT
-        }
-        lost = [i for i in unconfirmed if i not in landed]
-        if not lost:
-            return False
-        self._answered.difference_update(lost)
-        return True
+        # server lost, so the history decides: there -> stale; missing -> not recorded, so
+        # the stored result is re-sent (never recomputed) and the turn goes on.
+        await self._reconcile(await self._catch_up())
+        return False
 
     async def _catch_up(self) -> list[RawEvent]:
         """Page the history; queue every event not yet seen (yielded before the boundary)."""
         history = await self.history()
-        queued = {e.get("id") for e in self._backlog}
-        for past in history:
+        for past in self._queue_unseen(history):
             pid = past.get("id")
-            if isinstance(pid, str) and pid not in self._seen and pid not in queued:
-                self._backlog.append(past)
-                if past.get("type") == _wire.CUSTOM_TOOL_USE:
-                    self._tool_uses[pid] = past
+            if past.get("type") == _wire.CUSTOM_TOOL_USE and isinstance(pid, str):
+                self._tool_uses[pid] = past
         return history
+
+    def _queue_unseen(self, history: Sequence[RawEvent]) -> list[RawEvent]:
+        """Queue (after what is already queued) each history event not yet yielded."""
+        queued = {_wire.event_key(e) for e in self._backlog}
+        new = _wire.fresh(history, self._seen | queued)
+        self._backlog.extend(new)
+        return new
 
     async def _next_event(self) -> RawEvent:
         if self._backlog:
@@ -439,7 +531,7 @@ class ClaudeConnection(ConnectionBase):
                     return self._backlog.popleft()
                 continue
             try:
-                return await self._stream.next()
+                return await self._read()
             except _DropError as drop:
                 stream, self._stream = self._stream, None
                 await stream.aclose()
@@ -451,30 +543,32 @@ class ClaudeConnection(ConnectionBase):
                 )
                 self._last_drop = drop
 
+    async def _read(self) -> RawEvent:
+        """The next stream event; a drop (``result_echo_timeout``) when a sent result's
+        echo is overdue, so the reconnect pages the history and reconciles."""
+        assert self._stream is not None
+        deadline = self._echo_deadline
+        if deadline is None or not self._results:
+            return await self._stream.next()
+        with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+            return await self._stream.next()
+        # A cancelled read leaves the SSE body unusable: reopen it, without counting this
+        # planned reconnect as a failure or backing off.
+        self._planned_reconnect = True
+        raise _DropError("result_echo_timeout")
+
     async def _reconnect(self) -> None:
+        # A planned reopen (an overdue result echo) is not a failure: its first try is
+        # neither counted against max_reconnects nor backed off.
+        planned, self._planned_reconnect = self._planned_reconnect, False
         while True:
-            if self._attempts >= self.options.max_reconnects:
-                drop = self._last_drop
-                if drop is not None and drop.error is not None:
-                    raise drop.error
-                reason = drop.reason if drop is not None else "unknown"
-                code = (
-                    "stream_idle_timeout" if reason == "stream_idle_timeout" else "stream_dropped"
-                )
-                raise TransportError(
-                    f"the event stream dropped and {self._attempts} reconnects failed",
-                    code=code,
-                    reason=reason,
-                    session_id=self.session_id,
-                )
-            delay = backoff_delay(self._attempts, self.options.backoff)
-            self._attempts += 1
-            if delay > 0:
-                await self.options.sleep(delay)
+            if not planned:
+                await self._before_retry()
+            planned = False
             try:
                 self._stream = await self._open_stream()
                 history = await self.history()
-            except (TransportError, APIStatusError) as exc:
+            except ProviderError as exc:
                 if not _retryable(exc):
                     raise  # the session is gone or refused: reconnecting cannot help
                 if self._stream is not None:
@@ -482,12 +576,28 @@ class ClaudeConnection(ConnectionBase):
                     self._stream = None
                 self._last_drop = _DropError(exc.code)
                 continue
-            for event in history:
-                eid = event.get("id")
-                if isinstance(eid, str) and eid in self._seen:
-                    continue
-                self._backlog.append(event)
+            self._queue_unseen(history)
+            await self._reconcile(history)  # what the host holds against what we sent
             return
+
+    async def _before_retry(self) -> None:
+        """Raise once reconnects are exhausted, else back off before the next one."""
+        if self._attempts >= self.options.max_reconnects:
+            drop = self._last_drop
+            if drop is not None and drop.error is not None:
+                raise drop.error
+            reason = drop.reason if drop is not None else "unknown"
+            code = "stream_idle_timeout" if reason == "stream_idle_timeout" else "stream_dropped"
+            raise TransportError(
+                f"the event stream dropped and {self._attempts} reconnects failed",
+                code=code,
+                reason=reason,
+                session_id=self.session_id,
+            )
+        delay = self.options.reconnect.backoff(self._attempts)
+        self._attempts += 1
+        if delay > 0:
+            await self.options.sleep(delay)
 
     async def _open_stream(self) -> _Stream:
         import httpx2
@@ -537,13 +647,10 @@ class ClaudeConnection(ConnectionBase):
         return await api.list_raw(f"/v1/sessions/{sid}/events", page, strict=False)
 
 
-def _retryable(exc: TransportError | APIStatusError) -> bool:
-    """Whether a failed send or reconnect may be tried again: a transport failure, a 5xx,
-    a 408 or a 429. Never an auth failure (a bearer-file one carries no status)."""
-    if isinstance(exc, AuthenticationError):
-        return False
-    status = exc.status if isinstance(exc, APIStatusError) else None
-    return status is None or status >= 500 or status in (408, 429)
+def _retryable(exc: ProviderError) -> bool:
+    """Whether a failed reconnect may be tried again: :func:`managedloop._retry.retryable`
+    (never an auth failure, a status error without a status or an invalid request)."""
+    return _retry.retryable(exc)
 
 
 def _same_event(sent: Mapping[str, Any], echo: Mapping[str, Any]) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import logging
 import mimetypes
 import os
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 import anyio
 
+from managedloop import _validate
 from managedloop.config import MISSING
 from managedloop.errors import (
     APIStatusError,
@@ -50,7 +52,12 @@ from managedloop.providers.claude._api import (
     Lease,
     settings,
 )
-from managedloop.providers.claude._connection import ClaudeConnection, StreamOptions
+from managedloop.providers.claude._connection import (
+    RESULT_ECHO_TIMEOUT,
+    ClaudeConnection,
+    StreamOptions,
+)
+from managedloop.providers.claude._ids import ID_PATTERN, check_id
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
 
 if TYPE_CHECKING:
@@ -126,16 +133,20 @@ def normalize_model_id(model: str) -> str:
 
 def _id_of(value: Any, key: str) -> str | None:
     """``key`` (``agent_id`` / ``environment_id``) of a :class:`ClaudeHandle` or its dict;
-    a string is taken as that id itself."""
+    a string is taken as that id itself. A present id is checked against the id alphabet
+    (it reaches URL paths), so a bad one raises ``invalid_agent_id`` /
+    ``invalid_environment_id`` here, before any request."""
     if isinstance(value, str):
-        return value
-    if isinstance(value, ClaudeHandle):
+        found: Any = value
+    elif isinstance(value, ClaudeHandle):
         found = getattr(value, key)
     elif isinstance(value, Mapping):
         found = value.get(key)
+        if found is None:
+            return None
     else:
         return None
-    return found if isinstance(found, str) else None
+    return check_id(key.removesuffix("_id"), found, option=key)
 
 
 def _coerce_environment(value: Any) -> EnvironmentSpec | None:
@@ -178,6 +189,18 @@ class ClaudeManagedAgents:
     the provider builds one client per loop from config and closes it when the last
     session or call on that loop ends (``async with provider:`` keeps it open across
     sessions).
+
+    Options are checked at construction, before any request: an unknown keyword raises
+    ``InvalidOptionsError`` listing the accepted ones; a wrong type, a negative, NaN or
+    infinite duration (``stream_idle_timeout``, ``reconnect_backoff``,
+    ``result_echo_timeout``, ``receive_timeout``) is ``invalid_opts``; a ``base_url`` with
+    credentials or without an http(s) host is refused (without echoing it). Session,
+    agent, environment and file ids must be in the API's id alphabet (see
+    :mod:`~managedloop.providers.claude._ids`): ``invalid_session_id``,
+    ``invalid_agent_id``, ``invalid_environment_id``, ``invalid_file_id``.
+    ``result_echo_timeout`` (default 30 s) bounds how long a sent tool result may go
+    unechoed before the history is checked and a lost result re-sent (see
+    :mod:`~managedloop.providers.claude._connection`).
     """
 
     name: ClassVar[str] = "claude"
@@ -202,16 +225,47 @@ class ClaudeManagedAgents:
         stream_idle_timeout: float = STREAM_IDLE_TIMEOUT,
         reconnect_backoff: float = 0.5,
         max_reconnects: int = MAX_RECONNECTS,
+        result_echo_timeout: float = RESULT_ECHO_TIMEOUT,
         sleep: Callable[[float], Awaitable[None]] | None = None,
         session_title: str | None = None,
         session_metadata: Mapping[str, str] | None = None,
+        **unknown: Any,
     ) -> None:
         try:
-            import anthropic  # noqa: F401  (fail early, with the extra's name)
+            import anthropic
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ImportError(
                 "ClaudeManagedAgents needs the anthropic SDK: pip install 'managedloop[claude]'"
             ) from exc
+        # Every option is checked here, before any request: a bad one is an
+        # InvalidOptionsError naming it (never a TypeError, never a surprise at run time).
+        _validate.no_unknown_keywords("ClaudeManagedAgents", unknown, _ACCEPTED)
+        if client is not None and not isinstance(client, anthropic.AsyncAnthropic):
+            raise InvalidOptionsError(
+                f"client must be an anthropic.AsyncAnthropic, got {type(client).__name__}",
+                option="client",
+            )
+        _validate.integer("max_retries", max_retries)
+        _validate.integer("max_reconnects", max_reconnects)
+        for name, seconds, zero in (
+            ("stream_idle_timeout", stream_idle_timeout, False),
+            ("reconnect_backoff", reconnect_backoff, True),
+            ("result_echo_timeout", result_echo_timeout, False),
+        ):
+            _validate.duration(name, seconds, allow_none=False, allow_zero=zero)
+        if sleep is not None and not callable(sleep):
+            raise InvalidOptionsError("sleep must be an async callable or None", option="sleep")
+        if session_title is not None:
+            _validate.text("session_title", session_title, allow_empty=True)
+        if session_metadata is not None and not (
+            isinstance(session_metadata, Mapping)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in session_metadata.items())
+        ):
+            raise InvalidOptionsError(
+                "session_metadata must map strings to strings", option="session_metadata"
+            )
+        if receive_timeout is not MISSING:
+            _validate.duration("receive_timeout", receive_timeout, allow_none=False)
         self._settings: ClientSettings = settings(
             api_key=api_key,
             bearer_token_file=bearer_token_file,
@@ -225,6 +279,8 @@ class ClaudeManagedAgents:
         self._clients = ClientSource(self._settings, client=client, max_retries=max_retries)
         self.agent = agent
         self.agent_id = _id_of(agent, "agent_id")
+        if not isinstance(agent, str):
+            _id_of(agent, "environment_id")  # a handle's environment id is checked up front too
         if agent is not None and self.agent_id is None and not isinstance(agent, AgentSpec):
             raise InvalidOptionsError(
                 "agent= takes a ClaudeHandle, its dict, an agent id or an AgentSpec",
@@ -235,16 +291,15 @@ class ClaudeManagedAgents:
         self._environment_spec = (
             None if self.environment_id is not None else _coerce_environment(environment)
         )
-        self.session_id = session_id
+        self.session_id = None if session_id is None else check_id("session", session_id)
         self.session_title = session_title
         self.session_metadata = dict(session_metadata or {})
-        if reconnect_backoff < 0 or max_reconnects < 0 or stream_idle_timeout <= 0:
-            raise InvalidOptionsError("reconnect settings must be non-negative", option="stream")
         self._stream_options = StreamOptions(
-            backoff=reconnect_backoff,
+            backoff=float(reconnect_backoff),
             max_reconnects=max_reconnects,
-            idle_timeout=stream_idle_timeout,
+            idle_timeout=float(stream_idle_timeout),
             sleep=sleep,
+            result_echo_timeout=float(result_echo_timeout),
         )
 
     def __repr__(self) -> str:
@@ -339,12 +394,10 @@ class ClaudeManagedAgents:
     async def _open(self, request: OpenRequest, lease: Lease) -> ClaudeConnection:
         """Open a session; the connection owns ``lease`` from its creation on."""
         api = Api(lease.client, self._settings, caller=request.metadata)
-        session_id = request.session_id or self.session_id
+        # An empty resume id is an error (invalid_session_id), never "start a new session".
+        session_id = request.session_id if request.session_id is not None else self.session_id
         if session_id is not None:
-            if not isinstance(session_id, str) or not session_id:
-                raise InvalidOptionsError(
-                    "session_id must be a non-empty string", code="invalid_session_id"
-                )
+            check_id("session", session_id)
             conn = ClaudeConnection(
                 api,
                 session_id,
@@ -392,6 +445,14 @@ class ClaudeManagedAgents:
                 status=exc.context.get("status"),
                 body=exc.context.get("body"),
             ) from exc
+        sid = getattr(session, "id", None)
+        if not isinstance(sid, str) or ID_PATTERN.fullmatch(sid) is None:
+            # The id goes into every later URL path: a server's odd id is not followed.
+            raise ProviderError(
+                "create session returned no well-formed session id",
+                code="unexpected_create_session_response",
+                response=repr(sid)[:200],
+            )
         if request.spec is not None:
             _check_tools(request, session)
         conn = ClaudeConnection(
@@ -565,6 +626,8 @@ class ClaudeManagedAgents:
             raise InvalidOptionsError(
                 "teardown needs a ClaudeHandle (or its dict)", option="handle"
             )
+        check_id("agent", handle.agent_id, option="agent_id")
+        check_id("environment", handle.environment_id, option="environment_id")
         report = {"agent": await self._archive("agent", handle.agent_id)}
         report["environment"] = (
             await self._archive("environment", handle.environment_id)
@@ -615,6 +678,8 @@ class ClaudeManagedAgents:
         self, session_id: str, file_id: str, *, mount_path: str | None = None
     ) -> dict[str, Any]:
         """Mount an uploaded file into a session (default ``/mnt/session/uploads/<id>``)."""
+        check_id("session", session_id)
+        check_id("file", file_id)
         api = self._api()
         kwargs: dict[str, Any] = {"file_id": file_id, "type": "file"}
         if mount_path is not None:
@@ -634,6 +699,8 @@ class ClaudeManagedAgents:
     @_leased
     async def list_files(self, session_id: str | None = None) -> list[dict[str, Any]]:
         """Every file (all pages); ``session_id`` scopes to that session's files."""
+        if session_id is not None:
+            check_id("session", session_id)
         api = self._api()
 
         async def page(cursor: str | None) -> Any:
@@ -650,6 +717,7 @@ class ClaudeManagedAgents:
 
     @_leased
     async def download_file(self, file_id: str) -> bytes:
+        check_id("file", file_id)
         api = self._api()
 
         async def get() -> bytes:
@@ -662,6 +730,7 @@ class ClaudeManagedAgents:
 
     @_leased
     async def delete_file(self, file_id: str) -> None:
+        check_id("file", file_id)
         api = self._api()
         await api.call(
             "delete",
@@ -676,6 +745,14 @@ class ClaudeManagedAgents:
         from managedloop.providers.claude._artifacts import ClaudeArtifactStore
 
         return ClaudeArtifactStore(self, session_id, **options)
+
+
+_ACCEPTED = tuple(
+    name
+    for name in inspect.signature(ClaudeManagedAgents.__init__).parameters
+    if name not in ("self", "unknown")
+)
+"""The constructor's keywords (an unknown one is refused with this list)."""
 
 
 def _check_tools(request: OpenRequest, session: Any) -> None:

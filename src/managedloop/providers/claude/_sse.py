@@ -14,7 +14,15 @@ Here:
 * the JSON ``type`` is the event's type; when a frame's JSON has none, the SSE ``event:``
   name is copied into it, so nothing reaches the loop untyped;
 * a frame whose data is not a JSON object is never passed on as an event, and never
-  dropped silently either: it is logged and counted in ``undecodable``.
+  dropped silently either: it is logged and counted in ``undecodable``;
+* a frame whose JSON nests deeper than the interpreter can decode (``json`` raises
+  ``RecursionError``) raises :class:`~managedloop.errors.MalformedResponseError`
+  (``code="malformed_event"``): it may be a real event (a tool use) that cannot be read,
+  so the session fails by name rather than dropping it or leaking a ``RecursionError``.
+
+Only these leave :meth:`SSEDecoder.feed`: decoded event dicts, ``StreamErrorFrameError``
+and ``MalformedResponseError`` (pinned by the property tests in
+``tests/claude/test_sse_properties.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ from __future__ import annotations
 import json
 import logging
 from typing import Any
+
+from managedloop.errors import MalformedResponseError
 
 __all__ = ["SSEDecoder", "StreamErrorFrameError"]
 
@@ -35,7 +45,7 @@ class StreamErrorFrameError(Exception):
         self.data = data
         try:
             body = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             body = data
         self.body: Any = body
         super().__init__("the event stream carried an error frame")
@@ -88,6 +98,13 @@ class SSEDecoder:
             event = json.loads(text)
         except ValueError:
             event = None
+        except RecursionError:
+            raise MalformedResponseError(
+                "an event stream frame nests too deeply to decode",
+                code="malformed_event",
+                event=name,
+                size=len(text),
+            ) from None
         if not isinstance(event, dict):
             self.undecodable += 1
             logger.warning(

@@ -18,7 +18,7 @@ one message); the messages of a turn are joined with ``"\\n"``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from managedloop.results import Outcome, RawEvent, Terminal, ToolResult, ToolUse, TurnResult, Usage
@@ -28,6 +28,8 @@ __all__ = [
     "custom_tool_result",
     "define_outcome",
     "ends_turn",
+    "event_key",
+    "fresh",
     "interrupt",
     "message_text",
     "normalize",
@@ -107,6 +109,33 @@ def interrupt(thread_id: str | None = None) -> dict[str, Any]:
 
 interrupt_event = interrupt
 """Public name of :func:`interrupt` (``session.send_event(interrupt_event(thread_id))``)."""
+
+
+# -- dedupe ---------------------------------------------------------------------------------
+def event_key(event: Mapping[str, Any]) -> Hashable:
+    """What makes ``event`` the same event when it arrives again (stream, history page, a
+    reconnect's history): its ``id``; for an event without one (the docs warn a
+    ``user.interrupt`` may carry an empty id), its type and ``processed_at``."""
+    eid = event.get("id")
+    if isinstance(eid, str) and eid:
+        return eid
+    return ("no-id", str(event.get("type")), str(event.get("processed_at")))
+
+
+def fresh(events: Iterable[RawEvent], seen: Collection[Hashable]) -> list[RawEvent]:
+    """The events of ``events`` not yet seen: each key once (its first occurrence), in
+    order, skipping keys in ``seen``. A pure fold, so merging a history page into what the
+    stream already delivered is idempotent: ``fresh(fresh(x, s), s) == fresh(x, s)``, and
+    nothing in ``x`` is lost (every key of ``x`` is in ``s`` or in the answer)."""
+    out: list[RawEvent] = []
+    taken: set[Hashable] = set()
+    for event in events:
+        key = event_key(event)
+        if key in seen or key in taken:
+            continue
+        taken.add(key)
+        out.append(event)
+    return out
 
 
 # -- classification -------------------------------------------------------------------------

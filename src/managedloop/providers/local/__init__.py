@@ -14,6 +14,7 @@ from managedloop.providers.local._connection import (
     DUPLICATE_DIRECTIVE,
     LocalConnection,
     corrective_text,
+    duplicate_text,
     final_turn_text,
     is_transient,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "Local",
     "LocalConnection",
     "corrective_text",
+    "duplicate_text",
     "final_turn_text",
     "is_transient",
     "set_testing",

@@ -138,7 +138,9 @@ def from_messages_response(body: Mapping[str, Any]) -> ChatResponse:
                     "type": "function",
                     "function": {
                         "name": block.get("name", ""),
-                        "arguments": json.dumps(block.get("input") or {}),
+                        # null stays null: decode_tool_input makes it an input error
+                        # (``or {}`` would run the tool with its defaults)
+                        "arguments": json.dumps(block.get("input")),
                     },
                 }
             )

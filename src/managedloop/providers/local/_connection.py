@@ -1,8 +1,9 @@
 """One Local session: the client-held history, the loop guards and the retry policy.
 
 A ``turn()`` is one request/response step of the in-process loop: apply the input to the
-history, make one model call (more only in the duplicate-only case below), append the
-answer, and yield the synthesized raw events, all in the ``local.*`` namespace:
+history, make exactly **one** model call, append the answer, and yield the synthesized raw
+events, all in the ``local.*`` namespace (the loop counts each turn as one model call
+against ``max_turns``):
 
 * ``{"type": "local.directive", "role": "corrective" | "final_turn", "text"}`` before the
   call that follows the directive;
@@ -10,43 +11,58 @@ answer, and yield the synthesized raw events, all in the ``local.*`` namespace:
   call (the id is under ``tool_call_id``, not ``id``: the loop de-duplicates events by
   ``id`` and local models are known to reuse call ids);
 * ``{"type": "local.model_response", "message", "finish_reason", "usage"}`` per model call,
-  its message carrying only the calls the loop must run.
+  its message carrying only the calls the loop must run (under the ids the loop knows).
 
-Guards (every counter is per request: a user message resets them all):
+Tool calls:
 
-* duplicate calls (same name and arguments earlier in the request) are answered here with
-  a directive tool message and not surfaced. **Deliberate fix of the reference**: when every
-  call of a response is a duplicate, this ``turn()`` makes the next model call itself (up to
-  ``max_turns`` model calls per request), so the loop never sees a zero-tool
-  ``requires_action`` unless that bound is hit;
+* arguments are decoded by :func:`managedloop.handler.decode_tool_input`: unreadable or
+  ``null`` arguments become ``ToolUse.input_error`` (answered with an error, never run);
+* every call gets an identity unused so far in this session: the server's id, or, when
+  the server repeated an id (twice in one answer, or again in a later turn) or gave none,
+  a minted ``<id>~<n>``. Tool messages go back under the server's id (servers may check
+  its format), in call order; a call without an id gets the minted one on the wire too.
+
+Guards (every counter is per request: a user message resets them all, the terminal-tool
+re-prompt does not):
+
+* a duplicate call (same name and arguments earlier in the request; calls with an
+  ``input_error`` never count) is answered here with a directive tool message and not
+  surfaced. When every call of a response is a duplicate the turn ends
+  ``requires_action`` with ``host_answered`` and the loop asks again with an empty
+  :class:`ToolResults`: **a re-ask is a model call and a turn** (the reference ended with
+  ``unresolved_requires_action``; an earlier version re-asked inside the same turn, which
+  let ``max_turns=4`` make 5 calls);
 * a tool that fails twice in a row gets a corrective user message;
-* the model call that would reach ``max_turns`` is preceded by a final-turn directive.
+* when tools are offered, the model call that would reach ``max_turns`` is preceded by a
+  final-turn directive, once per request.
 
-Retry: a transient failure (:class:`~managedloop.TransportError`, HTTP 408, 429 or >= 500)
-is retried ``max_retries`` times after ``retry_backoff * 2**n`` seconds, or after the
-server's ``Retry-After`` (capped). **Deliberate change**: the reference never retried 429.
-Raw events are only yielded once a model call has succeeded, so a retry never needs
-``RESTART``; streamed text deltas of a failed attempt were delivered (at-least-once).
+Retry: the one policy of :mod:`managedloop._retry` (a transport failure, HTTP 408, 429 or
+>= 500, unless the body says the request was invalid; never a malformed answer) is retried
+``max_retries`` times after the server's ``Retry-After`` (capped at ``max_retry_after``) or
+a jittered backoff ``<= min(60 s, retry_backoff * 2**n)``. **Deliberate change**: the
+reference never retried 429. Raw events are only yielded once a model call has succeeded,
+so a retry never needs ``RESTART``; streamed text deltas of a failed attempt were delivered
+(at-least-once).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
 
+from managedloop import _retry
 from managedloop.errors import (
-    APIStatusError,
-    AuthenticationError,
     ProviderError,
-    TransportError,
     UnsupportedError,
 )
-from managedloop.handler import error_payload
+from managedloop.handler import decode_tool_input, error_payload
 from managedloop.providers.base import (
     ConnectionBase,
     TextDelta,
@@ -61,7 +77,6 @@ from managedloop.providers.local._types import (
     ChatResponse,
     History,
     coerce_response,
-    decode_arguments,
     text_of,
 )
 from managedloop.results import RawEvent, Terminal, ToolUse, TurnResult, Usage
@@ -71,6 +86,7 @@ __all__ = [
     "LocalConnection",
     "RetryPolicy",
     "corrective_text",
+    "duplicate_text",
     "final_turn_text",
     "is_transient",
 ]
@@ -81,11 +97,19 @@ MODEL_RESPONSE = "local.model_response"
 DUPLICATE = "local.duplicate_tool_call"
 DIRECTIVE = "local.directive"
 
-DUPLICATE_DIRECTIVE = (
-    "You already called this tool with these exact arguments; the result is unchanged. "
-    "Do NOT repeat it. If you have enough information, call your terminal tool now."
-)
-_DUPLICATE_CONTENT = json.dumps({"duplicate": True, "message": DUPLICATE_DIRECTIVE})
+
+def duplicate_text(terminal_tool: str | None) -> str:
+    """What a repeated call is answered with (naming the terminal tool only if there is one)."""
+    head = (
+        "You already called this tool with these exact arguments; the result is unchanged. "
+        "Do NOT repeat it. If you have enough information, "
+    )
+    if terminal_tool:
+        return head + f"call your terminal tool ({terminal_tool}) now."
+    return head + "give your final answer now."
+
+
+DUPLICATE_DIRECTIVE = duplicate_text(None)
 
 
 def corrective_text(name: str, error: str) -> str:
@@ -105,34 +129,28 @@ def final_turn_text(terminal_tool: str | None) -> str:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Retry transport failures and HTTP 408, 429 and >= 500; nothing else."""
-    if isinstance(exc, TransportError):
-        return True
-    if isinstance(exc, APIStatusError) and not isinstance(exc, AuthenticationError):
-        status = exc.status
-        return status is not None and (status in (408, 429) or status >= 500)
-    return False
+    """Whether a failed model call is retried: :func:`managedloop._retry.retryable`."""
+    return _retry.retryable(exc)
 
 
 Sleep = Callable[[float], Awaitable[None]]
 
+MAX_BACKOFF = 60.0  # seconds; one backoff never waits longer (the Retry-After cap's default)
+
 
 class RetryPolicy:
-    __slots__ = ("backoff", "max_retries", "max_retry_after", "sleep")
+    """Local's retry settings: a :class:`managedloop._retry.Policy` and the sleep to use."""
+
+    __slots__ = ("max_retries", "policy", "sleep")
 
     def __init__(
         self, *, max_retries: int, backoff: float, max_retry_after: float, sleep: Sleep
     ) -> None:
         self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_retry_after = max_retry_after
+        self.policy = _retry.Policy(
+            retries=max_retries, base=backoff, cap=MAX_BACKOFF, retry_after_cap=max_retry_after
+        )
         self.sleep = sleep
-
-    def delay(self, exc: ProviderError, attempt: int) -> float:
-        retry_after = exc.context.get("retry_after")
-        if isinstance(retry_after, int | float):
-            return float(min(max(retry_after, 0.0), self.max_retry_after))
-        return float(self.backoff * (2**attempt))
 
 
 # Canonical arguments (sorted keys) so a reordered repeat still counts as a duplicate.
@@ -162,6 +180,7 @@ class LocalConnection(ConnectionBase):
         stream: bool,
         retry: RetryPolicy,
         on_close: Callable[[], Awaitable[None]] | None = None,
+        null_content: bool = False,
     ) -> None:
         super().__init__()
         self.session_id = session_id
@@ -177,6 +196,7 @@ class LocalConnection(ConnectionBase):
         self._stream = stream
         self._retry = retry
         self._on_close = on_close
+        self._null_content = null_content
         self._closed = False
         # per-request guard state
         self.polls = 0
@@ -184,14 +204,20 @@ class LocalConnection(ConnectionBase):
         self._errors: dict[str, int] = {}
         self._final_sent = False
         self._decoded: tuple[Any, list[ToolUse]] = (None, [])
+        # per-session call identity: every call the loop sees gets an id unused so far in
+        # this session; ``_wire`` maps a minted id back to the id the server sent
+        self._used_ids: set[str] = set()
+        self._wire: dict[str, Any] = {}
+        self._minted = 0
         if resumed:
-            self.pending_tool_uses = _unanswered(history)
+            self.pending_tool_uses = self._resume(history)
 
     # -- the Connection protocol -------------------------------------------------------
 
     async def turn(self, input: TurnInput) -> AsyncIterator[RawEvent | TurnRestart | TextDelta]:
         if isinstance(input, UserMessage):
-            self._reset_guards()
+            if not input.reprompt:  # a new request; a re-prompt stays inside this one
+                self._reset_guards()
             self.history.append({"role": "user", "content": input.text})
         elif isinstance(input, ToolResults):
             for event in self._apply_results(input):
@@ -200,67 +226,69 @@ class LocalConnection(ConnectionBase):
             raise UnsupportedError(
                 f"the local host takes user messages and tool results, not {type(input).__name__}"
             )
-        while True:
-            if not self._final_sent and self.polls + 1 >= self._max_turns:
-                self._final_sent = True
-                text = final_turn_text(self._terminal_tool)
-                self.history.append({"role": "user", "content": text})
-                yield {"type": DIRECTIVE, "role": "final_turn", "text": text}
-            self.polls += 1
-            if self._stream:
-                box: list[ChatResponse] = []
-                async for delta in self._call_streaming(box):
-                    yield delta
-                response = box[0]
-            else:  # a plain await: no generator frames between the loop and the socket
-                response = await self._call()
-            message = _assistant_message(response.message)
-            self.history.append(message)
-            uses: list[ToolUse] = []
-            fresh: list[dict[str, Any]] = []
-            duplicates = 0
-            for call in message.get("tool_calls", ()):
-                fn = call["function"]
-                name = str(fn["name"])
-                arguments = decode_arguments(fn["arguments"])
-                key = _key(name, arguments)
-                if key in self._seen:
-                    duplicates += 1
-                    self.history.append(
-                        {
-                            "role": "tool",
-                            "tool_call_id": call["id"],
-                            "content": _DUPLICATE_CONTENT,
-                        }
-                    )
-                    yield {
-                        "type": DUPLICATE,
-                        "tool_call_id": call["id"],
-                        "name": name,
-                        "input": arguments,
-                    }
-                else:
-                    self._seen.add(key)
-                    fresh.append(call)
-                    uses.append(ToolUse(id=call["id"], name=name, input=arguments))
-            shown = message
-            if duplicates:  # the event shows only the calls the loop must run
-                shown = dict(message)
-                if fresh:
-                    shown["tool_calls"] = fresh
-                else:
-                    del shown["tool_calls"]
-            # normalize() would decode the same arguments again; hand it this turn's uses
-            self._decoded = (shown, uses)
-            yield {
-                "type": MODEL_RESPONSE,
-                "message": shown,
-                "finish_reason": response.finish_reason,
-                "usage": dict(response.usage) if response.usage is not None else None,
-                "duplicates": duplicates,
-            }
-            if uses or not duplicates or self.polls >= self._max_turns:
-                return
+        # Exactly one model call per turn: the loop counts turns against max_turns.
+        if self._tools and not self._final_sent and self.polls + 1 >= self._max_turns:
+            self._final_sent = True
+            text = final_turn_text(self._terminal_tool)
+            self.history.append({"role": "user", "content": text})
+            yield {"type": DIRECTIVE, "role": "final_turn", "text": text}
+        self.polls += 1
+        if self._stream:
+            box: list[ChatResponse] = []
+            async for delta in self._call_streaming(box):
+                yield delta
+            response = box[0]
+        else:  # a plain await: no generator frames between the loop and the socket
+            response = await self._call()
+        message = _assistant_message(response.message, self._null_content)
+        uses: list[ToolUse] = []
+        fresh: list[dict[str, Any]] = []
+        answers: list[dict[str, Any]] = []
+        duplicates: list[RawEvent] = []
+        for call in message.get("tool_calls", ()):
+            fn = call["function"]
+            name = str(fn["name"])
+            arguments, error = decode_tool_input(fn["arguments"])
+            wire_id = call["id"]
+            use_id: str | None = None
+            if not wire_id:  # the server gave none: the minted id goes on the wire too
+                call["id"] = wire_id = use_id = self._mint(None)
+            key = _key(name, arguments)
+            if error is None and key in self._seen:
+                # Answered here. A malformed call is never a "duplicate": each one is
+                # answered with its own error and the model may try again.
+                answers.append(
+                    {"role": "tool", "tool_call_id": wire_id, "content": self._duplicate}
+                )
+                duplicates.append(
+                    {"type": DUPLICATE, "tool_call_id": wire_id, "name": name, "input": arguments}
+                )
+                continue
+            if error is None:
+                self._seen.add(key)
+            if use_id is None:
+                use_id = self._identity(wire_id)
+            fresh.append({**call, "id": use_id})
+            uses.append(ToolUse(id=use_id, name=name, input=arguments, input_error=error))
+        self.history.append(message)
+        for answer in answers:
+            self.history.append(answer)
+        for event in duplicates:
+            yield event
+        shown = dict(message)  # the event shows only the calls the loop must run
+        if fresh:
+            shown["tool_calls"] = fresh
+        else:
+            shown.pop("tool_calls", None)
+        # normalize() would decode the same arguments again; hand it this turn's uses
+        self._decoded = (shown, uses)
+        yield {
+            "type": MODEL_RESPONSE,
+            "message": shown,
+            "finish_reason": response.finish_reason,
+            "usage": dict(response.usage) if response.usage is not None else None,
+            "duplicates": len(duplicates),
+        }
 
     def normalize(self, events: Sequence[RawEvent]) -> TurnResult:
         last: RawEvent | None = None
@@ -278,7 +306,8 @@ class LocalConnection(ConnectionBase):
         else:
             uses = [_tool_use(c) for c in message.get("tool_calls") or ()]
         finish_reason = last.get("finish_reason")
-        if uses or last.get("duplicates") or finish_reason == "tool_calls":
+        answered = bool(last.get("duplicates")) and not uses
+        if uses or answered or finish_reason == "tool_calls":
             terminal = Terminal.REQUIRES_ACTION
         elif finish_reason == "stop":
             terminal = Terminal.END_TURN
@@ -291,6 +320,7 @@ class LocalConnection(ConnectionBase):
             custom_tool_uses=uses,
             usage=usage,
             events=list(events),
+            host_answered=answered,
         )
 
     def text_delta(self, event: RawEvent) -> str | None:
@@ -329,7 +359,8 @@ class LocalConnection(ConnectionBase):
                     tool_use_id=use.id,
                 )
             content = error_payload(result.text) if result.is_error else result.text
-            self.history.append({"role": "tool", "tool_call_id": use.id, "content": content})
+            wire_id = self._wire.get(use.id or "", use.id)
+            self.history.append({"role": "tool", "tool_call_id": wire_id, "content": content})
             if result.is_error:
                 self._errors[use.name] = self._errors.get(use.name, 0) + 1
                 failed.append((use.name, result.text))
@@ -343,6 +374,71 @@ class LocalConnection(ConnectionBase):
                 events.append({"type": DIRECTIVE, "role": "corrective", "text": text})
         return events
 
+    @property
+    def _duplicate(self) -> str:
+        return json.dumps(
+            {"duplicate": True, "message": duplicate_text(self._terminal_tool)},
+            ensure_ascii=False,
+        )
+
+    def _mint(self, wire_id: Any) -> str:
+        """A call id unused in this session (kept in ``_used_ids``)."""
+        base = wire_id if isinstance(wire_id, str) and wire_id else "call"
+        while True:
+            self._minted += 1
+            minted = f"{base}~{self._minted}"
+            if minted not in self._used_ids:
+                self._used_ids.add(minted)
+                return minted
+
+    def _identity(self, wire_id: Any) -> str:
+        """The id the loop knows a call by: the server's, unless this session already
+        used it (twice in one answer, or again in a later turn), then a fresh one that maps
+        back to the server's id in the tool message."""
+        if isinstance(wire_id, str) and wire_id and wire_id not in self._used_ids:
+            self._used_ids.add(wire_id)
+            return wire_id
+        minted = self._mint(wire_id)
+        if minted != wire_id:
+            self._wire[minted] = wire_id
+        return minted
+
+    def _resume(self, history: Sequence[Mapping[str, Any]]) -> list[ToolUse]:
+        """Mark every call id in a resumed history as used; the last assistant message's
+        unanswered calls are the pending tool uses."""
+        last: Mapping[str, Any] | None = None
+        answered: Counter[Any] = Counter()
+        for message in history:
+            role = message.get("role")
+            if role == "assistant":
+                last, answered = message, Counter()
+                for call in message.get("tool_calls") or ():
+                    if isinstance(call, Mapping) and isinstance(call.get("id"), str):
+                        self._used_ids.add(call["id"])
+            elif role == "tool":
+                answered[message.get("tool_call_id")] += 1
+            else:
+                last = None
+        if last is None:
+            return []
+        pending: list[ToolUse] = []
+        seen: set[Any] = set()
+        for call in last.get("tool_calls") or ():
+            if not isinstance(call, Mapping):
+                continue
+            wire_id = call.get("id")
+            if answered[wire_id] > 0:
+                answered[wire_id] -= 1
+                continue
+            use = _tool_use(call)
+            if wire_id in seen or not wire_id:  # the same id twice: give this one its own
+                minted = self._mint(wire_id)
+                self._wire[minted] = wire_id
+                use = dataclasses.replace(use, id=minted)
+            seen.add(wire_id)
+            pending.append(use)
+        return pending
+
     def _request(self, on_delta: Callable[[str], None] | None) -> ChatRequest:
         return ChatRequest(
             model=self._model,
@@ -355,42 +451,42 @@ class LocalConnection(ConnectionBase):
 
     async def _call(self) -> ChatResponse:
         """One model call, retried on transient failures."""
-        attempt = 0
+        attempts = self._attempts()
         while True:
             try:
                 return coerce_response(await self._chat(self._request(None)))
             except ProviderError as exc:
-                await self._backoff(exc, attempt)
-                attempt += 1
+                await attempts.failed(exc)
 
     async def _call_streaming(self, box: list[ChatResponse]) -> AsyncIterator[TextDelta]:
         """One streamed model call, retried on transient failures; the response lands in
         ``box``. Deltas of a failed attempt were already delivered (at-least-once)."""
-        attempt = 0
+        attempts = self._attempts()
         while True:
             try:
                 async for delta in self._streamed(box):
                     yield delta
                 return
             except ProviderError as exc:
-                await self._backoff(exc, attempt)
-                attempt += 1
+                await attempts.failed(exc)
 
-    async def _backoff(self, exc: ProviderError, attempt: int) -> None:
-        """Re-raise ``exc`` unless it is transient and retries remain; else wait."""
-        if attempt >= self._retry.max_retries or not is_transient(exc):
-            raise exc
-        delay = self._retry.delay(exc, attempt)
-        logger.warning(
-            "local chat call failed (%s, code=%s, status=%s); retry %d/%d in %.3gs",
-            type(exc).__name__,
-            exc.code,
-            exc.context.get("status"),
-            attempt + 1,
-            self._retry.max_retries,
-            delay,
-        )
-        await self._retry.sleep(delay)
+    def _attempts(self) -> _retry.Attempts:
+        """One model call's retries (``failed`` re-raises unless retried, else waits)."""
+        retry = self._retry
+
+        def log(exc: BaseException, n: int, delay: float) -> None:
+            context = getattr(exc, "context", {})
+            logger.warning(
+                "local chat call failed (%s, code=%s, status=%s); retry %d/%d in %.3gs",
+                type(exc).__name__,
+                getattr(exc, "code", None),
+                context.get("status"),
+                n,
+                retry.max_retries,
+                delay,
+            )
+
+        return _retry.Attempts(retry.policy, sleep=retry.sleep, on_retry=log)
 
     async def _streamed(self, box: list[ChatResponse]) -> AsyncIterator[TextDelta]:
         # The chat function pushes chunks through a callback; a queue turns them into this
@@ -409,10 +505,19 @@ class LocalConnection(ConnectionBase):
                     await asyncio.wait({task})
 
 
-def _assistant_message(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The neutral assistant message kept in history (unknown vendor fields dropped)."""
-    message: dict[str, Any] = {"role": "assistant", "content": raw.get("content")}
+def _assistant_message(raw: Mapping[str, Any], null_content: bool = False) -> dict[str, Any]:
+    """The neutral assistant message kept in history (unknown vendor fields dropped).
+
+    No content is kept as ``""``, not ``null``: the history is sent back verbatim, and
+    llama.cpp's server answers HTTP 500 to an assistant message whose content is ``null``
+    (OpenAI takes either). ``null_content`` keeps ``null`` on tool-call messages for a
+    server known to want it.
+    """
     calls = raw.get("tool_calls")
+    content = raw.get("content")
+    if content is None and not (null_content and calls):
+        content = ""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:
         message["tool_calls"] = [
             {
@@ -450,22 +555,7 @@ def _usage(raw: Any, total: Usage | None) -> Usage | None:
 def _tool_use(call: Mapping[str, Any]) -> ToolUse:
     """A tool call read back from a stored message (a replayed event or a resumed history)."""
     fn = call.get("function") or {}
+    arguments, error = decode_tool_input(fn.get("arguments"))
     return ToolUse(
-        id=call.get("id"), name=str(fn.get("name", "")), input=decode_arguments(fn.get("arguments"))
+        id=call.get("id"), name=str(fn.get("name", "")), input=arguments, input_error=error
     )
-
-
-def _unanswered(history: Sequence[Mapping[str, Any]]) -> list[ToolUse]:
-    """Tool calls of the last assistant message that no tool message answers yet."""
-    answered: set[Any] = set()
-    for message in reversed(history):
-        role = message.get("role")
-        if role == "tool":
-            answered.add(message.get("tool_call_id"))
-        elif role == "assistant":
-            return [
-                _tool_use(c) for c in message.get("tool_calls") or () if c.get("id") not in answered
-            ]
-        else:
-            return []
-    return []

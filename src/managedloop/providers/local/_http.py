@@ -18,14 +18,19 @@ Invariants:
   ``stream: true`` with ``stream_options.include_usage``; SSE ``data:`` lines carry chunks
   until ``data: [DONE]``; a stream that ends without ``[DONE]`` was dropped
   (:class:`~managedloop.TransportError`, retried by the connection).
+* A non-2xx answer is an :class:`~managedloop.APIStatusError` whose message leads with the
+  server's own error message (``error.message``, ``detail``, ``message``), up to 4 KiB:
+  the cause is often deep in a long body. ``context["invalid_request"]`` marks a body that
+  says the request was invalid (never retried, whatever the status).
+* A streamed tool call's ``id`` and name may come once, whole in every chunk or split
+  (:class:`_StreamedCall`); its arguments are always deltas.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
+import itertools
 import json
-import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -33,6 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from managedloop import telemetry
+from managedloop._retry import parse_retry_after, says_invalid  # one retry policy
 from managedloop.config import Secret
 from managedloop.errors import (
     APIStatusError,
@@ -121,29 +127,48 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """``Retry-After`` as seconds: delta-seconds or an HTTP date; ``None`` if absent/bad."""
-    if not value:
-        return None
-    value = value.strip()
+_ERROR_EXCERPT = 4096  # characters of an error body kept: pydantic's messages run long
+
+
+def server_message(body: str) -> str | None:
+    """The error message a server put in its JSON error body, if any: ``error.message``
+    (OpenAI), ``error`` as a string, ``detail`` (FastAPI), or a top-level ``message``."""
     try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        data = json.loads(body)
+    except (ValueError, RecursionError):
         return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+    if not isinstance(data, Mapping):
+        return None
+    error = data.get("error")
+    candidates = [
+        error.get("message") if isinstance(error, Mapping) else error,
+        data.get("detail"),
+        data.get("message"),
+    ]
+    for value in candidates:
+        if isinstance(value, str) and value.strip():
+            return value
+        if isinstance(value, list | Mapping) and value:  # FastAPI's list of field errors
+            return json.dumps(value, ensure_ascii=False)
+    return None
 
 
 def status_error(status: int, body: str, retry_after: float | None) -> APIStatusError:
-    """The exception for a non-2xx answer (the body trimmed; never a header)."""
+    """The exception for a non-2xx answer: the server's own error message first (it names
+    the cause), up to a few KiB, never a header.
+
+    ``context["invalid_request"]`` is true when the body says the request itself was
+    invalid (any status): the connection never retries such an answer.
+    """
     kind = AuthenticationError if status == 401 else APIStatusError
+    message = server_message(body)
+    shown = excerpt(message if message is not None else body, _ERROR_EXCERPT)
     return kind(
-        f"the chat endpoint answered HTTP {status}: {excerpt(body)}",
+        f"the chat endpoint answered HTTP {status}: {shown}",
         status=status,
-        body=excerpt(body),
+        body=excerpt(body, _ERROR_EXCERPT),
+        server_message=message and excerpt(message, _ERROR_EXCERPT),
+        invalid_request=says_invalid(body),
         retry_after=retry_after,
     )
 
@@ -233,7 +258,7 @@ async def _read_stream(resp: aiohttp.ClientResponse, request: ChatRequest) -> Ch
     on_delta = request.on_delta
     assert on_delta is not None
     text: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
+    calls: dict[int, _StreamedCall] = {}
     finish_reason: str | None = None
     usage: Mapping[str, Any] | None = None
     done = False
@@ -266,22 +291,74 @@ async def _read_stream(resp: aiohttp.ClientResponse, request: ChatRequest) -> Ch
                 text.append(piece)
                 on_delta(piece)
             for tc in delta.get("tool_calls") or ():
-                slot = calls.setdefault(
-                    tc.get("index", len(calls)),
-                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
-                )
-                if tc.get("id"):
-                    slot["id"] = tc["id"]
-                fn = tc.get("function") or {}
-                if fn.get("name"):
-                    slot["function"]["name"] += fn["name"]
-                if fn.get("arguments"):
-                    slot["function"]["arguments"] += fn["arguments"]
+                index = tc.get("index")
+                if not isinstance(index, int):  # no index: continue the last call
+                    index = max(calls) if calls and not tc.get("id") else len(calls)
+                calls.setdefault(index, _StreamedCall()).add(tc)
             if choice.get("finish_reason"):
                 finish_reason = choice["finish_reason"]
     if not done:
         raise TransportError("the chat stream ended before data: [DONE]", cause="stream_dropped")
     message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
     if calls:
-        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+        known = {
+            str((t.get("function") or {}).get("name"))
+            for t in request.tools
+            if isinstance(t, Mapping)
+        }
+        message["tool_calls"] = [calls[i].message(known) for i in sorted(calls)]
     return ChatResponse(message=message, finish_reason=finish_reason, usage=usage)
+
+
+class _StreamedCall:
+    """One tool call assembled from stream chunks.
+
+    Servers disagree on how the ``id`` and ``function.name`` of a streamed call arrive:
+    once in the first chunk (OpenAI), whole again in every chunk (llama.cpp), or split
+    across chunks. The pieces are kept and resolved once the stream ends (:func:`_joined`);
+    ``arguments`` are always deltas and are concatenated.
+    """
+
+    __slots__ = ("arguments", "ids", "names")
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.names: list[str] = []
+        self.arguments: list[str] = []
+
+    def add(self, tc: Mapping[str, Any]) -> None:
+        if isinstance(tc.get("id"), str) and tc["id"]:
+            self.ids.append(tc["id"])
+        fn = tc.get("function") or {}
+        if isinstance(fn.get("name"), str) and fn["name"]:
+            self.names.append(fn["name"])
+        if isinstance(fn.get("arguments"), str) and fn["arguments"]:
+            self.arguments.append(fn["arguments"])
+
+    def message(self, known: set[str]) -> dict[str, Any]:
+        return {
+            "id": _joined(self.ids, set()) or None,
+            "type": "function",
+            "function": {"name": _joined(self.names, known), "arguments": "".join(self.arguments)},
+        }
+
+
+def _joined(pieces: list[str], known: set[str]) -> str:
+    """The value that a server sent as ``pieces``: the same value repeated (once or in
+    every chunk), a growing prefix (each piece the whole value so far), or split parts.
+
+    The readings can disagree only for odd values (``"abab"`` sent as ``"ab"``, ``"ab"``);
+    then a reading that names a known tool wins, and repetition is assumed otherwise.
+    """
+    if not pieces:
+        return ""
+    concatenated = "".join(pieces)
+    if all(p == pieces[0] for p in pieces):
+        reading = pieces[0]
+    elif all(b.startswith(a) for a, b in itertools.pairwise(pieces)):
+        reading = pieces[-1]
+    else:
+        return concatenated
+    if reading not in known and concatenated in known:
+        return concatenated
+    return reading

@@ -18,9 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit
 
-import anyio
-
-from managedloop import config
+from managedloop import _retry, config
 from managedloop.config import MISSING, Secret
 from managedloop.errors import InvalidOptionsError
 from managedloop.providers.base import OpenRequest
@@ -40,17 +38,11 @@ DEFAULT_MAX_RETRY_AFTER = 60.0  # seconds; never let a server park a session for
 DEFAULT_MAX_CONNECTIONS = 0
 _RESERVED = frozenset({"model", "api_key", "base_url", "metadata"})  # model_config keys we read
 
-_testing = False
-
 
 def set_testing(on: bool = True) -> None:
-    """Zero the retry backoff of every ``Local`` that uses the default sleep (for tests)."""
-    global _testing
-    _testing = on
-
-
-async def _default_sleep(seconds: float) -> None:
-    await anyio.sleep(0 if _testing else seconds)
+    """Zero the retry waits of every host that uses the default sleep (for tests): Local's,
+    and the other hosts' too (they share :func:`managedloop._retry.sleep`)."""
+    _retry.set_testing(on)
 
 
 def _check_url(value: Any) -> str:
@@ -105,7 +97,8 @@ class Local:
         model_config: Extra request-body parameters (``temperature``, ``max_tokens``...),
             merged over the agent spec's ``model_config``.
         max_retries: Retries of a transient failure per model call.
-        retry_backoff: Seconds before the first retry; doubles each retry.
+        retry_backoff: Seconds before the first retry; doubles each retry (at most 60 s;
+            jittered: each wait is between half of that and all of it).
         max_retry_after: Cap on a server's ``Retry-After``, in seconds.
         timeout: Seconds to wait for any byte from the endpoint.
         connect_timeout: Seconds to establish a connection.
@@ -164,7 +157,7 @@ class Local:
             max_retries=_integer("max_retries", max_retries),
             backoff=_number("retry_backoff", retry_backoff, positive=False),
             max_retry_after=_number("max_retry_after", max_retry_after, positive=False),
-            sleep=sleep or _default_sleep,
+            sleep=sleep or _retry.sleep,
         )
         self._timeout = _number("timeout", timeout, positive=True)
         self._connect_timeout = _number("connect_timeout", connect_timeout, positive=True)

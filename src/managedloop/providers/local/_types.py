@@ -15,8 +15,9 @@ neutral and shaped like OpenAI Chat Completions, with string keys:
 A chat function may also return a Chat Completions response body (a mapping with
 ``choices``); only ``choices[0]`` is read. Failures are exceptions from
 :mod:`managedloop.errors`: :class:`~managedloop.TransportError` and
-:class:`~managedloop.APIStatusError` with a transient status (408, 429, >= 500) are retried
-by the connection; anything else is not.
+:class:`~managedloop.APIStatusError` with a transient status (408, 429, >= 500, unless its
+body says the request was invalid) are retried by the connection; anything else is not
+(:func:`managedloop._retry.retryable`).
 """
 
 from __future__ import annotations
@@ -112,10 +113,10 @@ class ChatFunction(Protocol):
     async def __call__(self, request: ChatRequest, /) -> ChatResponse | Mapping[str, Any]: ...
 
 
-def excerpt(value: Any) -> str:
+def excerpt(value: Any, limit: int = _BODY_EXCERPT) -> str:
     """A bad body, trimmed for an exception's context (a non-string as its ``repr``)."""
     text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= _BODY_EXCERPT else text[:_BODY_EXCERPT] + "..."
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def parse_chat_completion(body: Any) -> ChatResponse:

@@ -77,7 +77,14 @@ def verify(
     canonical = signer.canonical_request(request)
     expected = signer.signature(signer.string_to_sign(request, canonical), request)
     if not hmac.compare_digest(expected, match["sig"]):
+        # AWS's own wording, which echoes the canonical request (signed headers included,
+        # so a session token too) and the string to sign: clients must scrub it.
+        string_to_sign = signer.string_to_sign(request, canonical)
         raise SignatureError(
-            "The request signature we calculated does not match the signature you provided."
+            "The request signature we calculated does not match the signature you provided. "
+            "Check your AWS Secret Access Key and signing method. Consult the service "
+            "documentation for details.\n\nThe Canonical String for this request should have "
+            f"been\n'{canonical}'\n\nThe String-to-Sign should have been\n'{string_to_sign}'\n",
+            code="InvalidSignatureException",
         )
     return akid

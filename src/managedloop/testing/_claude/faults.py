@@ -31,7 +31,9 @@ class ClaudeFaults:
     live API does when an idle re-notifies on a result whose echo has not landed yet."""
     lose_results: int = 0
     """Acknowledge the next N tool results (200, with an echo id) but drop them: the echo is
-    never emitted, the call stays open and the next idle names it again."""
+    never emitted and the call stays open. If another result of the same POST lands, the
+    next ``requires_action`` idle names the lost call again; if none does, nothing follows
+    at all (the session waits, silent, for a result it believes it never got)."""
     split_requires_action: bool = False
     """Name one blocking call per ``requires_action`` idle, so later idles reference tool
     uses that arrived in an earlier batch (the sliding-window shape)."""

@@ -109,6 +109,40 @@ def _error(status: int, message: str, kind: str = "invalid_request_error") -> we
     return web.json_response(body, status=status, headers=headers)
 
 
+_SNAPSHOT_KEYS = (  # the agent fields a session's agent snapshot carries (SDK type)
+    "id",
+    "name",
+    "description",
+    "model",
+    "system",
+    "tools",
+    "mcp_servers",
+    "skills",
+    "multiagent",
+    "execution_identity",
+    "version",
+)
+_PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
+
+
+def _environment_config(config: Any) -> dict[str, Any]:
+    """An environment ``config`` as the API returns it: a cloud config always carries
+    ``networking`` and ``packages`` with every package manager's list (the SDK's
+    ``BetaCloudConfig`` requires them), whatever subset the create request gave."""
+    out = dict(config) if isinstance(config, Mapping) else {}
+    out.setdefault("type", "cloud")
+    if out["type"] != "cloud":
+        return out
+    out.setdefault("networking", {"type": "unrestricted"})
+    given = out.get("packages")
+    packages = dict(given) if isinstance(given, Mapping) else {}
+    out["packages"] = {
+        "type": "packages",
+        **{name: list(packages.get(name) or []) for name in _PACKAGE_MANAGERS},
+    }
+    return out
+
+
 def _credential(headers: Mapping[str, str]) -> tuple[str | None, bool]:
     """The secret a request presents and whether it came as a bearer token (an
     ``x-api-key`` header wins over ``Authorization: Bearer``)."""
@@ -268,6 +302,19 @@ class ClaudeEmulator:
                 out.extend(r.json.get("events", []))
         return out
 
+    def inject_frame(self, frame: bytes, session_id: str | None = None) -> None:
+        """Write ``frame`` verbatim to every live stream of a session (e.g. a malformed SSE
+        frame a hostile server could send); it is not recorded in the history."""
+
+        def put() -> None:
+            for queue in self.session(session_id).subscribers:
+                queue.put_nowait(frame)
+
+        if self._loop is not None and threading.current_thread() is not self._thread:
+            self.call(put)
+        else:
+            put()
+
     def write_output(self, session_id: str, name: str, data: bytes | str) -> dict[str, Any]:
         """Simulate the agent writing ``/mnt/session/outputs/<name>``: a session-scoped,
         downloadable file appears in the Files API."""
@@ -290,6 +337,17 @@ class ClaudeEmulator:
             result: dict[str, Any] = self.call(make)
             return result
         return make()
+
+    def routes(self) -> list[tuple[str, str]]:
+        """Every ``(method, path template)`` the emulator serves, e.g. ``("GET",
+        "/v1/sessions/{id}/events")`` (the implicit ``HEAD`` of each ``GET`` left out), so a
+        conformance test can cover each one and a new route cannot be missed."""
+        app = self._app()  # a fresh app: the route table does not need the server running
+        return [
+            (route.method, route.resource.canonical)
+            for route in app.router.routes()
+            if route.method != "HEAD" and route.resource is not None
+        ]
 
     # -- HTTP -------------------------------------------------------------------------
     def _app(self) -> web.Application:
@@ -410,7 +468,8 @@ class ClaudeEmulator:
             "skills": body.get("skills") or [],
             "multiagent": body.get("multiagent"),
             "metadata": body.get("metadata") or {},
-            "execution_identity": {"type": "agent"},
+            # The SDK's union: service_account (no customer-named principal) or aws_role.
+            "execution_identity": body.get("execution_identity") or {"type": "service_account"},
             "created_at": now,
             "updated_at": now,
             "archived_at": None,
@@ -461,8 +520,7 @@ class ClaudeEmulator:
             "id": self.mint("env_"),
             "type": "environment",
             "name": body["name"],
-            "config": body.get("config")
-            or {"type": "cloud", "networking": {"type": "unrestricted"}},
+            "config": _environment_config(body.get("config")),
             "description": body.get("description"),
             "metadata": body.get("metadata") or {},
             "scope": body.get("scope"),
@@ -511,7 +569,7 @@ class ClaudeEmulator:
         env = self.state.environments.get(env_id) if isinstance(env_id, str) else None
         if env is None:
             return _error(404, f"environment {env_id!r} not found", "not_found_error")
-        snapshot = {k: agent[k] for k in ("id", "name", "model", "system", "tools", "version")}
+        snapshot = {k: agent[k] for k in _SNAPSHOT_KEYS}
         snapshot["type"] = "agent"
         session = EmuSession(
             session_id=self.mint("sesn_"),
@@ -643,6 +701,9 @@ class ClaudeEmulator:
                     return resp
                 if item is CLOSE:
                     break
+                if isinstance(item, bytes):  # a raw frame (inject_frame): sent verbatim
+                    await resp.write(item)
+                    continue
                 data = json.dumps(item, separators=(",", ":"))
                 await resp.write(
                     f"event: {item['type']}\nid: {item['id']}\ndata: {data}\n\n".encode()
