@@ -120,10 +120,18 @@ class LoopbackServer:
     def start(self) -> Self:
         """Start serving; returns once the port is bound (:class:`EmulatorStartError` if not).
 
-        Blocking: from async code use ``async with``, which runs it in a worker thread.
+        Blocking: from async code use ``async with``, which waits without blocking the loop.
         """
-        if self._thread is not None:
-            return self
+        if self._thread is None:
+            self._launch()
+            error = self._start_error(self._wait_started(START_TIMEOUT))
+            if error is not None:
+                self.stop()
+                raise error
+        return self
+
+    def _launch(self) -> None:
+        """Start the server thread (returns at once: waiting for the bind is the caller's)."""
         self._before_start()
         self._ready.clear()
         self._failure = None
@@ -135,12 +143,6 @@ class LoopbackServer:
             target=self._main, args=(loop, self._stop), name=self.label, daemon=True
         )
         self._thread.start()
-        started = self._wait_started(START_TIMEOUT)
-        failure = self._failure
-        if started and failure is None:
-            return self
-        self.stop()
-        raise self._start_error(failure if started else None)
 
     def _wait_started(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the bind (or its failure); False on timeout."""
@@ -177,19 +179,31 @@ class LoopbackServer:
         self._on_exit(kind)
 
     async def __aenter__(self) -> Self:
+        if self._thread is not None:
+            return self
+        self._launch()
         try:
-            return await anyio.to_thread.run_sync(self.start)
+            # A worker thread waits, so the running loop goes on serving its other tasks; if
+            # this task is cancelled, the wait is left to end by itself and the server stops.
+            started = await anyio.to_thread.run_sync(
+                self._wait_started, START_TIMEOUT, abandon_on_cancel=True
+            )
         except BaseException:
-            # Cancelled while starting: the start finished in its thread regardless, so stop
-            # the server rather than leave it running (stop() does nothing if none started).
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self.stop)
+            await self._stop_in_thread()
             raise
+        error = self._start_error(started)
+        if error is not None:
+            await self._stop_in_thread()
+            raise error
+        return self
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: object, tb: object) -> None:
-        with anyio.CancelScope(shield=True):  # a cancelled block still stops its server
-            await anyio.to_thread.run_sync(self.stop)
+        await self._stop_in_thread()
         self._on_exit(kind)
+
+    async def _stop_in_thread(self) -> None:
+        with anyio.CancelScope(shield=True):  # a cancelled task still stops its server
+            await anyio.to_thread.run_sync(self.stop)
 
     # -- the server thread -----------------------------------------------------------------
 
@@ -216,14 +230,18 @@ class LoopbackServer:
         finally:
             await runner.cleanup()
 
-    def _start_error(self, failure: BaseException | None) -> EmulatorStartError:
+    def _start_error(self, started: bool) -> EmulatorStartError | None:
+        """None when the server is listening, else the error to raise (after a stop)."""
+        failure = self._failure
+        if started and failure is None:
+            return None
         where = f"{self.host}:{self._requested_port}"
         context: dict[str, Any] = {
             "emulator": self.label,
             "host": self.host,
             "port": self._requested_port,
         }
-        if failure is None:
+        if not started or failure is None:
             return EmulatorStartError(
                 f"the {self.label} was not listening on {where} within {START_TIMEOUT:g} s",
                 code="emulator_start_timeout",
