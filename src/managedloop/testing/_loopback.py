@@ -7,8 +7,9 @@ while the test (sync or async) runs on its own loop. It gives all three the same
 lifecycle:
 
 * ``with emu:`` or ``emu.start()`` / ``emu.stop()`` from sync code; ``async with emu:``
-  from async code, where the (blocking) start and stop run in a worker thread so a running
-  event loop keeps serving its other tasks meanwhile;
+  from async code, which starts the server thread, then waits for the bind (and later for
+  the stop) in a worker thread, so a running event loop keeps serving its other tasks
+  meanwhile; a task cancelled while starting stops the server it started;
 * :meth:`~LoopbackServer.start` returns once the port is bound, or raises
   :class:`EmulatorStartError`: ``port_in_use`` (the message names the port),
   ``emulator_start_timeout`` (not bound within :data:`START_TIMEOUT`) or
