@@ -56,10 +56,8 @@ _CONTRACT_RANK = (50, "host contract")
 _CORE_RANK = (10, "core")
 
 # What remains to fix, in files other work is changing right now: the host CLIs move into a
-# ``cli/`` package, the test kit gets public names for Local's wire types, and the hosts'
-# provider/provisioning/artifact modules get small back-reference Protocols. Each entry is
-# exact; a test fails when one is fixed but still listed, so these sets only ever shrink
-# (never add to them: fix the import instead).
+# ``cli/`` package. Each entry is exact; a test fails when one is fixed but still listed, so
+# these sets only ever shrink (never add to them: fix the import instead).
 _UP = "upward: host imports"
 KNOWN_VIOLATIONS: frozenset[tuple[str, str, str]] = frozenset(
     {
@@ -78,17 +76,6 @@ KNOWN_VIOLATIONS: frozenset[tuple[str, str, str]] = frozenset(
         ("managedloop/providers/local/_cli.py", "managedloop.session", f"{_UP} session"),
         ("managedloop/providers/local/_cli.py", "managedloop.testing.chat", f"{_UP} testing"),
         ("managedloop/providers/local/_cli.py", "managedloop.testing.script", f"{_UP} testing"),
-        # The chat emulator renders Local's private wire types.
-        (
-            "managedloop/testing/_chat_render.py",
-            "managedloop.providers.local._types",
-            "private module of managedloop.providers.local",
-        ),
-        (
-            "managedloop/testing/chat.py",
-            "managedloop.providers.local._types",
-            "private module of managedloop.providers.local",
-        ),
     }
 )
 KNOWN_CIRCLES: frozenset[tuple[str, ...]] = frozenset()  # none left: keep it so

@@ -2,8 +2,11 @@
 
 The emulators are real servers on ``127.0.0.1`` (a free port) speaking each host's wire
 protocol, so the production clients (the ``anthropic`` SDK, botocore, our HTTP client) are
-what gets tested. Each is a context manager usable from sync and async code. Names load on
-first use, so importing this package costs nothing.
+what gets tested. Each is a context manager usable from sync and async code (``async with``
+starts and stops it without blocking the running loop); a start that fails raises
+:class:`EmulatorStartError` (``code``: ``port_in_use``, ``emulator_start_timeout`` or
+``emulator_start_failed``). Names load on first use, so importing this package costs
+nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ _WHERE: dict[str, str] = {
     # Bedrock AgentCore
     "AgentCoreEmulator": "managedloop.testing.agentcore",
     "AgentCoreFaults": "managedloop.testing.agentcore",
+    # Every emulator
+    "EmulatorStartError": "managedloop.testing._loopback",
 }
 
 __all__ = [
@@ -46,6 +51,7 @@ __all__ = [
     "ChatFaults",
     "ClaudeEmulator",
     "ClaudeFaults",
+    "EmulatorStartError",
     "Fail",
     "Grade",
     "ModelRequest",

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from managedloop.handler import is_error_payload
-from managedloop.providers.local._types import text_of
+from managedloop.providers.local import text_of
 from managedloop.results import ToolResult
 from managedloop.testing.script import ModelRequest, Reply, ScriptedAgent, dumps_args
 from managedloop.tools import ToolDefinition

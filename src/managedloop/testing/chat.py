@@ -31,15 +31,14 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 from aiohttp import web
 
 from managedloop.errors import APIStatusError, UnsupportedError
-from managedloop.providers.local._types import ChatRequest, ChatResponse
+from managedloop.providers.local import ChatRequest, ChatResponse
 from managedloop.testing._chat_render import (
     completion_body,
     messages_api_request,
@@ -48,16 +47,12 @@ from managedloop.testing._chat_render import (
     render_messages_response,
     sse_chunks,
 )
+from managedloop.testing._loopback import MAX_BODY, LoopbackServer
 from managedloop.testing.script import Fail, Grade, ModelRequest, Reply, ScriptedAgent, Step
 
 __all__ = ["ChatEmulator", "ChatFaults", "ScriptedChatModel"]
 
 DEFAULT_CHUNK_SIZE = 8  # characters per streamed chunk: small enough to see several deltas
-_START_TIMEOUT = 10.0  # seconds for the server thread to bind; loopback binds in ms
-_STOP_TIMEOUT = 10.0  # seconds to wait for the server thread to finish its cleanup
-_SHUTDOWN_GRACE = 0.5  # seconds in-flight handlers get when the emulator stops
-_BACKLOG = 2048  # accept queue: 1,000 sessions connecting at once must not hit SYN retries
-_MAX_BODY = 64 * 1024 * 1024  # bytes; long conversations re-send their whole history
 
 
 class ScriptedChatModel:
@@ -202,7 +197,7 @@ def _error(
     )
 
 
-class ChatEmulator:
+class ChatEmulator(LoopbackServer):
     """A loopback OpenAI Chat Completions server driven by a script (see module docs).
 
     Attributes:
@@ -213,7 +208,11 @@ class ChatEmulator:
         received: Every request body, as decoded JSON, in arrival order.
         errors: Exceptions raised by script steps (re-raised on exit).
         agent: The :class:`ScriptedAgent` playing the script.
+
+    A start that fails raises :class:`~managedloop.testing.EmulatorStartError`.
     """
+
+    label = "chat emulator"
 
     def __init__(
         self,
@@ -226,24 +225,18 @@ class ChatEmulator:
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         agent: ScriptedAgent | None = None,
     ) -> None:
+        super().__init__(host=host, port=port)
         self.agent = agent if agent is not None else ScriptedAgent(script)
         self.faults = faults or ChatFaults()
         self.api_key: str | None = (
             "sk-emulator-" + secrets.token_hex(8) if api_key is _AUTO else api_key
         )
-        self.host = host
-        self.port = port
         self.chunk_size = chunk_size
         self.received: list[dict[str, Any]] = []
         self.errors: list[BaseException] = []
         self._state = _FaultState(self.faults)
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._failure: BaseException | None = None
 
-    # -- lifecycle ---------------------------------------------------------------------
+    # -- lifecycle (start, stop, ``with``, ``async with``: see testing/_loopback.py) ----
 
     @property
     def base_url(self) -> str:
@@ -260,74 +253,16 @@ class ChatEmulator:
     def __repr__(self) -> str:
         return f"ChatEmulator(base_url={self.base_url!r})"
 
-    def start(self) -> Self:
-        """Start serving (returns once the port is bound)."""
-        if self._thread is not None:
-            return self
-        self._thread = threading.Thread(target=self._main, name="chat-emulator", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(_START_TIMEOUT):
-            raise RuntimeError("the chat emulator did not start")
-        if self._failure is not None:
-            raise RuntimeError(f"the chat emulator failed to start: {self._failure}")
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and wait for the server thread."""
-        thread, self._thread = self._thread, None
-        if thread is None:
-            return
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        thread.join(_STOP_TIMEOUT)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, kind: object, exc: object, tb: object) -> None:
-        self.stop()
-        if kind is None and self.errors:
+    def _on_exit(self, kind: type[BaseException] | None) -> None:
+        if kind is None and self.errors:  # a failed script assertion fails the test
             raise self.errors[0]
 
-    async def __aenter__(self) -> Self:
-        return self.start()
-
-    async def __aexit__(self, kind: object, exc: object, tb: object) -> None:
-        self.__exit__(kind, exc, tb)
-
-    def serve_forever(self) -> None:
-        """Serve until interrupted (``KeyboardInterrupt``), then stop."""
-        self.start()
-        try:
-            while self._thread is not None and self._thread.is_alive():
-                self._thread.join(0.5)
-        finally:
-            self.stop()
-
-    def _main(self) -> None:
-        try:
-            asyncio.run(self._serve())
-        except BaseException as exc:  # reported to start(); the thread must not die silently
-            self._failure = exc
-            self._ready.set()
-
-    async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        app = web.Application(client_max_size=_MAX_BODY)
+    def _app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_get("/v1/models", self._models)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=_SHUTDOWN_GRACE)
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, self.host, self.port, backlog=_BACKLOG)
-            await site.start()
-            self.port = runner.addresses[0][1]
-            self._ready.set()
-            await self._stop.wait()
-        finally:
-            await runner.cleanup()
+        return app
 
     # -- handlers ----------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from managedloop.providers.local._types import (
     ChatRequest,
     ChatResponse,
     History,
+    text_of,
 )
 
 __all__ = [
@@ -54,4 +55,5 @@ __all__ = [
     "final_turn_text",
     "is_transient",
     "set_testing",
+    "text_of",
 ]

@@ -42,6 +42,7 @@ from managedloop.testing._agentcore.state import (
     Harness,
     Session,
 )
+from managedloop.testing._loopback import MAX_BODY, LoopbackServer
 from managedloop.testing.script import ScriptedAgent, Step
 
 __all__ = ["ROUTES", "AgentCoreEmulator", "CommandFn", "RecordedRequest"]
@@ -85,7 +86,6 @@ ROUTES: tuple[tuple[str, str, str, str], ...] = (
     ("bedrock-agentcore", "InvokeAgentRuntimeCommand", "POST", "/runtimes/{arn}/commands"),
 )
 _RECORD_INDEX = web.RequestKey("managedloop_record_index", int)
-SHUTDOWN_GRACE = 0.5  # seconds; stalled handlers are cancelled on exit, not waited for
 _STALL_TICK = 0.01  # seconds; how often a stall looks whether its client went away
 
 
@@ -113,14 +113,18 @@ CommandFn = Callable[[str, str], tuple[str, str, int]]
 """``commands(session_id, command) -> (stdout, stderr, exit_code)``."""
 
 
-class AgentCoreEmulator:
+class AgentCoreEmulator(LoopbackServer):
     """The loopback AgentCore emulator (see :mod:`managedloop.testing.agentcore`).
+
+    A start that fails raises :class:`~managedloop.testing.EmulatorStartError`.
 
     Attributes worth knowing: ``endpoint_url``, ``client_kwargs`` (splat into
     ``BedrockAgentCore`` or ``botocore``'s ``create_client``), ``harness_arn`` (a READY
     harness with a READY ``DEFAULT`` endpoint), ``execution_role_arn`` (accepted by
     CreateHarness), ``agent`` (the :class:`ScriptedAgent`), ``requests`` and ``faults``.
     """
+
+    label = "AgentCore emulator"
 
     def __init__(
         self,
@@ -134,6 +138,7 @@ class AgentCoreEmulator:
         port: int = 0,
         clock: ManualClock | None = None,
     ) -> None:
+        super().__init__(port=port)
         self.agent = agent if agent is not None else ScriptedAgent(script)
         self.clock: Callable[[], float] = clock if clock is not None else time.monotonic
         """Status timings (and, with a :class:`ManualClock`, ``control_latency``) use it."""
@@ -153,14 +158,8 @@ class AgentCoreEmulator:
         self._account = Account(region=region, lock=self._lock)  # holds self.region
         self._control = ControlPlane(self._account, lambda: self._faults)
         self._steps = 0
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._stop: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._scratch: str | None = None
-        self._requested_port = port
-        self.port = 0
         default = self.add_harness("emulated_harness")
         self.harness_arn = default.arn
         self.harness_id = default.id
@@ -188,7 +187,7 @@ class AgentCoreEmulator:
 
     @property
     def endpoint_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def client_kwargs(self) -> dict[str, Any]:
@@ -203,78 +202,24 @@ class AgentCoreEmulator:
     def __repr__(self) -> str:
         return f"AgentCoreEmulator(endpoint_url={self.endpoint_url!r})"
 
-    def start(self) -> AgentCoreEmulator:
-        if self._thread is not None:
-            return self
+    # Start, stop, ``with`` and ``async with`` come from testing/_loopback.py.
+
+    def _before_start(self) -> None:
         self._scratch = tempfile.mkdtemp(prefix="managedloop-agentcore-")
-        ready = threading.Event()
-        failure: list[BaseException] = []
 
-        def serve() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                loop.run_until_complete(self._serve(ready))
-            except BaseException as exc:  # surfaced to start() below
-                failure.append(exc)
-                ready.set()
-            finally:
-                loop.run_until_complete(loop.shutdown_asyncgens())
-                loop.close()
-
-        self._thread = threading.Thread(target=serve, name="agentcore-emulator", daemon=True)
-        self._thread.start()
-        ready.wait()
-        if failure:
-            self._thread.join()
-            self._thread = None
-            raise failure[0]
-        return self
-
-    async def _serve(self, ready: threading.Event) -> None:
-        # aiohttp's 1 MiB default would refuse a long resumed history or large tool results.
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+    def _app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY)
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_GRACE, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", self._requested_port)
-        await site.start()
-        self.port = runner.addresses[0][1]  # the bound (host, port), from aiohttp's public API
-        self._runner = runner
-        self._stop = asyncio.Event()
-        ready.set()
-        await self._stop.wait()
+        return app
+
+    async def _before_cleanup(self) -> None:
         for task in list(self._tasks):
             task.cancel()
-        await runner.cleanup()
 
-    def stop(self) -> None:
-        if self._thread is None:
-            return
-        loop, stop = self._loop, self._stop
-        if loop is not None and stop is not None:
-            loop.call_soon_threadsafe(stop.set)
-        self._thread.join()
-        self._thread = None
+    def _after_stop(self) -> None:
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
-
-    def __enter__(self) -> AgentCoreEmulator:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> AgentCoreEmulator:
-        import anyio
-
-        return await anyio.to_thread.run_sync(self.start)
-
-    async def __aexit__(self, *exc: object) -> None:
-        import anyio
-
-        await anyio.to_thread.run_sync(self.stop)
 
     # ---------------------------------------------------------------- timing helpers
 

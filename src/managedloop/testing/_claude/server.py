@@ -39,6 +39,7 @@ from managedloop.testing._claude.resources import (
     update_record,
 )
 from managedloop.testing._claude.session import CLOSE, DROP, EmuSession, now_iso
+from managedloop.testing._loopback import MAX_BODY, LoopbackServer
 from managedloop.testing.script import ScriptedAgent, Step
 
 __all__ = ["ClaudeEmulator", "RecordedRequest", "credential_id"]
@@ -47,7 +48,7 @@ MANAGED_AGENTS_BETA = "managed-agents-2026-04-01"
 _SECRET_HEADERS = frozenset({"authorization", "x-api-key"})
 _JSON = web.RequestKey("managedloop_json", Any)
 _APPLIED = web.RequestKey("managedloop_applied", bool)
-_START_TIMEOUT = 10.0  # seconds; a loopback server that cannot bind in 10 s is broken
+_CALL_TIMEOUT = 10.0  # seconds for call(): the emulator's loop runs nothing slow
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -168,14 +169,17 @@ def credential_id(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()[:16]
 
 
-class ClaudeEmulator:
+class ClaudeEmulator(LoopbackServer):
     """A Claude Managed Agents API on ``127.0.0.1`` (a free port), driven by a script.
 
-    Usable as ``with ClaudeEmulator() as emu:`` or ``async with``. ``emu.base_url`` and
+    Usable as ``with ClaudeEmulator() as emu:`` or ``async with`` (a start that fails
+    raises :class:`~managedloop.testing.EmulatorStartError`). ``emu.base_url`` and
     ``emu.api_key`` configure an ``anthropic.AsyncAnthropic``; ``emu.requests`` records
     every request (secret headers removed); ``emu.agent`` is the :class:`ScriptedAgent`
     every session plays; ``emu.faults`` injects failures.
     """
+
+    label = "Claude emulator"
 
     def __init__(
         self,
@@ -187,6 +191,7 @@ class ClaudeEmulator:
         port: int = 0,
         confirm_tools: Sequence[str] = (),
     ) -> None:
+        super().__init__(host=host, port=port)
         self.agent = script if isinstance(script, ScriptedAgent) else ScriptedAgent(script)
         self.confirm_tools = frozenset(confirm_tools)
         """Server tools whose uses ask for a ``user.tool_confirmation`` first (permission
@@ -198,80 +203,19 @@ class ClaudeEmulator:
         """Bearer tokens accepted besides the API key (for bearer-file auth tests)."""
         self.requests: list[RecordedRequest] = []
         self.state = _State()
-        self._host = host
-        self._port = port
         self._ids = itertools.count(1)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self._startup_error: BaseException | None = None
-        self.base_url = ""
 
-    # -- lifecycle --------------------------------------------------------------------
-    def __enter__(self) -> ClaudeEmulator:
-        self.start()
-        return self
+    # -- lifecycle (start, stop, ``with``, ``async with``: see testing/_loopback.py) ----
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>`` once started (``""`` before: no port yet)."""
+        return f"http://{self.host}:{self.port}" if self.port else ""
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> ClaudeEmulator:
-        import anyio.to_thread
-
-        await anyio.to_thread.run_sync(self.start)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        import anyio.to_thread
-
-        await anyio.to_thread.run_sync(self.stop)
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._serve, name="claude-emulator", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(_START_TIMEOUT):
-            raise RuntimeError("the Claude emulator did not start")
-        if self._startup_error is not None:
-            raise RuntimeError("the Claude emulator failed to start") from self._startup_error
-
-    def stop(self) -> None:
-        if self._thread is None or self._loop is None or self._stop is None:
-            return
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(_START_TIMEOUT)
-        self._thread = None
-
-    def _serve(self) -> None:
-        asyncio.run(self._main())
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        try:
-            app = self._app()
-            self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
-            await self._runner.setup()
-            site = web.TCPSite(self._runner, self._host, self._port)
-            await site.start()
-            server = site._server
-            assert server is not None
-            port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-            self.base_url = f"http://{self._host}:{port}"
-        except BaseException as exc:
-            self._startup_error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        await self._stop.wait()
+    async def _before_cleanup(self) -> None:
         for session in self.state.sessions.values():
             if session.run_task is not None:
                 session.run_task.cancel()
             session.close_streams()
-        await self._runner.cleanup()
 
     def call(self, fn: Any, *args: Any) -> Any:
         """Run ``fn(*args)`` on the emulator's loop and return its result (thread-safe)."""
@@ -280,7 +224,7 @@ class ClaudeEmulator:
         async def run() -> Any:
             return fn(*args)
 
-        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(_START_TIMEOUT)
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(_CALL_TIMEOUT)
 
     # -- helpers for tests -------------------------------------------------------------
     def mint(self, prefix: str) -> str:
@@ -359,7 +303,7 @@ class ClaudeEmulator:
 
     # -- HTTP -------------------------------------------------------------------------
     def _app(self) -> web.Application:
-        app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
+        app = web.Application(middlewares=[self._middleware], client_max_size=MAX_BODY)
         r = app.router
         for resource in RESOURCES:
             self._add_crud_routes(r, resource)
