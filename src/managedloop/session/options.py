@@ -9,7 +9,7 @@ from typing import Any, TypedDict
 
 from managedloop import _validate
 from managedloop.errors import InvalidOptionsError
-from managedloop.providers.base import OpenRequest, Provider
+from managedloop.hosts import OpenRequest, Provider
 from managedloop.provisioning.specs import AgentSpec
 from managedloop.results import Outcome, SessionResult
 from managedloop.session.machine import GuardInput, LoopOptions, TurnGuard
@@ -265,7 +265,6 @@ def prepare(
         tools=tools,
         session_id=session_id,
         transcript=transcript,
-        max_turns=o.max_turns,
         metadata=info_metadata,
     )
     prepared = Prepared(

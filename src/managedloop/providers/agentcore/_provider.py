@@ -44,6 +44,18 @@ from managedloop.errors import (
     ProviderError,
     TransportError,
 )
+from managedloop.hosts import (
+    RESTART,
+    ConnectionBase,
+    DefineOutcome,
+    OpenRequest,
+    RawInput,
+    TextDelta,
+    ToolResults,
+    TurnInput,
+    TurnItem,
+    UserMessage,
+)
 from managedloop.providers.agentcore import _converse
 from managedloop.providers.agentcore._client import (
     SERVICE,
@@ -53,18 +65,7 @@ from managedloop.providers.agentcore._client import (
     retryable,
     stream_call,
 )
-from managedloop.providers.base import (
-    RESTART,
-    ConnectionBase,
-    DefineOutcome,
-    OpenRequest,
-    RawInput,
-    ToolResults,
-    TurnInput,
-    TurnRestart,
-    UserMessage,
-)
-from managedloop.results import CommandResult, RawEvent, TurnResult
+from managedloop.results import CommandResult, RawEvent
 from managedloop.tools import ToolDefinition
 
 __all__ = [
@@ -694,7 +695,10 @@ class _Connection(ConnectionBase):
             raise InvalidOptionsError(f"unknown turn input {input!r}")
         return {**self._base, "messages": messages}
 
-    async def turn(self, input: TurnInput) -> AsyncIterator[RawEvent | TurnRestart]:
+    async def turn(self, input: TurnInput) -> AsyncIterator[TurnItem]:
+        """One InvokeHarness call (retried with :data:`RESTART`); its envelopes, a
+        :class:`TextDelta` after each text delta envelope, then its :class:`TurnResult`,
+        from one parse that also builds the next resume (nothing is parsed twice)."""
         params = self.request_params(input)
         p = self.provider
         if not self._http_held:
@@ -740,6 +744,8 @@ class _Connection(ConnectionBase):
                         if "messageStop" in event:
                             stopped = True
                         yield event
+                        if (text := _converse.text_delta(event)) is not None:
+                            yield TextDelta(text)
             except ManagedLoopError as exc:
                 if not retryable(exc):
                     raise
@@ -747,7 +753,8 @@ class _Connection(ConnectionBase):
                 continue
             if stopped:
                 self._last_events = events
-                self._parsed = None
+                self._parsed = parsed = _converse.parse(events)
+                yield _converse.turn_result(parsed, events)
                 return
             last = TransportError(
                 f"the InvokeHarness stream ended without messageStop after {attempt + 1} "
@@ -768,15 +775,6 @@ class _Connection(ConnectionBase):
         if self._http_held:
             self._http_held = False
             await self.provider.clients.http.release()
-
-    def normalize(self, events: Sequence[RawEvent]) -> TurnResult:
-        # Pure in effect: the parse is kept only to build the next resume without a re-parse.
-        parsed = _converse.parse(events)
-        self._parsed = parsed
-        return _converse.turn_result(parsed, events)
-
-    def text_delta(self, event: RawEvent) -> str | None:
-        return _converse.text_delta(event)
 
 
 def tool_definitions(tools: Sequence[ToolDefinition]) -> list[dict[str, Any]]:
