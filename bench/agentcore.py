@@ -35,7 +35,7 @@ from botocore.parsers import EventStreamJSONParser
 import managedloop as ml
 from managedloop.providers import BedrockAgentCore
 from managedloop.providers.agentcore import new_runtime_session_id
-from managedloop.providers.agentcore._client import EventDecoder
+from managedloop.providers.agentcore._decoding import EventDecoder
 from managedloop.testing import AgentCoreEmulator, call, say
 from managedloop.testing._agentcore import eventstream as es
 

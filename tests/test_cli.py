@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -325,3 +327,239 @@ def test_emulate_serves_until_interrupted() -> None:
                 proc.kill()
             proc.communicate()
     assert code == 0
+
+
+# -- model settings (issue 8 item 3) ----------------------------------------------------
+
+
+def test_run_sends_model_settings_as_body_keys() -> None:
+    with ChatEmulator([say("ok")]) as emu:
+        code, _ = run_local(
+            emu,
+            "q",
+            "--no-stream",
+            "--tool-choice",
+            "auto",
+            "--max-tokens",
+            "64",
+            "--temperature",
+            "0",
+            "--set",
+            "seed=7",
+            "--set",
+            "user=me",
+            "--set",
+            'stop=["\\n", "END"]',
+            "--set",
+            'response_format={"type": "json_object"}',
+        )
+    assert code == 0
+    body = emu.received[0]
+    assert body["tool_choice"] == "auto"
+    assert body["max_tokens"] == 64
+    assert body["temperature"] == 0.0
+    assert body["seed"] == 7  # JSON: a number
+    assert body["user"] == "me"  # not JSON: the string itself
+    assert body["stop"] == ["\n", "END"]
+    assert body["response_format"] == {"type": "json_object"}
+
+
+def test_run_tool_choice_takes_a_tool_name_or_a_json_object() -> None:
+    with ChatEmulator([call("shout", {"text": "hi"}), say("ok")]) as emu:
+        code, _ = run_local(
+            emu, "q", "--no-stream", "--tools", "test_cli:shout", "--tool-choice", "shout"
+        )
+    assert code == 0
+    assert emu.received[0]["tool_choice"] == {"type": "function", "function": {"name": "shout"}}
+    forced = '{"type": "function", "function": {"name": "shout"}}'
+    with ChatEmulator([say("ok")]) as emu:
+        code, _ = run_local(emu, "q", "--no-stream", "--tool-choice", forced)
+    assert code == 0
+    assert emu.received[0]["tool_choice"] == {"type": "function", "function": {"name": "shout"}}
+
+
+def test_run_without_model_settings_sends_none() -> None:
+    with ChatEmulator([say("ok")]) as emu:
+        code, _ = run_local(emu, "q", "--no-stream")
+    assert code == 0
+    for key in ("tool_choice", "max_tokens", "temperature", "seed"):
+        assert key not in emu.received[0]
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--max-tokens", "0"], "--max-tokens: must be >= 1"),
+        (["--max-tokens", "lots"], "--max-tokens: not an integer"),
+        (["--temperature", "-1"], "--temperature: must be a finite number >= 0"),
+        (["--temperature", "nan"], "--temperature: must be a finite number >= 0"),
+        (["--temperature", "warm"], "--temperature: not a number"),
+        (["--tool-choice", "any tool"], "--tool-choice: takes auto, none, required"),
+        (["--tool-choice", "{nope"], "--tool-choice: not a JSON object"),
+        (["--tool-choice", "{}]"], "--tool-choice: not a JSON object"),
+        (["--set", "seed"], "--set: takes key=value"),
+        (["--set", "=7"], "--set: takes key=value"),
+        (["--set", "model=other"], "model is written by the loop itself"),
+        (["--set", "stream=true"], "stream is written by the loop itself"),
+        (["--set", "temperature=1e999"], "is not a finite number"),
+        (["--set", "max_tokens=5", "--max-tokens", "6"], "contradicts --max-tokens"),
+    ],
+)
+def test_bad_model_settings_are_usage_errors(
+    extra: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with ChatEmulator([say("never")]) as emu:
+        code, _ = run_local(emu, "q", *extra)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert needle in err
+    assert "Traceback" not in err
+    assert emu.received == []  # refused before any request
+
+
+def test_the_same_setting_twice_agreeing_is_fine() -> None:
+    with ChatEmulator([say("ok")]) as emu:
+        code, _ = run_local(emu, "q", "--no-stream", "--set", "max_tokens=6", "--max-tokens", "6")
+    assert code == 0
+    assert emu.received[0]["max_tokens"] == 6
+
+
+# -- rough edges (issue 8) --------------------------------------------------------------
+
+
+def test_emulate_on_a_busy_port_is_a_usage_error_not_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        for host in cli.HOSTS:
+            code, _ = run_main(["emulate", host, "--port", str(port)])
+            err = capsys.readouterr().err
+            assert code == 2, host
+            assert f"cannot serve on 127.0.0.1:{port}" in err
+            assert "pick another --port" in err
+            assert "Traceback" not in err
+
+
+def test_emulate_that_fails_to_start_is_a_failure_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class Broken:  # lost the port between the check and the bind
+        @staticmethod
+        def emulate(host: str, port: int) -> None:
+            raise RuntimeError("the chat emulator failed to start: address already in use")
+
+    monkeypatch.setattr(cli, "host_module", lambda host: Broken)
+    code, _ = run_main(["emulate", "local", "--port", "0"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "the emulator did not start" in err
+    assert "address already in use" in err
+
+
+def test_emulate_refuses_a_port_out_of_range(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _ = run_main(["emulate", "local", "--port", "70000"])
+    assert code == 2
+    assert "--port must be 0..65535" in capsys.readouterr().err
+
+
+def test_run_tools_imports_a_module_from_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "cwd_tools_for_cli.py").write_text(
+        "import managedloop as ml\n\n"
+        "@ml.tool\n"
+        "def echo(text: str) -> str:\n"
+        '    """Echo."""\n'
+        "    return 'echo ' + text\n\n"
+        "TOOLS = [echo]\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    # as under the console script: neither the cwd nor "" is on the path
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "cwd_tools_for_cli", raising=False)
+    with ChatEmulator([call("echo", {"text": "hi"}), say("ok")]) as emu:
+        code, _ = run_local(emu, "q", "--no-stream", "--tools", "cwd_tools_for_cli:TOOLS")
+    sys.modules.pop("cwd_tools_for_cli", None)
+    assert code == 0
+    assert emu.requests[1].tool_results[0].text == "echo hi"
+
+
+def test_python_dash_m_managedloop_runs_the_command() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "managedloop", "demo", "--hosts", "local"],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "managedloop demo:" in proc.stdout
+    assert "end_turn" in proc.stdout
+
+
+def test_a_404_names_the_url_and_hints_at_v1(capsys: pytest.CaptureFixture[str]) -> None:
+    with ChatEmulator([say("never")]) as emu:
+        root = emu.anthropic_base_url  # http://127.0.0.1:<port>, without /v1
+        argv = ["run", "--base-url", root, "--api-key", emu.api_key or "", "--model", "m"]
+        code, _ = run_main([*argv, "--prompt", "q", "--no-stream"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "HTTP 404" in err
+    assert f"at {root}" in err
+    assert f"try --base-url {root}/v1" in err
+    assert "Traceback" not in err
+
+
+def test_a_404_under_v1_names_the_url_without_the_v1_hint(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with ChatEmulator([say("never")], faults=ChatFaults(statuses=[404])) as emu:
+        code, _ = run_local(emu, "q", "--no-stream")
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"HTTP 404) at {emu.base_url}" in err
+    assert "try --base-url" not in err
+
+
+def test_a_streamed_run_without_usage_says_so_instead_of_zero(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with ChatEmulator([say("no counts here", usage=None)]) as emu:
+        code, text = run_local(emu, "q")
+    assert code == 0
+    assert emu.received[0]["stream"] is True
+    assert "usage not reported" in text
+    assert "0 in / 0 out" not in text
+
+
+def test_a_run_with_usage_prints_the_counts() -> None:
+    with ChatEmulator([say("counted", usage=(0, 0))]) as emu:  # zero reported is still reported
+        code, text = run_local(emu, "q")
+    assert code == 0
+    assert "0 in / 0 out" in text
+    assert "usage not reported" not in text
+
+
+def test_every_run_option_has_help() -> None:
+    from managedloop.providers.local import _cli as local_cli
+
+    parser = cli.build_parser(local_cli)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in sub.choices.items():
+        for action in command._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            assert action.help, f"{name} {action.option_strings or action.dest} has no help"
+
+
+def test_max_turns_defaults_to_the_librarys() -> None:
+    from managedloop.providers.local import _cli as local_cli
+    from managedloop.session.options import DEFAULTS
+
+    args = cli.build_parser(local_cli).parse_args(["run", "--model", "m", "--prompt", "q"])
+    assert args.max_turns == DEFAULTS["max_turns"] == 50

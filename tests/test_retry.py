@@ -85,7 +85,7 @@ def test_classification(error: BaseException, situation: Situation) -> None:
 
 
 def _host_classifiers() -> dict[str, Callable[[Any], bool]]:
-    from managedloop.providers.agentcore._client import retryable as agentcore
+    from managedloop.providers.agentcore._errors import retryable as agentcore
     from managedloop.providers.claude._connection import _retryable as claude
     from managedloop.providers.local import is_transient as local
 

@@ -7,6 +7,7 @@ The curated public API. Provider SDKs (``anthropic``, ``botocore``) are not impo
 each provider loads its SDK on first use.
 """
 
+from managedloop._loops import syncify
 from managedloop.artifacts import Artifacts, ArtifactStore
 from managedloop.config import Secret, configure
 from managedloop.errors import (
@@ -27,12 +28,12 @@ from managedloop.errors import (
     UnsupportedError,
 )
 from managedloop.handler import Handler
+from managedloop.outcome import Outcome
 from managedloop.provisioning.facade import provision, teardown
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
 from managedloop.results import (
     Artifact,
     CommandResult,
-    Outcome,
     SessionInfo,
     SessionResult,
     Terminal,
@@ -42,7 +43,6 @@ from managedloop.results import (
     Usage,
 )
 from managedloop.session import GuardInput, LiveSession, run, run_sync, start
-from managedloop.session.driver import syncify
 from managedloop.tools import Tool, ToolDefinition, Toolset, tool
 
 provision_sync = syncify(provision)

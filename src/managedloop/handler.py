@@ -63,6 +63,7 @@ import pydantic
 import pydantic_core
 
 from managedloop import telemetry
+from managedloop._tool_failures import ToolTimeoutError, UnknownToolError
 from managedloop.errors import ToolError
 from managedloop.results import SessionInfo, ToolResult, ToolUse
 
@@ -73,6 +74,7 @@ __all__ = [
     "is_error_payload",
     "run_tool_calls",
     "safe_text",
+    "too_deep",
 ]
 
 
@@ -82,10 +84,6 @@ class Handler(Protocol):
 
     def handle_tool_call(self, name: str, input: dict[str, Any], info: SessionInfo) -> Any:
         """Return ``str`` or :class:`ToolResult` (or an awaitable of one)."""
-
-
-class _UnknownToolError(Exception):
-    """A toolset was asked for a tool it does not have (becomes an error result)."""
 
 
 # Deeper JSON than this is refused before it reaches json.loads (a 100k-deep array raises
@@ -109,7 +107,7 @@ def decode_tool_input(raw: Any) -> tuple[dict[str, Any], str | None]:
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes | bytearray) else raw
         if not text.strip():
             return {}, None
-        if _too_deep(text):
+        if too_deep(text):
             return {}, f"arguments are nested deeper than {MAX_INPUT_DEPTH} levels"
         try:
             value = json.loads(text)
@@ -122,7 +120,7 @@ def decode_tool_input(raw: Any) -> tuple[dict[str, Any], str | None]:
     if not isinstance(value, Mapping):
         kind = "null" if value is None else type(value).__name__
         return {}, f"arguments must be a JSON object, got {kind}"
-    if _too_deep(value):
+    if too_deep(value):
         return {}, f"arguments are nested deeper than {MAX_INPUT_DEPTH} levels"
     return dict(value), None
 
@@ -130,7 +128,7 @@ def decode_tool_input(raw: Any) -> tuple[dict[str, Any], str | None]:
 _FLAT = frozenset({str, int, float, bool, type(None)})
 
 
-def _too_deep(value: Any) -> bool:
+def too_deep(value: Any) -> bool:
     """Whether JSON text or a decoded value nests deeper than :data:`MAX_INPUT_DEPTH`."""
     if isinstance(value, str):
         depth = 0
@@ -168,14 +166,6 @@ def _too_deep(value: Any) -> bool:
         elif isinstance(item, list | tuple):
             stack.extend((v, depth + 1) for v in item)
     return False
-
-
-class _ToolTimeoutError(TimeoutError):
-    """A timeout bound fired for one call; carries the bound so the result can name it."""
-
-    def __init__(self, tool: str, seconds: float) -> None:
-        self.seconds = seconds
-        super().__init__(f"tool {tool!r} timed out after {seconds:g}s")
 
 
 def safe_text(text: str) -> str:
@@ -279,7 +269,7 @@ async def _call(
             with anyio.move_on_after(timeout) as scope:
                 value = await _invoke(handler, use, info)
             if scope.cancelled_caught:
-                raise _ToolTimeoutError(use.name, timeout)
+                raise ToolTimeoutError(use.name, timeout)
         if isinstance(value, ToolResult):
             return _result(uid, _to_text(value.text), is_error=value.is_error is True)
         return _result(uid, _to_text(value))
@@ -291,7 +281,7 @@ async def _call(
         return _result(uid, message, is_error=True)
     except pydantic.ValidationError as exc:
         return _result(uid, _validation_text(use.name, exc), is_error=True)
-    except (_UnknownToolError, _ToolTimeoutError) as exc:
+    except (UnknownToolError, ToolTimeoutError) as exc:
         return _result(uid, str(exc), is_error=True)
     except Exception as exc:
         return _result(uid, f"tool {use.name!r} raised {_describe(exc)}", is_error=True)

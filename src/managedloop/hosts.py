@@ -53,8 +53,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from managedloop.errors import UnsupportedError
+from managedloop.outcome import Outcome
 from managedloop.results import (
-    Outcome,
     RawEvent,
     Terminal,
     ToolResult,

@@ -3,6 +3,10 @@
 All types are frozen, keyword-only, slotted dataclasses and round-trip through JSON with
 ``to_dict`` / ``from_dict``. Raw provider data (``stop_reason``, ``events``, ``Usage.raw``)
 is kept verbatim: normalisation is additive, never lossy.
+
+This module imports nothing of managedloop: :mod:`managedloop.errors` carries a
+:class:`SessionResult`, so a result type that must raise (the kickoff
+:class:`~managedloop.Outcome`) lives above both, in :mod:`managedloop.outcome`.
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ from typing import Any, Self
 __all__ = [
     "Artifact",
     "CommandResult",
-    "Outcome",
     "SessionInfo",
     "SessionResult",
     "Terminal",
@@ -186,31 +189,6 @@ class SessionInfo(_Json):
     provider: str | None = None
     """The host's name: ``"local"``, ``"claude"`` or ``"agentcore"``."""
     metadata: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Outcome(_Json):
-    """A graded-session goal (Claude Managed Agents only)."""
-
-    description: str
-    rubric: str
-    max_iterations: int | None = None
-
-    def __post_init__(self) -> None:
-        from managedloop.errors import InvalidOptionsError
-
-        if not isinstance(self.description, str) or not isinstance(self.rubric, str):
-            raise InvalidOptionsError(
-                "Outcome needs string description and rubric", option="outcome"
-            )
-        if self.max_iterations is not None and (
-            isinstance(self.max_iterations, bool)
-            or not isinstance(self.max_iterations, int)
-            or self.max_iterations < 1
-        ):
-            raise InvalidOptionsError(
-                "Outcome.max_iterations must be a positive integer", option="outcome"
-            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

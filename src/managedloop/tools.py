@@ -24,8 +24,8 @@ import anyio.to_thread
 import pydantic
 import pydantic.json_schema
 
+from managedloop._tool_failures import ToolTimeoutError, UnknownToolError
 from managedloop.errors import ToolDefinitionError
-from managedloop.handler import _ToolTimeoutError, _UnknownToolError
 from managedloop.results import SessionInfo
 
 __all__ = ["Tool", "ToolDefinition", "Toolset", "tool"]
@@ -303,7 +303,7 @@ class Toolset:
         t = self._tools.get(name)
         if t is None:
             known = ", ".join(sorted(self._tools)) or "none"
-            raise _UnknownToolError(f"unknown tool {name!r} (known tools: {known})")
+            raise UnknownToolError(f"unknown tool {name!r} (known tools: {known})")
         kwargs = t.bind(input, info)
         if t.is_async:
             coro = t.function(**kwargs)
@@ -320,7 +320,7 @@ class Toolset:
             return await coro
         with anyio.move_on_after(t.timeout):
             return await coro
-        raise _ToolTimeoutError(t.name, t.timeout)
+        raise ToolTimeoutError(t.name, t.timeout)
 
     def __repr__(self) -> str:
         return f"Toolset({list(self._tools)!r})"

@@ -18,7 +18,7 @@ import pytest
 import managedloop as ml
 from managedloop.providers import BedrockAgentCore
 from managedloop.providers.agentcore import new_runtime_session_id, validate_runtime_session_id
-from managedloop.providers.agentcore._provider import harness_id_of, validate_endpoint_name
+from managedloop.providers.agentcore._ids import harness_id_of, validate_endpoint_name
 from managedloop.testing import AgentCoreEmulator, call, say
 
 from .conftest import make_provider

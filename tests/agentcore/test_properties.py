@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from managedloop.errors import MalformedResponseError, ManagedLoopError
 from managedloop.providers.agentcore import _converse as cv
-from managedloop.providers.agentcore._client import EventDecoder, map_error
+from managedloop.providers.agentcore._decoding import EventDecoder
+from managedloop.providers.agentcore._errors import map_error
 from managedloop.testing._agentcore import eventstream as es
 
 pytestmark = pytest.mark.fuzz
@@ -233,3 +234,18 @@ def test_tool_input_from_fragments_split_anywhere_equals_the_whole(
     (use,) = cv.parse(events).tool_uses
     assert use.input_error is None
     assert use.input == json.loads(raw)
+
+
+@pytest.mark.parametrize("message_type", ["event", "exception"])
+@pytest.mark.parametrize("payload", [b"\x80", b"\xff\xfe{", b'{"text": "\xc3"}', b"{not json"])
+def test_a_frame_whose_payload_is_not_utf8_json_is_a_bad_frame(
+    payload: bytes, message_type: str
+) -> None:
+    # Found by `make fuzz` (kind='metadata', payload=b'\x80'): botocore's parser raised
+    # UnicodeDecodeError, which surfaced as "transport_error: unexpected failure".
+    headers = {
+        ":message-type": message_type,
+        ":event-type" if message_type == "event" else ":exception-type": "metadata",
+        ":content-type": "application/json",
+    }
+    _named([es.frame(headers, payload)])

@@ -19,7 +19,7 @@ import pytest
 
 import managedloop as ml
 from managedloop.providers import BedrockAgentCore
-from managedloop.providers.agentcore._client import redact
+from managedloop.providers.agentcore._redact import redact
 from managedloop.testing import AgentCoreEmulator
 
 pytestmark = pytest.mark.anyio
@@ -126,7 +126,7 @@ def test_every_credential_form_is_redacted() -> None:
 
 
 def test_log_lines_are_redacted_whoever_writes_them(caplog: pytest.LogCaptureFixture) -> None:
-    from managedloop.providers.agentcore._client import _install_redaction
+    from managedloop.providers.agentcore._redact import install_redaction as _install_redaction
 
     _install_redaction()
     with caplog.at_level(logging.DEBUG, "botocore.endpoint"):

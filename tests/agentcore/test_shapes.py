@@ -22,7 +22,7 @@ import botocore.session
 import pytest
 from botocore.eventstream import EventStreamBuffer
 
-from managedloop.providers.agentcore._client import prepare_request
+from managedloop.providers.agentcore._signing import prepare_request
 from managedloop.testing import call
 from managedloop.testing.agentcore import ROUTES, AgentCoreEmulator
 
@@ -144,7 +144,7 @@ def _raw(client: Any, operation: str, params: dict[str, Any]) -> bytes:
 
 
 def test_every_route_answers_within_its_botocore_output_shape(emu: AgentCoreEmulator) -> None:
-    from managedloop.providers.agentcore._client import install_capture
+    from managedloop.providers.agentcore._signing import install_capture
 
     session = botocore.session.get_session()
     control = session.create_client("bedrock-agentcore-control", **emu.client_kwargs)

@@ -14,12 +14,9 @@ import pytest
 
 import managedloop as ml
 from managedloop.providers.agentcore import BedrockAgentCore, new_runtime_session_id
-from managedloop.providers.agentcore._client import (
-    EventDecoder,
-    client_internals,
-    prepare_request,
-    refresh_credentials,
-)
+from managedloop.providers.agentcore._botocore import client_internals
+from managedloop.providers.agentcore._decoding import EventDecoder
+from managedloop.providers.agentcore._signing import prepare_request, refresh_credentials
 from managedloop.testing import AgentCoreEmulator, call, say
 
 from .conftest import make_provider
@@ -61,7 +58,7 @@ def test_botocore_private_attributes_we_read_still_exist(emu: AgentCoreEmulator)
 def test_prepare_request_is_botocores_signed_request(emu: AgentCoreEmulator) -> None:
     client = _client(emu)
     try:
-        from managedloop.providers.agentcore._client import install_capture
+        from managedloop.providers.agentcore._signing import install_capture
 
         install_capture(client)
         request = prepare_request(
@@ -87,7 +84,7 @@ def test_botocore_param_validation_still_applies(emu: AgentCoreEmulator) -> None
     try:
         from botocore.exceptions import ParamValidationError
 
-        from managedloop.providers.agentcore._client import install_capture
+        from managedloop.providers.agentcore._signing import install_capture
 
         install_capture(client)
         with pytest.raises(ParamValidationError):

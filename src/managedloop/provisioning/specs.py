@@ -74,9 +74,6 @@ class AgentSpec:
         """The implementations among ``tools`` (bare definitions have none)."""
         return Toolset([t for t in self._tools if not isinstance(t, ToolDefinition)])
 
-    def has_implementations(self) -> bool:
-        return any(isinstance(t, Tool) or callable(t) for t in self.tools)
-
     def identity(self) -> dict[str, Any]:
         """The content the digest covers."""
         return {

@@ -40,28 +40,26 @@ Rules the driver guarantees on every host (a fourth host written from outside in
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import functools
 import inspect
 import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from typing import Any, ParamSpec, TypeVar, Unpack
+from typing import Any, Unpack
 
 import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from managedloop import _validate, telemetry
-from managedloop._loops import ephemeral_loop
+from managedloop._loops import syncify
 from managedloop.errors import (
     ManagedLoopError,
     ProviderError,
     SessionTimeoutError,
     UnsupportedError,
 )
-from managedloop.handler import MAX_INPUT_DEPTH, _too_deep, run_tool_calls
+from managedloop.handler import MAX_INPUT_DEPTH, run_tool_calls, too_deep
 from managedloop.hosts import (
     Connection,
     DefineOutcome,
@@ -73,8 +71,8 @@ from managedloop.hosts import (
     TurnRestart,
     UserMessage,
 )
+from managedloop.outcome import Outcome
 from managedloop.results import (
-    Outcome,
     RawEvent,
     SessionInfo,
     SessionResult,
@@ -85,7 +83,7 @@ from managedloop.results import (
 from managedloop.session.machine import Finish, Machine, RunTools
 from managedloop.session.options import Prepared, SessionOptions, coerce_outcome, prepare
 
-__all__ = ["TEXT_DELTA", "LiveSession", "run", "run_sync", "start", "syncify"]
+__all__ = ["TEXT_DELTA", "LiveSession", "run", "run_sync", "start"]
 
 TEXT_DELTA = "managedloop.text_delta"
 DEFAULT_PROMPT = "Begin."
@@ -93,9 +91,6 @@ DEFAULT_TIMEOUT = 600.0  # seconds; a run is bounded by default so a stuck host 
 
 _TOO_DEEP = f"arguments are nested deeper than {MAX_INPUT_DEPTH} levels"
 _NOTHING: Any = object()  # no kickoff input: a live session waits for send()
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 def _event_type(event: Any) -> str | None:
@@ -328,13 +323,13 @@ def _bounded(turn: TurnResult) -> TurnResult:
     """
     uses = turn.custom_tool_uses
     for u in uses:  # a plain loop: this runs on every turn with tool uses
-        if u.input_error is None and _too_deep(u.input):
+        if u.input_error is None and too_deep(u.input):
             break
     else:
         return turn
     checked = [
         dataclasses.replace(u, input={}, input_error=_TOO_DEEP)
-        if u.input_error is None and _too_deep(u.input)
+        if u.input_error is None and too_deep(u.input)
         else u
         for u in uses
     ]
@@ -439,35 +434,6 @@ async def run(
         driver.partial() if driver is not None else None,
         f"session did not reach a terminal within {timeout}s; its request was cancelled",
     )
-
-
-def syncify(fn: Callable[P, Awaitable[R]]) -> Callable[P, R]:
-    """The blocking face of an async API function: the same call, run on a fresh loop."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            raise ManagedLoopError(
-                f"{fn.__name__}_sync cannot run inside an event loop; await {fn.__name__}(...)",
-                code="sync_in_event_loop",
-            )
-
-        async def call() -> R:
-            return await fn(*args, **kwargs)
-
-        token = ephemeral_loop.set(True)  # hosts must not bind a caller's client to this loop
-        try:
-            return anyio.run(call)
-        finally:
-            ephemeral_loop.reset(token)
-
-    wrapper.__name__ = f"{fn.__name__}_sync"
-    wrapper.__qualname__ = wrapper.__name__
-    return wrapper
 
 
 run_sync = syncify(run)

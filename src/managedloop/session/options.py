@@ -10,10 +10,11 @@ from typing import Any, TypedDict
 from managedloop import _validate
 from managedloop.errors import InvalidOptionsError
 from managedloop.hosts import OpenRequest, Provider
+from managedloop.outcome import Outcome
 from managedloop.provisioning.specs import AgentSpec
-from managedloop.results import Outcome, SessionResult
+from managedloop.results import SessionResult
 from managedloop.session.machine import GuardInput, LoopOptions, TurnGuard
-from managedloop.tools import Toolset
+from managedloop.tools import ToolDefinition, Toolset
 
 __all__ = ["DEFAULTS", "Prepared", "SessionOptions", "prepare"]
 
@@ -161,101 +162,32 @@ def prepare(
     Every loop option is type-checked here, before anything is opened or sent: counts are
     integers (``bool`` refused), durations finite seconds > 0 (NaN and infinity refused;
     ``None`` means no bound), ``prompt`` a non-empty string, ``resume`` a result or a
-    non-empty id, ``terminal_tool`` a non-empty string.
+    non-empty id, ``terminal_tool`` a non-empty string. The checks run in this order, so
+    the first bad option named is always the same one.
     """
-    unknown = sorted(set(options) - set(DEFAULTS))
-    if unknown:
-        name = unknown[0]
-        raise InvalidOptionsError(
-            f"unknown option {name!r} (host-specific options go to the provider's constructor)",
-            option=name,
-        )
-    # Every option by name, defaults filled in (the keys are checked just above).
-    o = SimpleNamespace(**{**DEFAULTS, **options})
-    if not _is_provider(provider):
-        raise InvalidOptionsError(
-            f"{provider!r} is not a provider (Local, ClaudeManagedAgents, BedrockAgentCore)",
-            option="provider",
-        )
-    if o.turn_guard is not None and not callable(o.turn_guard):
-        raise InvalidOptionsError(
-            f"turn_guard must be callable, got {o.turn_guard!r}",
-            code="invalid_turn_guard",
-            option="turn_guard",
-        )
+    o = _with_defaults(options)
+    _check_provider(provider)
+    _check_turn_guard(o.turn_guard)
     _check_agent(agent)
     spec = agent if isinstance(agent, AgentSpec) else None
     if prompt is not None:
         _validate.text("prompt", prompt)
-    if not isinstance(o.require_terminal_tool, bool):
-        raise InvalidOptionsError(
-            f"require_terminal_tool must be True or False, got {o.require_terminal_tool!r}",
-            option="require_terminal_tool",
-        )
-    if o.terminal_tool is not None:
-        _validate.text("terminal_tool", o.terminal_tool)
-    if o.terminal_tool is None and spec is not None:
-        o.terminal_tool = spec.terminal_tool
-    if o.require_terminal_tool and not isinstance(o.terminal_tool, str):
-        raise InvalidOptionsError(
-            "require_terminal_tool needs a terminal_tool (on the AgentSpec or as an option)",
-            code="terminal_tool_required",
-            option="terminal_tool",
-        )
-    coerced = coerce_outcome(o.outcome)
-    if coerced is not None and not provider.supports_outcomes:
-        raise InvalidOptionsError(
-            f"the {provider.name} host does not support outcomes",
-            code="outcome_unsupported",
-            option="outcome",
-        )
-    for name, value in (
-        ("max_turns", o.max_turns),
-        ("max_concurrent_tools", o.max_concurrent_tools),
-        ("max_total_tokens", o.max_total_tokens),
-        ("max_input_tokens", o.max_input_tokens),
-        ("max_output_tokens", o.max_output_tokens),
-    ):
-        _validate.integer(name, value, minimum=1, allow_none=True)
-    if o.max_turns is None:
-        raise InvalidOptionsError("max_turns must be a positive integer", option="max_turns")
-    if (
-        isinstance(o.max_reprompts, bool)
-        or not isinstance(o.max_reprompts, int)
-        or o.max_reprompts < 0
-    ):
-        raise InvalidOptionsError("max_reprompts must be an integer >= 0", option="max_reprompts")
+    terminal_tool = _terminal_tool(o.require_terminal_tool, o.terminal_tool, spec)
+    outcome = _check_outcome(provider, o.outcome)
+    _check_counts(o)
     tool_timeout = _validate.duration("tool_timeout", o.tool_timeout)
     _validate.duration("timeout", timeout)
-    if o.telemetry_metadata is not None and (
-        not isinstance(o.telemetry_metadata, Mapping)
-        or not all(isinstance(k, str) for k in o.telemetry_metadata)
-    ):
-        raise InvalidOptionsError(
-            "telemetry_metadata must be a mapping with string keys", option="telemetry_metadata"
-        )
-
-    if o.handler is None:
-        o.handler = spec.toolset() if spec is not None else Toolset()
-    elif not callable(getattr(o.handler, "handle_tool_call", None)):
-        raise InvalidOptionsError(
-            "handler must have a handle_tool_call(name, input, info) method", option="handler"
-        )
-    tools = spec.tool_definitions() if spec is not None else []
-    if isinstance(o.handler, Toolset) and spec is None:
-        tools = o.handler.definitions()
-
+    _check_telemetry_metadata(o.telemetry_metadata)
+    handler, tools = _handler_and_tools(o.handler, spec)
     session_id, transcript = _check_resume(o.resume)
 
-    caller = dict(o.telemetry_metadata or {})
-    model_meta = spec.model_config.get("metadata") if spec is not None else None
-    info_metadata = {**caller, **(model_meta if isinstance(model_meta, Mapping) else {})}
+    info_metadata = _info_metadata(o.telemetry_metadata, spec)
     loop = LoopOptions(
         max_turns=o.max_turns,
         turn_guard=_budget_guard(
             o.turn_guard, o.max_total_tokens, o.max_input_tokens, o.max_output_tokens
         ),
-        terminal_tool=o.terminal_tool,
+        terminal_tool=terminal_tool,
         require_terminal_tool=o.require_terminal_tool,
         max_reprompts=o.max_reprompts,
     )
@@ -269,7 +201,7 @@ def prepare(
     )
     prepared = Prepared(
         provider=provider,
-        handler=o.handler,
+        handler=handler,
         open_request=request,
         loop=loop,
         max_concurrent_tools=o.max_concurrent_tools,
@@ -278,4 +210,111 @@ def prepare(
         caller={**info_metadata, "provider": provider.name},
         info_metadata=info_metadata,
     )
-    return prepared, coerced
+    return prepared, outcome
+
+
+def _with_defaults(options: Mapping[str, Any]) -> SimpleNamespace:
+    """Every option by name, defaults filled in; an unknown name is refused."""
+    unknown = sorted(set(options) - set(DEFAULTS))
+    if unknown:
+        name = unknown[0]
+        raise InvalidOptionsError(
+            f"unknown option {name!r} (host-specific options go to the provider's constructor)",
+            option=name,
+        )
+    return SimpleNamespace(**{**DEFAULTS, **options})
+
+
+def _check_provider(provider: Any) -> None:
+    if not _is_provider(provider):
+        raise InvalidOptionsError(
+            f"{provider!r} is not a provider (Local, ClaudeManagedAgents, BedrockAgentCore)",
+            option="provider",
+        )
+
+
+def _check_turn_guard(turn_guard: Any) -> None:
+    if turn_guard is not None and not callable(turn_guard):
+        raise InvalidOptionsError(
+            f"turn_guard must be callable, got {turn_guard!r}",
+            code="invalid_turn_guard",
+            option="turn_guard",
+        )
+
+
+def _terminal_tool(required: Any, name: Any, spec: AgentSpec | None) -> str | None:
+    """The terminal tool's name: the option, else the spec's; required if asked for."""
+    if not isinstance(required, bool):
+        raise InvalidOptionsError(
+            f"require_terminal_tool must be True or False, got {required!r}",
+            option="require_terminal_tool",
+        )
+    if name is not None:
+        _validate.text("terminal_tool", name)
+    chosen: str | None = spec.terminal_tool if name is None and spec is not None else name
+    if required and not isinstance(chosen, str):
+        raise InvalidOptionsError(
+            "require_terminal_tool needs a terminal_tool (on the AgentSpec or as an option)",
+            code="terminal_tool_required",
+            option="terminal_tool",
+        )
+    return chosen
+
+
+def _check_outcome(provider: Any, value: Any) -> Outcome | None:
+    outcome = coerce_outcome(value)
+    if outcome is not None and not provider.supports_outcomes:
+        raise InvalidOptionsError(
+            f"the {provider.name} host does not support outcomes",
+            code="outcome_unsupported",
+            option="outcome",
+        )
+    return outcome
+
+
+def _check_counts(o: SimpleNamespace) -> None:
+    for name in (
+        "max_turns",
+        "max_concurrent_tools",
+        "max_total_tokens",
+        "max_input_tokens",
+        "max_output_tokens",
+    ):
+        _validate.integer(name, getattr(o, name), minimum=1, allow_none=True)
+    if o.max_turns is None:
+        raise InvalidOptionsError("max_turns must be a positive integer", option="max_turns")
+    if (
+        isinstance(o.max_reprompts, bool)
+        or not isinstance(o.max_reprompts, int)
+        or o.max_reprompts < 0
+    ):
+        raise InvalidOptionsError("max_reprompts must be an integer >= 0", option="max_reprompts")
+
+
+def _check_telemetry_metadata(value: Any) -> None:
+    if value is not None and (
+        not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value)
+    ):
+        raise InvalidOptionsError(
+            "telemetry_metadata must be a mapping with string keys", option="telemetry_metadata"
+        )
+
+
+def _handler_and_tools(handler: Any, spec: AgentSpec | None) -> tuple[Any, list[ToolDefinition]]:
+    """Who serves tool calls (default: the agent's tools) and what the host is told of."""
+    if handler is None:
+        handler = spec.toolset() if spec is not None else Toolset()
+    elif not callable(getattr(handler, "handle_tool_call", None)):
+        raise InvalidOptionsError(
+            "handler must have a handle_tool_call(name, input, info) method", option="handler"
+        )
+    tools = spec.tool_definitions() if spec is not None else []
+    if isinstance(handler, Toolset) and spec is None:
+        tools = handler.definitions()
+    return handler, tools
+
+
+def _info_metadata(caller: Mapping[str, Any] | None, spec: AgentSpec | None) -> dict[str, Any]:
+    """What tools see in ``SessionInfo.metadata``: the caller's tags, then the model's."""
+    model_meta = spec.model_config.get("metadata") if spec is not None else None
+    return {**(caller or {}), **(model_meta if isinstance(model_meta, Mapping) else {})}

@@ -4,12 +4,12 @@
 on first use, and a missing extra raises ``ConfigError(code="missing_dependency")``.
 """
 
-from managedloop.providers.agentcore._provider import (
+from managedloop.providers.agentcore._ids import (
     AgentCoreHandle,
-    BedrockAgentCore,
     new_runtime_session_id,
     validate_runtime_session_id,
 )
+from managedloop.providers.agentcore._provider import BedrockAgentCore
 
 __all__ = [
     "AgentCoreHandle",

@@ -29,15 +29,12 @@ import base64
 import binascii
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from managedloop.errors import ArtifactError, InvalidOptionsError
 from managedloop.results import Artifact, CommandResult
 
-if TYPE_CHECKING:
-    from managedloop.providers.agentcore._provider import BedrockAgentCore
-
-__all__ = ["CHUNK", "SessionStorage"]
+__all__ = ["CHUNK", "CommandRunner", "SessionStorage"]
 
 CHUNK = 48_000  # base64 chars per put command: the code + quoting stays under the 65,536 cap
 COMMAND_LIMIT = 65_536  # the service's maximum command length
@@ -135,6 +132,20 @@ def check_mount(mount: Any) -> str:
     return str(mount)
 
 
+class CommandRunner(Protocol):
+    """What the store needs from the provider: one shell command in the session
+    (:meth:`managedloop.providers.BedrockAgentCore.run_command`)."""
+
+    async def run_command(
+        self,
+        command: str,
+        *,
+        session_id: str,
+        harness_arn: str | None = None,
+        timeout: int | None = None,
+    ) -> CommandResult: ...
+
+
 class SessionStorage:
     """An :class:`~managedloop.ArtifactStore` over one session's storage mount."""
 
@@ -142,7 +153,7 @@ class SessionStorage:
 
     def __init__(
         self,
-        provider: BedrockAgentCore,
+        provider: CommandRunner,
         *,
         session_id: str,
         mount: str = "/mnt/data",

@@ -38,7 +38,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -53,16 +53,17 @@ from managedloop.errors import (
     TransportError,
 )
 from managedloop.providers.agentcore import _converse
-from managedloop.providers.agentcore._client import CONTROL_READ_TIMEOUT, retryable
-from managedloop.providers.agentcore._provider import (
+from managedloop.providers.agentcore._clients import CONTROL_READ_TIMEOUT
+from managedloop.providers.agentcore._errors import retryable
+from managedloop.providers.agentcore._ids import (
     AgentCoreHandle,
-    BedrockAgentCore,
     harness_id_of,
     validate_endpoint_name,
 )
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec, digest_of
 
 __all__ = [
+    "ControlPlane",
     "WaitBudget",
     "WaitContext",
     "classify",
@@ -95,6 +96,15 @@ _MODEL_UNIONS = (
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
+
+
+class ControlPlane(Protocol):
+    """What provisioning needs from the provider: one control-plane call
+    (:meth:`managedloop.providers.BedrockAgentCore.control_call`)."""
+
+    async def control_call(
+        self, operation: str, *, read_timeout: float | None = None, **params: Any
+    ) -> dict[str, Any]: ...
 
 
 def classify(status: Any) -> str:
@@ -297,7 +307,7 @@ def create_body(
 
 
 async def _call(
-    provider: BedrockAgentCore,
+    provider: ControlPlane,
     operation: str,
     budget: WaitBudget | None,
     *,
@@ -495,7 +505,7 @@ def _stop(
 
 @dataclass(slots=True)
 class _Run:
-    provider: BedrockAgentCore
+    provider: ControlPlane
     budget: WaitBudget
     name: str
     body: dict[str, Any]
@@ -504,7 +514,7 @@ class _Run:
 
 
 async def provision(
-    provider: BedrockAgentCore,
+    provider: ControlPlane,
     spec: Any,
     *,
     environment: Any = None,
@@ -821,7 +831,7 @@ async def _endpoint_status(run: _Run, harness_id: str) -> str | None:
     return status
 
 
-async def _rollback(provider: BedrockAgentCore, harness_id: str) -> bool:
+async def _rollback(provider: ControlPlane, harness_id: str) -> bool:
     """Best-effort delete of a harness this call created; never masks the original error.
     ``True`` when the delete was accepted."""
     try:
@@ -844,9 +854,7 @@ async def _rollback(provider: BedrockAgentCore, harness_id: str) -> bool:
     return True
 
 
-async def teardown(
-    provider: BedrockAgentCore, handle: Any, *, timeout: float = 30.0
-) -> dict[str, Any]:
+async def teardown(provider: ControlPlane, handle: Any, *, timeout: float = 30.0) -> dict[str, Any]:
     """Delete the harness (asynchronous on AWS: DELETING for a while). A harness already
     gone counts as torn down. Returns ``{"harness_id", "status"}``."""
     if isinstance(handle, AgentCoreHandle):

@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
-from managedloop.results import Outcome, RawEvent, Terminal, ToolResult, ToolUse, TurnResult, Usage
+from managedloop.outcome import Outcome
+from managedloop.results import RawEvent, Terminal, ToolResult, ToolUse, TurnResult, Usage
 
 __all__ = [
     "BOUNDARY_TYPES",

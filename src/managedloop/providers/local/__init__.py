@@ -6,7 +6,8 @@
 The model is reached through a *chat function* (:class:`ChatFunction`): by default OpenAI
 Chat Completions over HTTP (streaming or not), ``anthropic:<model>`` for the Messages API,
 or any ``async (ChatRequest) -> ChatResponse`` passed as ``Local(chat=...)`` —
-:class:`managedloop.testing.ScriptedChatModel` is one that needs no server.
+:class:`managedloop.testing.ScriptedChatModel` is one that needs no server, and
+:class:`LlamaCppChat` runs a real GGUF model in this process (extra ``local-model``).
 
 ``Local(profile=...)`` picks what the HTTP client sends to servers that disagree on
 details (:mod:`managedloop.providers.local._profiles` has the table). ``model_config`` keys
@@ -27,6 +28,7 @@ from managedloop.providers.local._connection import (
     final_turn_text,
     is_transient,
 )
+from managedloop.providers.local._llama_cpp import LlamaCppChat
 from managedloop.providers.local._profiles import PROFILES, Profile
 from managedloop.providers.local._provider import Local, set_testing
 from managedloop.providers.local._types import (
@@ -43,6 +45,7 @@ __all__ = [
     "ChatRequest",
     "ChatResponse",
     "History",
+    "LlamaCppChat",
     "Local",
     "LocalConnection",
     "Profile",

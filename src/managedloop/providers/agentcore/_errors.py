@@ -1,0 +1,132 @@
+"""botocore and urllib3 failures mapped into the managedloop error tree, credentials masked.
+
+Every mapped error's text and context go through :func:`._redact.scrubbed`, and
+:func:`raise_mapped` never chains an original exception that itself holds a credential.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NoReturn
+
+from managedloop import _retry
+from managedloop.errors import (
+    APIStatusError,
+    AuthenticationError,
+    ConfigError,
+    HostStreamError,
+    InvalidOptionsError,
+    MalformedResponseError,
+    ManagedLoopError,
+    TransportError,
+)
+from managedloop.providers.agentcore._redact import leaks, scrubbed
+
+__all__ = ["map_error", "raise_mapped", "retryable"]
+
+
+def map_error(
+    exc: BaseException,
+    *,
+    operation: str,
+    stream_code: str = "harness_stream_error",
+    secrets: Iterable[str] = (),
+) -> ManagedLoopError:
+    """Translate a botocore/urllib3 failure into the managedloop tree.
+
+    Its text and context are redacted (:func:`redact`, plus the literal ``secrets``): a
+    403 echoes the canonical request, session token included. The caller must not chain
+    ``exc`` when :func:`leaks` says it holds a credential (see :func:`raise_mapped`).
+    """
+    if isinstance(exc, ManagedLoopError):
+        return exc
+    return scrubbed(_map_error(exc, operation=operation, stream_code=stream_code), secrets)
+
+
+def raise_mapped(mapped: ManagedLoopError, exc: BaseException, secrets: Iterable[str]) -> NoReturn:
+    """Raise ``mapped``, chained to ``exc`` unless ``exc`` itself holds a credential.
+
+    Must be called *outside* the ``except`` block that caught ``exc``: inside it, Python
+    would still attach ``exc`` as ``__context__`` (printed in tracebacks as "During
+    handling of the above exception...").
+    """
+    if mapped is exc:
+        raise mapped
+    if leaks(exc, secrets):
+        mapped.context["cause_redacted"] = type(exc).__name__
+        raise mapped
+    raise mapped from exc
+
+
+def _map_error(exc: BaseException, *, operation: str, stream_code: str) -> ManagedLoopError:
+    from botocore import exceptions as be
+    from botocore.eventstream import ParserError as FrameError
+    from botocore.parsers import ResponseParserError
+
+    try:
+        from urllib3.exceptions import ProtocolError, ReadTimeoutError
+    except ImportError:  # pragma: no cover
+        ProtocolError = ReadTimeoutError = OSError  # type: ignore[misc,assignment] # noqa: N806
+
+    if isinstance(exc, be.EventStreamError):
+        err = exc.response.get("Error", {})
+        kind, message = err.get("Code"), err.get("Message", "")
+        error = HostStreamError(
+            f"{operation}: the host reported {kind}: {message}",
+            code=stream_code,
+            type=kind,
+            operation=operation,
+        )
+        error.context["message"] = message  # the host's own text (``message`` is positional)
+        return error
+    if isinstance(exc, be.ClientError):
+        meta = exc.response.get("ResponseMetadata", {})
+        err = exc.response.get("Error", {})
+        status = meta.get("HTTPStatusCode")
+        cls = AuthenticationError if status in (401, 403) else APIStatusError
+        return cls(
+            f"{operation} failed with HTTP {status} {err.get('Code')}: {err.get('Message', '')}",
+            status=status,
+            error_code=err.get("Code"),
+            body={"message": err.get("Message", "")},
+            operation=operation,
+        )
+    if isinstance(exc, FrameError | ResponseParserError):
+        return MalformedResponseError(
+            f"{operation}: undecodable event-stream frame ({type(exc).__name__}: {exc})",
+            code="bad_frame",
+            operation=operation,
+        )
+    if isinstance(exc, ReadTimeoutError | be.ReadTimeoutError):
+        return TransportError(
+            f"{operation}: no bytes within the read timeout",
+            code="stream_idle_timeout",
+            operation=operation,
+        )
+    if isinstance(exc, be.NoCredentialsError | be.PartialCredentialsError):
+        return AuthenticationError(
+            f"{operation}: no AWS credentials found (explicit, managedloop.configure, "
+            "AWS_* env, or botocore's chain)",
+            operation=operation,
+        )
+    if isinstance(exc, be.NoRegionError):
+        return ConfigError(f"{operation}: no AWS region configured", key="aws_region")
+    if isinstance(exc, be.ParamValidationError):
+        return InvalidOptionsError(f"{operation}: {exc}", operation=operation)
+    if isinstance(exc, ProtocolError | be.HTTPClientError | OSError):
+        return TransportError(
+            f"{operation}: connection failed ({type(exc).__name__}: {exc})",
+            code="transport_error",
+            operation=operation,
+        )
+    return TransportError(
+        f"{operation}: unexpected failure ({type(exc).__name__}: {exc})",
+        code="transport_error",
+        operation=operation,
+    )
+
+
+def retryable(exc: ManagedLoopError) -> bool:
+    """Whether a failed call may be tried again: :func:`managedloop._retry.retryable`
+    (transport failures, damaged frames, 408, 429 and 5xx; never 424 or another 4xx)."""
+    return _retry.retryable(exc)
