@@ -2,7 +2,10 @@
 
 A fake turn is a list of raw events: ``{"type": "tool", "id", "name", "input"}`` for a
 custom tool use, ``{"type": "text", "text"}`` for assistant text and
-``{"type": "stop", "terminal": ...}`` for the boundary. Each turn reports usage 1/1.
+``{"type": "stop", "terminal": ...}`` for the boundary (plus ``TextDelta``, ``RESTART`` or
+an exception to raise). Each turn reports usage 1/1. ``turn()`` yields the items, a text
+delta after each text event, and ends with ``normalize`` of the raw events since the last
+``RESTART`` (a test may override ``normalize``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any, ClassVar
 
 import anyio
 
-from managedloop.providers.base import (
+from managedloop.hosts import (
     RESTART,
     ConnectionBase,
     OpenRequest,
@@ -56,10 +59,18 @@ class FakeConnection(ConnectionBase):
             await anyio.sleep_forever()
         step = self.host.turns.pop(0)
         events = step(input) if callable(step) else step
+        kept: list[Any] = []
         for ev in events:
             if isinstance(ev, BaseException):
                 raise ev
+            if ev is RESTART:
+                kept = []
+            elif not isinstance(ev, TextDelta):
+                kept.append(ev)
             yield ev
+            if isinstance(ev, dict) and ev.get("type") == "text":
+                yield TextDelta(str(ev.get("text")))
+        yield self.normalize(kept)
 
     def normalize(self, events: Sequence[Any]) -> TurnResult:
         uses = [
@@ -78,11 +89,6 @@ class FakeConnection(ConnectionBase):
             usage=Usage(input_tokens=1, output_tokens=1, raw=[{"in": 1, "out": 1}]),
             events=list(events),
         )
-
-    def text_delta(self, event: Any) -> str | None:
-        if isinstance(event, dict) and event.get("type") == "text":
-            return str(event.get("text"))
-        return None
 
     def transcript(self) -> list[dict[str, Any]] | None:
         return self.host.transcript_value

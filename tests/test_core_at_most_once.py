@@ -16,7 +16,7 @@ import pytest
 
 import managedloop as ml
 from fakes import FakeConnection, FakeHost, stop, text
-from managedloop.providers.base import OpenRequest, ToolResults
+from managedloop.hosts import OpenRequest, ToolResults
 from managedloop.results import ToolUse, TurnResult
 
 pytestmark = pytest.mark.anyio

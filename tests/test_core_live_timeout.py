@@ -16,7 +16,7 @@ import pytest
 
 import managedloop as ml
 from fakes import FakeConnection, FakeHost, stop, text, tool
-from managedloop.providers.base import OpenRequest
+from managedloop.hosts import OpenRequest
 from managedloop.session.driver import DEFAULT_TIMEOUT
 
 pytestmark = pytest.mark.anyio

@@ -15,7 +15,7 @@ import managedloop as ml
 from fakes import FakeHost, stop, text, tool
 from managedloop import telemetry
 from managedloop.handler import run_tool_calls
-from managedloop.providers.base import ToolResults
+from managedloop.hosts import ToolResults
 from managedloop.results import SessionInfo, ToolUse
 
 pytestmark = pytest.mark.anyio

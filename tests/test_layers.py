@@ -8,7 +8,7 @@ Imports point down only, and there is no import circle::
     session                    the loop
     providers (the package)    the hosts' public names, loaded on first use
     providers.<host>           a host: never imports session, testing, cli or the root
-    providers.base             the host contract
+    hosts                      the host contract (``providers.base``: its private alias)
     provisioning               specs, digests, ensure/teardown
     artifacts                  artifact vocabulary with per-host backends
     tools, handler             @tool, Toolset, the tool-call runner
@@ -44,6 +44,7 @@ _RANKS: dict[str, tuple[int, str]] = {
     "cli": (110, "cli"),
     "testing": (80, "testing"),
     "session": (70, "session"),
+    "hosts": (50, "host contract"),  # managedloop.hosts; providers.base is its alias
     "provisioning": (40, "provisioning"),
     "artifacts": (30, "artifacts"),
     "tools": (20, "tools"),

@@ -63,6 +63,50 @@ def test_public_names_are_exactly_these() -> None:
         assert hasattr(ml, name), name
 
 
+HOSTS = [
+    "RESTART",
+    "Connection",
+    "ConnectionBase",
+    "DefineOutcome",
+    "OpenRequest",
+    "Provider",
+    "RawEvent",
+    "RawInput",
+    "Terminal",
+    "TextDelta",
+    "ToolResult",
+    "ToolResults",
+    "ToolUse",
+    "TurnInput",
+    "TurnItem",
+    "TurnRestart",
+    "TurnResult",
+    "Usage",
+    "UserMessage",
+]
+"""The host contract (``managedloop.hosts``): what a fourth host implements and uses."""
+
+
+def test_the_host_contract_names_are_exactly_these() -> None:
+    import managedloop.hosts as hosts
+
+    assert sorted(hosts.__all__) == sorted(HOSTS)
+    for name in HOSTS:
+        assert hasattr(hosts, name), name
+    for shared in ("Terminal", "ToolResult", "ToolUse", "TurnResult", "Usage"):
+        assert getattr(hosts, shared) is getattr(ml, shared), shared  # one vocabulary
+
+
+def test_import_of_the_host_contract_does_not_load_provider_sdks() -> None:
+    code = (
+        "import sys, managedloop.hosts;"
+        "bad = [m for m in ('anthropic', 'botocore', 'boto3', 'httpx', 'aiohttp')"
+        " if m in sys.modules]; print(bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_every_error_derives_from_the_root_and_has_a_code() -> None:
     for name in PUBLIC:
         value = getattr(ml, name)

@@ -42,7 +42,7 @@ import pytest
 import managedloop as ml
 from fakes import FakeHost, OutcomeHost, TextDelta, stop, text, tool
 from managedloop import telemetry
-from managedloop.providers.base import RESTART, RawInput, ToolResults, UserMessage
+from managedloop.hosts import RESTART, RawInput, ToolResults, UserMessage
 from managedloop.session.machine import LoopOptions, reprompt_text
 
 pytestmark = pytest.mark.anyio
@@ -190,12 +190,15 @@ async def test_restart_discards_the_turn_buffer_but_not_deliveries() -> None:
     assert {"type": "text", "text": "partial"} in [e for e, _ in handler.events]
 
 
-async def test_events_with_a_seen_id_are_delivered_once() -> None:
+async def test_events_with_a_repeated_id_are_all_kept() -> None:
+    """The loop de-duplicates nothing (managedloop.hosts, invariant 2): de-duplication is
+    the host's, so two events sharing an "id" are both delivered and recorded."""
     handler = Recorder()
     dup = {"type": "text", "id": "e1", "text": "a"}
     host = FakeHost([[dup, dict(dup), stop()]])
     result = await ml.run(host, agent=AGENT, handler=handler)
-    assert result.events == [dup, stop()]
+    assert result.events == [dup, dup, stop()]
+    assert [e for e, _ in handler.events if e.get("id") == "e1"] == [dup, dup]
 
 
 async def test_zero_tool_requires_action_ends_without_an_empty_resume() -> None:
@@ -718,7 +721,7 @@ async def test_a_resume_delivered_message_resets_turns_like_a_follow_up() -> Non
     assert (first.turns, first.reason, first.text) == (1, None, "redriven")
     assert (second.turns, second.reason, second.text) == (1, None, "next")
     assert isinstance(host.inputs[0], ToolResults)
-    assert host.inputs[1] == UserMessage("and now?")
+    assert host.inputs[1] == UserMessage("and now?", final_turn=True)  # max_turns=1
 
 
 async def test_send_event_on_a_request_response_host_is_unsupported() -> None:

@@ -155,9 +155,11 @@ async def test_each_run_without_a_pinned_id_mints_a_fresh_session(emu: AgentCore
 
 
 async def test_a_provider_session_id_reattaches(emu: AgentCoreEmulator, sid: str) -> None:
+    from managedloop.hosts import OpenRequest
+
     emu.agent.script = [say("hi")]
     with make_provider(emu, session_id=sid) as provider:
-        conn = await provider.open(ml.providers.base.OpenRequest())  # type: ignore[attr-defined]
+        conn = await provider.open(OpenRequest())
         assert conn.session_id == sid
         assert conn.resumed
         result = await ml.run(provider, agent=ml.AgentSpec(), prompt="x")
@@ -165,7 +167,7 @@ async def test_a_provider_session_id_reattaches(emu: AgentCoreEmulator, sid: str
 
 
 async def test_runtime_session_id_is_fresh_not_resumed(emu: AgentCoreEmulator, sid: str) -> None:
-    from managedloop.providers.base import OpenRequest
+    from managedloop.hosts import OpenRequest
 
     with make_provider(emu, runtime_session_id=sid) as provider:
         conn = await provider.open(OpenRequest())

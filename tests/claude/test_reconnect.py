@@ -460,9 +460,9 @@ async def test_a_result_the_host_never_records_fails_by_name() -> None:
 
 
 async def test_the_connection_itself_yields_each_event_once_across_a_drop() -> None:
-    """The loop also dedupes by id; this pins the connection's own guarantee (the history
-    paged after a reconnect repeats events already yielded) without the loop's help."""
-    from managedloop.providers.base import OpenRequest, UserMessage
+    """The connection's own guarantee, the only de-duplication there is (the loop keeps
+    every event): the history paged after a reconnect repeats events already yielded."""
+    from managedloop.hosts import OpenRequest, UserMessage
 
     with ClaudeEmulator() as emu:
         emu.agent.script = [say("x")]
@@ -484,7 +484,7 @@ async def test_events_without_an_id_are_neither_merged_nor_repeated() -> None:
     """The docs warn an event's id may be empty (an interrupt). Deduped by id alone, two
     such events were one: the second was dropped as "seen". Keyed by type and
     processed_at, each is yielded once, including across the reconnect's history page."""
-    from managedloop.providers.base import OpenRequest, UserMessage
+    from managedloop.hosts import OpenRequest, UserMessage
 
     with ClaudeEmulator() as emu:
 
@@ -513,7 +513,7 @@ async def test_a_landed_result_leaves_nothing_outstanding() -> None:
     """Once every result's echo is seen, nothing is held for re-sending and no echo
     deadline stays armed (a stale one would reopen the stream right after the next batch
     of results, however promptly their echoes came)."""
-    from managedloop.providers.base import OpenRequest, ToolResults, UserMessage
+    from managedloop.hosts import OpenRequest, ToolResults, UserMessage
     from managedloop.results import ToolResult
 
     with ClaudeEmulator() as emu:
@@ -523,10 +523,12 @@ async def test_a_landed_result_leaves_nothing_outstanding() -> None:
             provider = make_provider(client, agent=handle, environment=handle)
             conn = await provider.open(OpenRequest(agent=handle))
             try:
-                first = conn.normalize([e async for e in conn.turn(UserMessage("Go"))])
+                first = [e async for e in conn.turn(UserMessage("Go"))][-1]
+                assert isinstance(first, ml.TurnResult)  # a turn ends with its result
                 uses = first.custom_tool_uses
                 results = [ToolResult(tool_use_id=u.id, text="ok") for u in uses]
-                last = conn.normalize([e async for e in conn.turn(ToolResults(uses, results))])
+                last = [e async for e in conn.turn(ToolResults(uses, results))][-1]
+                assert isinstance(last, ml.TurnResult)
             finally:
                 await conn.aclose()
     assert len(uses) == 3

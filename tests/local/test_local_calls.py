@@ -187,7 +187,7 @@ def test_the_final_turn_directive_is_sent_exactly_once_before_the_last_call() ->
 async def test_a_resumed_history_with_a_repeated_id_pends_each_call_once() -> None:
     from tests_local_helpers import drive, open_conn
 
-    from managedloop.providers.base import ToolResults
+    from managedloop.hosts import ToolResults
     from managedloop.results import ToolResult
 
     transcript = [

@@ -17,7 +17,7 @@ from tests_local_helpers import RecordingChat, completion, drive, open_conn, tc
 
 import managedloop as ml
 from managedloop.errors import ManagedLoopError
-from managedloop.providers.base import UserMessage
+from managedloop.hosts import UserMessage
 from managedloop.providers.local import Local
 from managedloop.providers.local._connection import _assistant_message
 from managedloop.providers.local._http import _MAX_SSE_LINE, StreamFold
@@ -185,7 +185,7 @@ def test_tool_arguments_through_the_local_host(arguments: str) -> None:
         spec = ml.AgentSpec(tools=[get_weather])
         conn = await open_conn(Local(model="m", chat=chat), spec)
         try:
-            return conn.normalize(await drive(conn, UserMessage("go")))
+            return (await drive(conn, UserMessage("go"))).result
         finally:
             await conn.aclose()
 

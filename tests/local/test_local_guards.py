@@ -8,7 +8,8 @@ Deliberate changes from the reference, pinned here:
   ``unresolved_requires_action``. The reference's "requires_action with zero uses" turn
   only remains when the per-request bound (``max_turns`` model calls) is hit;
 * ``max_turns=N`` allows exactly N turns (the core's rule), and the final-turn directive
-  fires at most once per request, before the model call that would reach ``max_turns``.
+  fires at most once per request, before the model call that would reach ``max_turns``
+  (the loop marks that call's input ``final_turn``; the host keeps no count of its own).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 from tests_local_helpers import RecordingChat, completion, drive, open_conn, tc
 
 import managedloop as ml
-from managedloop.providers.base import ToolResults, UserMessage
+from managedloop.hosts import ToolResults, UserMessage
 from managedloop.providers.local import (
     Local,
     corrective_text,
@@ -57,7 +58,7 @@ async def test_duplicate_call_is_self_answered_and_the_next_call_sees_the_direct
         ]
     )
     conn = await open_conn(Local(model="m", chat=chat), SPEC)
-    turn = conn.normalize(await drive(conn, UserMessage("go")))
+    turn = (await drive(conn, UserMessage("go"))).result
     events = await drive(
         conn, ToolResults(turn.custom_tool_uses, [ToolResult(tool_use_id="c1", text="found x")])
     )
@@ -71,7 +72,7 @@ async def test_duplicate_call_is_self_answered_and_the_next_call_sees_the_direct
     }
     assert "tool_calls" not in events[1]["message"]  # only fresh calls are shown
     assert events[1]["duplicates"] == 1
-    turn = conn.normalize(events)
+    turn = events.result
     assert turn.terminal is ml.Terminal.REQUIRES_ACTION
     assert turn.host_answered
     assert turn.custom_tool_uses == []
@@ -86,7 +87,7 @@ async def test_duplicate_call_is_self_answered_and_the_next_call_sees_the_direct
         "content": json.dumps({"duplicate": True, "message": duplicate_text("finish")}),
     }
     assert "call your terminal tool (finish) now" in duplicate_text("finish")
-    turn = conn.normalize(events)
+    turn = events.result
     assert turn.terminal is ml.Terminal.END_TURN
     assert turn.text == "done"
     assert not turn.host_answered
@@ -102,11 +103,11 @@ async def test_mixed_turn_surfaces_only_fresh_calls() -> None:
         ]
     )
     conn = await open_conn(Local(model="m", chat=chat), SPEC)
-    turn = conn.normalize(await drive(conn, UserMessage("go")))
+    turn = (await drive(conn, UserMessage("go"))).result
     events = await drive(
         conn, ToolResults(turn.custom_tool_uses, [ToolResult(tool_use_id="c1", text="r")])
     )
-    turn = conn.normalize(events)
+    turn = events.result
     assert turn.terminal is ml.Terminal.REQUIRES_ACTION
     assert [u.id for u in turn.custom_tool_uses] == ["c3"]
     assert len(chat.requests) == 2  # fresh calls exist: no extra model call
@@ -157,11 +158,11 @@ async def test_two_consecutive_errors_inject_the_corrective() -> None:
         ]
     )
     conn = await open_conn(Local(model="m", chat=chat), SPEC)
-    turn = conn.normalize(await drive(conn, UserMessage("go")))
+    turn = (await drive(conn, UserMessage("go"))).result
     err1 = ToolResult(tool_use_id="c1", text="bad q", is_error=True)
     events = await drive(conn, ToolResults(turn.custom_tool_uses, [err1]))
     assert "local.directive" not in [e["type"] for e in events]
-    turn = conn.normalize(events)
+    turn = events.result
     err2 = ToolResult(tool_use_id="c2", text="still bad", is_error=True)
     events = await drive(conn, ToolResults(turn.custom_tool_uses, [err2]))
     text = corrective_text("lookup", "still bad")
@@ -180,26 +181,26 @@ async def test_error_success_error_is_not_consecutive() -> None:
         + [completion("ok")]
     )
     conn = await open_conn(Local(model="m", chat=chat), SPEC)
-    turn = conn.normalize(await drive(conn, UserMessage("go")))
+    turn = (await drive(conn, UserMessage("go"))).result
     outcomes = [True, False, True]
     all_events: list[dict[str, Any]] = []
     for i, is_error in enumerate(outcomes):
         result = ToolResult(tool_use_id=f"c{i}", text="e", is_error=is_error)
         events = await drive(conn, ToolResults(turn.custom_tool_uses, [result]))
         all_events += events
-        turn = conn.normalize(events)
+        turn = events.result
     assert "local.directive" not in [e["type"] for e in all_events]
 
 
 async def test_final_turn_directive_names_the_terminal_tool() -> None:
     chat = RecordingChat([completion(None, "tool_calls", [tc("c1", "lookup")]), completion("last")])
-    conn = await open_conn(Local(model="m", chat=chat), SPEC, max_turns=2)
+    conn = await open_conn(Local(model="m", chat=chat), SPEC)
     first = await drive(conn, UserMessage("go"))
     assert "local.directive" not in [e["type"] for e in first]
-    turn = conn.normalize(first)
-    events = await drive(
-        conn, ToolResults(turn.custom_tool_uses, [ToolResult(tool_use_id="c1", text="r")])
-    )
+    turn = first.result
+    # The loop marks the input of the last turn max_turns allows; the host only acts on it.
+    results = [ToolResult(tool_use_id="c1", text="r")]
+    events = await drive(conn, ToolResults(turn.custom_tool_uses, results, final_turn=True))
     text = final_turn_text("finish")
     assert events[0] == {"type": "local.directive", "role": "final_turn", "text": text}
     assert chat.requests[1]["messages"][-1] == {"role": "user", "content": text}

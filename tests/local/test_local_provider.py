@@ -2,17 +2,15 @@
 
 Deliberate changes from the reference, pinned here:
 
-* the duplicate event carries the call id as ``tool_call_id`` (not ``id``): the loop
-  de-duplicates raw events by ``id`` and local models reuse call ids;
+* the duplicate event carries the call id as ``tool_call_id`` (not ``id``);
 * ``local.model_response`` also carries ``duplicates`` (how many calls were answered here);
 * ``provision``/``teardown`` lines do not apply: Local needs no provisioning (no
   ``provision`` method; ``ml.provision`` reports unsupported);
 * a chat function error surfaces as an exception (our failure convention), not a value.
 
 Also here: reference §9 ``provider_conformance_test`` for Local (it implements the provider
-and connection protocols, including ``text_delta`` and ``transcript``; a minimal end_turn
-batch normalizes to ``end_turn``), and that a normalize of events this connection did not
-just yield (a replayed or hand-built batch) decodes the calls itself.
+and connection protocols of ``managedloop.hosts``, a non-streamed answer's text goes out as
+one ``TextDelta`` after its event, and a minimal end_turn answer ends ``end_turn``).
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ import pytest
 from tests_local_helpers import RecordingChat, completion, drive, open_conn, tc
 
 import managedloop as ml
-from managedloop.providers.base import Connection, Provider, ToolResults, UserMessage
+from managedloop.hosts import Connection, Provider, TextDelta, ToolResults, UserMessage
 from managedloop.providers.local import Local
 from managedloop.results import ToolResult, ToolUse
 
@@ -78,7 +76,7 @@ async def test_kickoff_calls_the_model_with_model_messages_tools() -> None:
 async def test_stop_normalizes_to_end_turn() -> None:
     conn = await open_conn(Local(model="m", chat=RecordingChat([completion("the answer")])))
     events = await drive(conn, UserMessage("q"))
-    turn = conn.normalize(events)
+    turn = events.result
     assert turn.terminal is ml.Terminal.END_TURN
     assert turn.text == "the answer"
     assert turn.stop_reason == "stop"
@@ -91,7 +89,7 @@ async def test_stop_normalizes_to_end_turn() -> None:
 async def test_tool_calls_normalize_to_requires_action_with_decoded_input() -> None:
     answer = completion(None, "tool_calls", [tc("c1", "lookup", '{"q": "x"}')])
     conn = await open_conn(Local(model="m", chat=RecordingChat([answer])), SPEC)
-    turn = conn.normalize(await drive(conn, UserMessage("q")))
+    turn = (await drive(conn, UserMessage("q"))).result
     assert turn.terminal is ml.Terminal.REQUIRES_ACTION
     assert turn.custom_tool_uses == [ToolUse(id="c1", name="lookup", input={"q": "x"})]
 
@@ -103,7 +101,7 @@ async def test_tool_calls_normalize_to_requires_action_with_decoded_input() -> N
 async def test_arguments_decode_leniently(arguments: str, expected: dict[str, object]) -> None:
     answer = completion(None, "tool_calls", [tc("c1", "lookup", arguments)])
     conn = await open_conn(Local(model="m", chat=RecordingChat([answer])))
-    turn = conn.normalize(await drive(conn, UserMessage("q")))
+    turn = (await drive(conn, UserMessage("q"))).result
     assert turn.custom_tool_uses[0].input == expected
 
 
@@ -111,13 +109,13 @@ async def test_resume_appends_tool_messages_and_error_results_are_json_tagged() 
     first = completion(None, "tool_calls", [tc("c1", "lookup", '{"q":"a"}'), tc("c2", "lookup")])
     chat = RecordingChat([first, completion("done")])
     conn = await open_conn(Local(model="m", chat=chat), SPEC)
-    turn = conn.normalize(await drive(conn, UserMessage("q")))
+    turn = (await drive(conn, UserMessage("q"))).result
     results = [
         ToolResult(tool_use_id="c1", text="found a"),
         ToolResult(tool_use_id="c2", text="bad input", is_error=True),
     ]
     events = await drive(conn, ToolResults(turn.custom_tool_uses, results))
-    assert conn.normalize(events).text == "done"
+    assert events.result.text == "done"
     tool_messages = [m for m in chat.requests[1]["messages"] if m["role"] == "tool"]
     assert tool_messages == [
         {"role": "tool", "tool_call_id": "c1", "content": "found a"},
@@ -132,7 +130,7 @@ async def test_resume_appends_tool_messages_and_error_results_are_json_tagged() 
 async def test_missing_tool_result_is_a_provider_error() -> None:
     first = completion(None, "tool_calls", [tc("c1", "lookup")])
     conn = await open_conn(Local(model="m", chat=RecordingChat([first])))
-    turn = conn.normalize(await drive(conn, UserMessage("q")))
+    turn = (await drive(conn, UserMessage("q"))).result
     with pytest.raises(ml.ProviderError) as info:
         await drive(conn, ToolResults(turn.custom_tool_uses, []))
     assert info.value.code == "missing_tool_result"
@@ -149,44 +147,41 @@ async def test_chat_function_error_surfaces() -> None:
 async def test_tool_calls_win_over_finish_reason_stop() -> None:
     answer = completion(None, "stop", [tc("c1", "lookup")])
     conn = await open_conn(Local(model="m", chat=RecordingChat([answer])))
-    turn = conn.normalize(await drive(conn, UserMessage("q")))
+    turn = (await drive(conn, UserMessage("q"))).result
     assert turn.terminal is ml.Terminal.REQUIRES_ACTION
     assert turn.stop_reason == "stop"
 
 
 async def test_finish_reason_length_is_terminated() -> None:
     conn = await open_conn(Local(model="m", chat=RecordingChat([completion("cut", "length")])))
-    turn = conn.normalize(await drive(conn, UserMessage("q")))
+    turn = (await drive(conn, UserMessage("q"))).result
     assert turn.terminal is ml.Terminal.TERMINATED
     assert turn.stop_reason == "length"
     assert turn.text == "cut"
 
 
-async def test_no_model_response_normalizes_to_terminated() -> None:
-    conn = await open_conn(Local(model="m", chat=RecordingChat([])))
-    turn = conn.normalize([])
-    assert turn.terminal is ml.Terminal.TERMINATED
-    assert turn.stop_reason is None
-
-
-async def test_text_delta_maps_model_response_content_only() -> None:
-    conn = await open_conn(Local(model="m", chat=RecordingChat([])))
-    response = {"type": "local.model_response", "message": {"content": "hello"}}
-    assert conn.text_delta(response) == "hello"
-    assert conn.text_delta({"type": "local.model_response", "message": {"content": None}}) is None
-    assert conn.text_delta({"type": "local.directive", "text": "x"}) is None
+async def test_a_text_delta_follows_the_model_response_with_content_only() -> None:
+    call = completion(None, "tool_calls", [tc("c1", "lookup")])
+    chat = RecordingChat([completion("hello"), call])
+    conn = await open_conn(Local(model="m", chat=chat), SPEC)
+    items = [i async for i in conn.turn(UserMessage("q"))]
+    assert [type(i).__name__ for i in items] == ["dict", "TextDelta", "TurnResult"]
+    assert items[1] == TextDelta("hello")
+    items = [i async for i in conn.turn(UserMessage("again", final_turn=True))]
+    assert [type(i).__name__ for i in items] == ["dict", "dict", "TurnResult"]  # no text
+    assert items[0]["type"] == "local.directive"
 
 
 async def test_null_prompt_tokens_means_no_usage() -> None:
     answer = completion("x", usage={"prompt_tokens": None, "completion_tokens": None})
     conn = await open_conn(Local(model="m", chat=RecordingChat([answer])))
-    assert conn.normalize(await drive(conn, UserMessage("q"))).usage is None
+    assert (await drive(conn, UserMessage("q"))).result.usage is None
 
 
 async def test_non_integer_completion_tokens_count_as_zero() -> None:
     answer = completion("x", usage={"prompt_tokens": 3, "completion_tokens": None})
     conn = await open_conn(Local(model="m", chat=RecordingChat([answer])))
-    usage = conn.normalize(await drive(conn, UserMessage("q"))).usage
+    usage = (await drive(conn, UserMessage("q"))).result.usage
     assert usage is not None
     assert (usage.input_tokens, usage.output_tokens) == (3, 0)
 
@@ -199,13 +194,12 @@ async def test_malformed_response_is_named() -> None:
     assert info.value.code == "malformed_chat_response"
 
 
-async def test_polls_reset_per_request() -> None:
+async def test_no_final_turn_directive_unless_the_loop_marks_the_input() -> None:
     chat = RecordingChat([completion("a"), completion("b")])
-    conn = await open_conn(Local(model="m", chat=chat), max_turns=3)
-    conn.polls = 5
-    events = await drive(conn, UserMessage("follow-up"))
-    assert [e["type"] for e in events] == ["local.model_response"]  # no final_turn directive
-    assert conn.polls == 1
+    conn = await open_conn(Local(model="m", chat=chat), SPEC)
+    for text in ("one", "two"):  # the host counts nothing: only the mark matters
+        events = await drive(conn, UserMessage(text))
+        assert [e["type"] for e in events] == ["local.model_response"]
 
 
 async def test_dedup_set_resets_per_request() -> None:
@@ -213,7 +207,7 @@ async def test_dedup_set_resets_per_request() -> None:
     again = completion(None, "tool_calls", [tc("c2", "lookup", '{"q":"x"}')])
     conn = await open_conn(Local(model="m", chat=RecordingChat([call, again])))
     await drive(conn, UserMessage("one"))
-    turn = conn.normalize(await drive(conn, UserMessage("two")))
+    turn = (await drive(conn, UserMessage("two"))).result
     assert [u.id for u in turn.custom_tool_uses] == ["c2"]  # surfaced, not deduped
 
 
@@ -248,7 +242,7 @@ async def test_no_model_anywhere_fails_before_any_request() -> None:
 
 
 async def test_user_messages_only() -> None:
-    from managedloop.providers.base import RawInput
+    from managedloop.hosts import RawInput
 
     conn = await open_conn(Local(model="m", chat=RecordingChat([])))
     with pytest.raises(ml.UnsupportedError):
@@ -266,22 +260,11 @@ async def test_local_implements_the_provider_and_connection_protocols() -> None:
     conn = await open_conn(provider, SPEC)
     assert isinstance(conn, Connection)
     assert (conn.resumed, conn.pending_tool_uses) == (False, [])
-    minimal = [
-        {"type": "local.model_response", "message": {"content": "ok"}, "finish_reason": "stop"}
-    ]
-    turn = conn.normalize(minimal)
+    minimal = {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]}
+    conn2 = await open_conn(Local(model="m", chat=RecordingChat([minimal])))
+    turn = (await drive(conn2, UserMessage("q"))).result
     assert (turn.terminal, turn.text, turn.usage) == (ml.Terminal.END_TURN, "ok", None)
     with pytest.raises(ml.UnsupportedError):
         await conn.interrupt()
     await conn.aclose()
     await conn.aclose()  # idempotent
-
-
-async def test_normalize_of_a_batch_it_did_not_yield_decodes_the_calls() -> None:
-    answer = completion(None, "tool_calls", [tc("c1", "lookup", '{"q": "x"}')])
-    conn = await open_conn(Local(model="m", chat=RecordingChat([answer])), SPEC)
-    events = await drive(conn, UserMessage("q"))
-    replayed = [{**e, "message": dict(e["message"])} for e in events]  # equal, not identical
-    turn = conn.normalize(replayed)
-    assert turn.custom_tool_uses == [ToolUse(id="c1", name="lookup", input={"q": "x"})]
-    assert turn.custom_tool_uses == conn.normalize(events).custom_tool_uses

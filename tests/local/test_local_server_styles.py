@@ -15,7 +15,7 @@ import pytest
 from tests_local_helpers import drive, open_conn
 
 import managedloop as ml
-from managedloop.providers.base import UserMessage
+from managedloop.hosts import UserMessage
 from managedloop.providers.local import Local
 from managedloop.testing import ChatEmulator, ChatFaults, call, calls, say
 

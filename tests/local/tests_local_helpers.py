@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from managedloop.providers.base import OpenRequest, TextDelta, TurnInput
+from managedloop.hosts import OpenRequest, TextDelta, TurnInput, TurnResult
 from managedloop.providers.local import Local, LocalConnection
 from managedloop.provisioning.specs import AgentSpec
 from managedloop.results import RawEvent
@@ -55,7 +55,6 @@ async def open_conn(
     provider: Local,
     spec: AgentSpec | None = None,
     *,
-    max_turns: int = 50,
     transcript: list[dict[str, Any]] | None = None,
     session_id: str | None = None,
 ) -> LocalConnection:
@@ -65,13 +64,24 @@ async def open_conn(
             spec=spec,
             agent=spec,
             tools=tools,
-            max_turns=max_turns,
             transcript=transcript,
             session_id=session_id,
         )
     )
 
 
-async def drive(conn: LocalConnection, input: TurnInput) -> list[RawEvent]:
-    """The raw events of one turn (text deltas dropped)."""
-    return [e async for e in conn.turn(input) if not isinstance(e, TextDelta)]  # type: ignore[misc]
+class Turn(list[RawEvent]):
+    """The raw events of one turn (text deltas dropped), with the turn's ``result``."""
+
+    result: TurnResult
+
+
+async def drive(conn: LocalConnection, input: TurnInput) -> Turn:
+    """Drive one turn: its raw events, ``.result`` the TurnResult it ended with."""
+    turn = Turn()
+    async for item in conn.turn(input):
+        if isinstance(item, TurnResult):
+            turn.result = item
+        elif not isinstance(item, TextDelta):
+            turn.append(item)  # type: ignore[arg-type]
+    return turn

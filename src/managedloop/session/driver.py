@@ -23,6 +23,12 @@ Rules the driver guarantees on every host (a fourth host written from outside in
   reconnect, a server reusing an id, one id twice in one turn -- the stored result is sent
   again and the tool does not run again. A call with no id always runs.
   ``custom_tool_uses`` lists the calls that ran: a re-sent result is not a second run.
+* **Every raw event is kept.** Each raw event a turn yields is delivered and recorded
+  (``SessionResult.events``), whatever its ``"id"``: the driver de-duplicates nothing (a
+  host that may see an event twice drops the repeat itself; see :mod:`managedloop.hosts`).
+  A turn's :class:`TurnResult` comes from the host as the turn's last item; a host that
+  ends a turn without one, yields after it, or whose result does not hold the events it
+  yielded fails the request with ``ProviderError(code="host_contract")``.
 * **Inputs too deep to handle are answered, not run.** A decoded tool input nested deeper
   than :data:`~managedloop.handler.MAX_INPUT_DEPTH` (hosts that pass mappings may not have
   decoded it themselves) becomes an ``input_error``: an error result, the tool never runs.
@@ -54,8 +60,7 @@ from managedloop.errors import (
     UnsupportedError,
 )
 from managedloop.handler import MAX_INPUT_DEPTH, run_tool_calls, too_deep
-from managedloop.outcome import Outcome
-from managedloop.providers.base import (
+from managedloop.hosts import (
     Connection,
     DefineOutcome,
     Provider,
@@ -66,6 +71,7 @@ from managedloop.providers.base import (
     TurnRestart,
     UserMessage,
 )
+from managedloop.outcome import Outcome
 from managedloop.results import (
     RawEvent,
     SessionInfo,
@@ -103,7 +109,6 @@ class _Driver:
         self.p = prepared
         self.conn = conn
         self.machine = Machine(prepared.loop)
-        self.seen: set[str] = set()
         # At most once per tool-use id per session: every result computed on this
         # connection, by id. Lives as long as the driver (one run, one live session).
         self.done: dict[str, ToolResult] = {}
@@ -156,11 +161,8 @@ class _Driver:
                 sub.send_nowait(event)
 
     async def _event(self, event: RawEvent) -> None:
-        eid = event.get("id") if isinstance(event, dict | Mapping) else None
-        if isinstance(eid, str):
-            if eid in self.seen:
-                return  # a host re-delivery (reconnect replay, stale event): exactly once
-            self.seen.add(eid)
+        # Every raw event is kept: de-duplication is the host's (invariant 2 of
+        # managedloop.hosts), so a host reusing an "id" across requests loses nothing.
         self.buffer.append(event)
         if self._on_event is not None or self.subscribers:
             await self._deliver(event)
@@ -169,15 +171,14 @@ class _Driver:
             if isinstance(event, Mapping) and "usage" in event:
                 meta["usage"] = event["usage"]
             telemetry.emit("stream.event", None, meta, caller=self.p.caller)
-        if self._on_event is not None:  # only handle_event sees text deltas
-            delta = self.conn.text_delta(event)
-            if delta:
-                await self._deliver({"type": TEXT_DELTA, "text": delta}, raw=False)
 
-    async def _turn(self, input: TurnInput) -> list[RawEvent]:
+    async def _turn(self, input: TurnInput) -> TurnResult:
+        """Drive one ``turn()`` to its end; its :class:`TurnResult` (invariants 1-4 of
+        :mod:`managedloop.hosts` are checked here)."""
         self.buffer = []
         stream = self.conn.turn(input)
         finished = False
+        result: TurnResult | None = None
         try:
             while True:
                 try:
@@ -189,11 +190,15 @@ class _Driver:
                     raise
                 except Exception as exc:  # a host bug must surface as a named error
                     raise _host_failure(exc) from exc
-                if isinstance(item, TurnRestart):
-                    self.buffer = []
+                if result is not None:
+                    raise _contract(f"turn() yielded {_kind(item)} after its TurnResult")
+                if isinstance(item, TurnResult):
+                    result = item
                 elif isinstance(item, TextDelta):
                     if item.text and self._on_event is not None:
                         await self._deliver({"type": TEXT_DELTA, "text": item.text}, raw=False)
+                elif isinstance(item, TurnRestart):
+                    self.buffer = []
                 else:
                     await self._event(item)
         finally:
@@ -203,8 +208,15 @@ class _Driver:
             if aclose is not None and not finished:
                 with anyio.CancelScope(shield=True):
                     await aclose()
-        events, self.buffer = self.buffer, []
-        return events
+        if result is None:
+            raise _contract("turn() ended without a TurnResult")
+        if len(result.events) != len(self.buffer):
+            raise _contract(
+                f"the TurnResult holds {len(result.events)} events but turn() yielded "
+                f"{len(self.buffer)} since its last RESTART"
+            )
+        self.buffer = []
+        return result
 
     async def _run_tools(self, uses: Sequence[ToolUse]) -> ToolResults:
         """Results for ``uses``, in order: a use whose id already has a result in this
@@ -271,11 +283,7 @@ class _Driver:
             else:
                 next_input = first
             while True:
-                events = await self._turn(next_input)
-                try:
-                    turn = _bounded(self.conn.normalize(events))
-                except Exception as exc:
-                    raise _host_failure(exc) from exc
+                turn = _bounded(await self._turn(self.machine.before_turn(next_input)))
                 action = self.machine.on_turn(turn, self.conn.session_id)
                 if isinstance(action, RunTools):
                     next_input = await self._run_tools(action.tool_uses)
@@ -336,6 +344,15 @@ def _timed_out(
     timeout: float | None, partial: SessionResult | None, message: str
 ) -> SessionTimeoutError:
     return SessionTimeoutError(message, partial_result=partial, timeout=timeout)
+
+
+def _contract(message: str) -> ProviderError:
+    """A host broke the contract of :mod:`managedloop.hosts`: named, never silent."""
+    return ProviderError(f"the host broke its contract: {message}", code="host_contract")
+
+
+def _kind(item: object) -> str:
+    return "a raw event" if isinstance(item, Mapping) else type(item).__name__
 
 
 def _host_failure(exc: Exception) -> ManagedLoopError:

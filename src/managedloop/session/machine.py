@@ -36,17 +36,23 @@ Order of checks after each turn (the first that applies wins):
    finish with reason ``no_terminal_tool``;
 6. otherwise finish with the turn's terminal.
 
+The budget is the loop's alone: no host is told ``max_turns``. The turn input that starts
+the last turn the budget allows is marked ``final_turn`` (:meth:`Machine.before_turn`), so
+a host that tells its model about it (Local's final-turn directive) needs no count of its
+own; after that turn every path above finishes, so the mark comes once per request.
+
 Deliberate change from the reference: ``max_turns=N`` allows exactly N turns (the reference
 ran turn N+1 before tripping) and every library-made stop is a result, not an exception.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from managedloop.providers.base import ToolResults, TurnInput, UserMessage
+from managedloop.hosts import ToolResults, TurnInput, UserMessage
 from managedloop.results import RawEvent, SessionResult, Terminal, ToolUse, TurnResult, Usage
 
 __all__ = ["Finish", "GuardInput", "LoopOptions", "Machine", "RunTools", "Send", "reprompt_text"]
@@ -137,6 +143,15 @@ class Machine:
     @property
     def turns(self) -> int:
         return self._req.turns
+
+    def before_turn(self, input: TurnInput) -> TurnInput:
+        """``input`` marked ``final_turn`` when the budget allows no model call after the
+        turn it starts (the host may tell the model; Local does when tools are offered)."""
+        if self._req.turns + 1 < self.options.max_turns:
+            return input
+        if isinstance(input, UserMessage | ToolResults) and not input.final_turn:
+            return dataclasses.replace(input, final_turn=True)
+        return input
 
     def add_tool_uses(self, uses: Sequence[ToolUse]) -> None:
         """Record tool uses run outside a turn (a reattach redrive); ids stay unique."""

@@ -9,8 +9,8 @@ from typing import Any, TypedDict
 
 from managedloop import _validate
 from managedloop.errors import InvalidOptionsError
+from managedloop.hosts import OpenRequest, Provider
 from managedloop.outcome import Outcome
-from managedloop.providers.base import OpenRequest, Provider
 from managedloop.provisioning.specs import AgentSpec
 from managedloop.results import SessionResult
 from managedloop.session.machine import GuardInput, LoopOptions, TurnGuard
@@ -197,7 +197,6 @@ def prepare(
         tools=tools,
         session_id=session_id,
         transcript=transcript,
-        max_turns=o.max_turns,
         metadata=info_metadata,
     )
     prepared = Prepared(

@@ -22,26 +22,27 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
 from managedloop import _retry
 from managedloop.errors import InvalidOptionsError, ManagedLoopError, TransportError
-from managedloop.providers.agentcore import _converse
-from managedloop.providers.agentcore._clients import Clients, request_meta
-from managedloop.providers.agentcore._errors import retryable
-from managedloop.providers.agentcore._stream import stream_call
-from managedloop.providers.base import (
+from managedloop.hosts import (
     RESTART,
     ConnectionBase,
     DefineOutcome,
     RawInput,
+    TextDelta,
     ToolResults,
     TurnInput,
-    TurnRestart,
+    TurnItem,
     UserMessage,
 )
-from managedloop.results import RawEvent, TurnResult
+from managedloop.providers.agentcore import _converse
+from managedloop.providers.agentcore._clients import Clients, request_meta
+from managedloop.providers.agentcore._errors import retryable
+from managedloop.providers.agentcore._stream import stream_call
+from managedloop.results import RawEvent
 
 __all__ = ["AgentCoreConnection", "InvokeSettings"]
 
@@ -105,7 +106,10 @@ class AgentCoreConnection(ConnectionBase):
             raise InvalidOptionsError(f"unknown turn input {input!r}")
         return {**self._base, "messages": messages}
 
-    async def turn(self, input: TurnInput) -> AsyncIterator[RawEvent | TurnRestart]:
+    async def turn(self, input: TurnInput) -> AsyncIterator[TurnItem]:
+        """One InvokeHarness call (retried with :data:`RESTART`); its envelopes, a
+        :class:`TextDelta` after each text delta envelope, then its :class:`TurnResult`,
+        from one parse that also builds the next resume (nothing is parsed twice)."""
         params = self.request_params(input)
         p = self.settings
         if not self._http_held:
@@ -151,6 +155,8 @@ class AgentCoreConnection(ConnectionBase):
                         if "messageStop" in event:
                             stopped = True
                         yield event
+                        if (text := _converse.text_delta(event)) is not None:
+                            yield TextDelta(text)
             except ManagedLoopError as exc:
                 if not retryable(exc):
                     raise
@@ -158,7 +164,8 @@ class AgentCoreConnection(ConnectionBase):
                 continue
             if stopped:
                 self._last_events = events
-                self._parsed = None
+                self._parsed = parsed = _converse.parse(events)
+                yield _converse.turn_result(parsed, events)
                 return
             last = TransportError(
                 f"the InvokeHarness stream ended without messageStop after {attempt + 1} "
@@ -179,12 +186,3 @@ class AgentCoreConnection(ConnectionBase):
         if self._http_held:
             self._http_held = False
             await self.settings.clients.http.release()
-
-    def normalize(self, events: Sequence[RawEvent]) -> TurnResult:
-        # Pure in effect: the parse is kept only to build the next resume without a re-parse.
-        parsed = _converse.parse(events)
-        self._parsed = parsed
-        return _converse.turn_result(parsed, events)
-
-    def text_delta(self, event: RawEvent) -> str | None:
-        return _converse.text_delta(event)

@@ -35,6 +35,7 @@ import anyio
 from managedloop import _validate, telemetry
 from managedloop.config import MISSING
 from managedloop.errors import InvalidOptionsError, ManagedLoopError, ProviderError
+from managedloop.hosts import OpenRequest
 from managedloop.providers.agentcore import _commands, _converse, _provision
 from managedloop.providers.agentcore._artifacts import SessionStorage
 from managedloop.providers.agentcore._clients import Clients, request_meta
@@ -48,7 +49,6 @@ from managedloop.providers.agentcore._ids import (
     validate_endpoint_name,
     validate_runtime_session_id,
 )
-from managedloop.providers.base import OpenRequest
 from managedloop.results import CommandResult
 
 __all__ = ["BedrockAgentCore"]

@@ -1,12 +1,17 @@
 """One Claude Managed Agents session: the event stream, turns, reconnects and sends.
 
-Invariants this connection keeps (the loop relies on them, see ``providers/base.py``):
+Invariants this connection keeps (the loop relies on them, see :mod:`managedloop.hosts`):
 
 * **Stream first.** The SSE stream is opened before the first event is sent (the API does
   not replay), and stays open across turns; events that arrive between two turns are read
   at the start of the next one.
 * **Exactly once.** Every event is yielded once: ids seen on the stream or in the history
-  are remembered, and a re-delivery is skipped.
+  are remembered, and a re-delivery is skipped. This is the only de-duplication there is:
+  the loop keeps every event it is given.
+* **The turn's own result.** A turn ends with its :class:`TurnResult`, normalized from the
+  events it yielded and what the connection knows across turns (tool uses named by a
+  later ``requires_action``, results already sent); an ``agent.message`` with text is
+  followed by a :class:`TextDelta` of that text.
 * **A turn ends at our own boundary.** A boundary (idle / terminated / error) counts only
   after the echo of the events this turn sent has been seen, so a late idle of an earlier
   turn cannot end a new one. A ``requires_action`` idle naming only tool uses that already
@@ -69,20 +74,20 @@ from managedloop.errors import (
     TransportError,
     UnsupportedError,
 )
-from managedloop.providers.base import (
+from managedloop.hosts import (
     ConnectionBase,
     DefineOutcome,
     RawInput,
     TextDelta,
     ToolResults,
     TurnInput,
-    TurnRestart,
+    TurnItem,
     UserMessage,
 )
 from managedloop.providers.claude import _wire
 from managedloop.providers.claude._api import Api, Lease
 from managedloop.providers.claude._sse import SSEDecoder, StreamErrorFrameError
-from managedloop.results import RawEvent, TurnResult
+from managedloop.results import RawEvent
 
 if TYPE_CHECKING:
     import httpx2
@@ -258,20 +263,13 @@ class ClaudeConnection(ConnectionBase):
                 await self._lease.release()
 
     # -- the loop's interface -----------------------------------------------------------
-    def normalize(self, events: Sequence[RawEvent]) -> TurnResult:
-        return _wire.normalize(events, self._tool_uses, self._answered)
-
-    def text_delta(self, event: RawEvent) -> str | None:
-        if event.get("type") != "agent.message":
-            return None
-        return _wire.message_text(event) or None
-
     async def interrupt(self) -> None:
         if self._closed:
             raise UnsupportedError("the connection is closed", code="session_closed")
         await self.send([_wire.interrupt()])
 
-    async def turn(self, input: TurnInput) -> AsyncIterator[RawEvent | TurnRestart | TextDelta]:
+    async def turn(self, input: TurnInput) -> AsyncIterator[TurnItem]:
+        yielded: list[RawEvent] = []  # this turn's events, for its TurnResult
         events = self._input_events(input)
         self._turn_ids = set()
         self._gate_open = not events
@@ -291,7 +289,10 @@ class ClaudeConnection(ConnectionBase):
             if isinstance(eid, str) and eid in self._turn_ids:
                 self._gate_open = True
             if not _wire.ends_turn(event):
+                yielded.append(event)
                 yield event
+                if (delta := _text_delta(event)) is not None:
+                    yield delta
                 continue
             final = await self._judge(event)
             while self._backlog and final:  # history paged while judging: older events first
@@ -299,10 +300,15 @@ class ClaudeConnection(ConnectionBase):
                 if _wire.event_key(older) in self._seen:
                     continue
                 self._remember(older)
+                yielded.append(older)
                 yield older
+                if (delta := _text_delta(older)) is not None:
+                    yield delta
+            yielded.append(event)
             yield event
             if final:
                 self._attempts = 0  # a real terminal resets the reconnect backoff
+                yield _wire.normalize(yielded, self._tool_uses, self._answered)
                 return
 
     # -- inputs and sends ----------------------------------------------------------------
@@ -645,6 +651,14 @@ class ClaudeConnection(ConnectionBase):
 
         # Not strict: a history page without data counts as the end (as it always has).
         return await api.list_raw(f"/v1/sessions/{sid}/events", page, strict=False)
+
+
+def _text_delta(event: RawEvent) -> TextDelta | None:
+    """The text of an ``agent.message``, as the loop's one way to stream text."""
+    if event.get("type") != "agent.message":
+        return None
+    text = _wire.message_text(event)
+    return TextDelta(text) if text else None
 
 
 def _retryable(exc: ProviderError) -> bool:

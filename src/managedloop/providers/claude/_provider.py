@@ -41,7 +41,7 @@ from managedloop.errors import (
     ManagedLoopError,
     ProviderError,
 )
-from managedloop.providers.base import OpenRequest
+from managedloop.hosts import OpenRequest
 from managedloop.providers.claude import _files, _provision
 from managedloop.providers.claude._api import (
     Api,

@@ -1,15 +1,15 @@
-"""One Local session: the client-held history, the loop guards and the retry policy.
+"""One Local session: the client-held history, its history guards and the retry policy.
 
 A ``turn()`` is one request/response step of the in-process loop: apply the input to the
-history, make exactly **one** model call, append the answer, and yield the synthesized raw
-events, all in the ``local.*`` namespace (the loop counts each turn as one model call
-against ``max_turns``):
+history, make exactly **one** model call, append the answer, yield the synthesized raw
+events, all in the ``local.*`` namespace, and end with the turn's :class:`TurnResult`,
+built from the calls it has just decoded (nothing is re-parsed; the loop counts each turn
+as one model call against ``max_turns``):
 
 * ``{"type": "local.directive", "role": "corrective" | "final_turn", "text"}`` before the
   call that follows the directive;
 * ``{"type": "local.duplicate_tool_call", "tool_call_id", "name", "input"}`` per duplicate
-  call (the id is under ``tool_call_id``, not ``id``: the loop de-duplicates events by
-  ``id`` and local models are known to reuse call ids);
+  call;
 * ``{"type": "local.model_response", "message", "finish_reason", "usage"}`` per model call,
   its message carrying only the calls the loop must run (under the ids the loop knows).
 
@@ -22,8 +22,13 @@ Tool calls:
   a minted ``<id>~<n>``. Tool messages go back under the server's id (servers may check
   its format), in call order; a call without an id gets the minted one on the wire too.
 
-Guards (every counter is per request: a user message resets them all, the terminal-tool
-re-prompt does not):
+Guards. These stay in the host, not in :mod:`managedloop.session`, because each one
+*edits the client-held history* between the model's calls (a tool message answering a
+repeat without running it, a corrective user message after a tool's results): only a host
+that holds its history can do that, and the managed hosts hold theirs server side. The
+turn budget is the loop's: the host acts only on the ``final_turn`` mark of its input.
+Every guard is per request (a user message resets them, the terminal-tool re-prompt does
+not):
 
 * a duplicate call (same name and arguments earlier in the request; calls with an
   ``input_error`` never count) is answered here with a directive tool message and not
@@ -33,8 +38,8 @@ re-prompt does not):
   ``unresolved_requires_action``; an earlier version re-asked inside the same turn, which
   let ``max_turns=4`` make 5 calls);
 * a tool that fails twice in a row gets a corrective user message;
-* when tools are offered, the model call that would reach ``max_turns`` is preceded by a
-  final-turn directive, once per request.
+* when tools are offered, the model call the loop marks ``final_turn`` (the last its
+  ``max_turns`` allows) is preceded by a final-turn directive.
 
 Retry: the one policy of :mod:`managedloop._retry` (a transport failure, HTTP 408, 429 or
 >= 500, unless the body says the request was invalid; never a malformed answer) is retried
@@ -63,12 +68,12 @@ from managedloop.errors import (
     UnsupportedError,
 )
 from managedloop.handler import decode_tool_input, error_payload
-from managedloop.providers.base import (
+from managedloop.hosts import (
     ConnectionBase,
     TextDelta,
     ToolResults,
     TurnInput,
-    TurnRestart,
+    TurnItem,
     UserMessage,
 )
 from managedloop.providers.local._types import (
@@ -176,7 +181,6 @@ class LocalConnection(ConnectionBase):
         tools_json: bytes | None,
         options: Mapping[str, Any],
         terminal_tool: str | None,
-        max_turns: int,
         stream: bool,
         retry: RetryPolicy,
         on_close: Callable[[], Awaitable[None]] | None = None,
@@ -192,18 +196,14 @@ class LocalConnection(ConnectionBase):
         self._tools_json = tools_json
         self._options = options
         self._terminal_tool = terminal_tool
-        self._max_turns = max_turns
         self._stream = stream
         self._retry = retry
         self._on_close = on_close
         self._null_content = null_content
         self._closed = False
         # per-request guard state
-        self.polls = 0
         self._seen: set[tuple[str, str]] = set()
         self._errors: dict[str, int] = {}
-        self._final_sent = False
-        self._decoded: tuple[Any, list[ToolUse]] = (None, [])
         # per-session call identity: every call the loop sees gets an id unused so far in
         # this session; ``_wire`` maps a minted id back to the id the server sent
         self._used_ids: set[str] = set()
@@ -214,25 +214,27 @@ class LocalConnection(ConnectionBase):
 
     # -- the Connection protocol -------------------------------------------------------
 
-    async def turn(self, input: TurnInput) -> AsyncIterator[RawEvent | TurnRestart | TextDelta]:
+    async def turn(self, input: TurnInput) -> AsyncIterator[TurnItem]:
+        events: list[RawEvent] = []  # this turn's raw events, for its TurnResult
         if isinstance(input, UserMessage):
             if not input.reprompt:  # a new request; a re-prompt stays inside this one
                 self._reset_guards()
             self.history.append({"role": "user", "content": input.text})
         elif isinstance(input, ToolResults):
-            for event in self._apply_results(input):
+            events.extend(self._apply_results(input))
+            for event in events:
                 yield event
         else:
             raise UnsupportedError(
                 f"the local host takes user messages and tool results, not {type(input).__name__}"
             )
         # Exactly one model call per turn: the loop counts turns against max_turns.
-        if self._tools and not self._final_sent and self.polls + 1 >= self._max_turns:
-            self._final_sent = True
+        if self._tools and input.final_turn:
             text = final_turn_text(self._terminal_tool)
             self.history.append({"role": "user", "content": text})
-            yield {"type": DIRECTIVE, "role": "final_turn", "text": text}
-        self.polls += 1
+            directive = {"type": DIRECTIVE, "role": "final_turn", "text": text}
+            events.append(directive)
+            yield directive
         if self._stream:
             box: list[ChatResponse] = []
             async for delta in self._call_streaming(box):
@@ -275,59 +277,42 @@ class LocalConnection(ConnectionBase):
             self.history.append(answer)
         for event in duplicates:
             yield event
+        events.extend(duplicates)
         shown = dict(message)  # the event shows only the calls the loop must run
         if fresh:
             shown["tool_calls"] = fresh
         else:
             shown.pop("tool_calls", None)
-        # normalize() would decode the same arguments again; hand it this turn's uses
-        self._decoded = (shown, uses)
-        yield {
+        usage = dict(response.usage) if response.usage is not None else None
+        answer = {
             "type": MODEL_RESPONSE,
             "message": shown,
             "finish_reason": response.finish_reason,
-            "usage": dict(response.usage) if response.usage is not None else None,
+            "usage": usage,
             "duplicates": len(duplicates),
         }
-
-    def normalize(self, events: Sequence[RawEvent]) -> TurnResult:
-        last: RawEvent | None = None
-        usage: Usage | None = None
-        for event in events:
-            if event.get("type") == MODEL_RESPONSE:
-                last = event
-                usage = _usage(event.get("usage"), usage)
-        if last is None:
-            return TurnResult(events=list(events))
-        message = last.get("message") or {}
-        shown, decoded = self._decoded
-        if message is shown:  # the event this connection just yielded: already decoded
-            uses = list(decoded)
-        else:
-            uses = [_tool_use(c) for c in message.get("tool_calls") or ()]
-        finish_reason = last.get("finish_reason")
-        answered = bool(last.get("duplicates")) and not uses
+        events.append(answer)
+        yield answer
+        text = text_of(shown.get("content"))
+        if text and not self._stream:  # streamed text already went out chunk by chunk
+            yield TextDelta(text)
+        finish_reason = response.finish_reason
+        answered = bool(duplicates) and not uses
         if uses or answered or finish_reason == "tool_calls":
             terminal = Terminal.REQUIRES_ACTION
         elif finish_reason == "stop":
             terminal = Terminal.END_TURN
         else:
             terminal = Terminal.TERMINATED
-        return TurnResult(
+        yield TurnResult(
             terminal=terminal,
             stop_reason=finish_reason,
-            text=text_of(message.get("content")),
+            text=text,
             custom_tool_uses=uses,
-            usage=usage,
-            events=list(events),
+            usage=_usage(usage),
+            events=events,
             host_answered=answered,
         )
-
-    def text_delta(self, event: RawEvent) -> str | None:
-        if self._stream or event.get("type") != MODEL_RESPONSE:
-            return None  # streamed text already went out as TextDelta chunks
-        text = text_of((event.get("message") or {}).get("content"))
-        return text or None
 
     def transcript(self) -> list[dict[str, Any]]:
         return list(self.history)
@@ -342,10 +327,8 @@ class LocalConnection(ConnectionBase):
     # -- internals ---------------------------------------------------------------------
 
     def _reset_guards(self) -> None:
-        self.polls = 0
         self._seen = set()
         self._errors = {}
-        self._final_sent = False
 
     def _apply_results(self, input: ToolResults) -> list[RawEvent]:
         by_id = {r.tool_use_id: r for r in input.results}
@@ -552,16 +535,15 @@ def _arguments_text(arguments: Any) -> str:
         return "null"  # unencodable (circular, or nested beyond recursion): unreadable
 
 
-def _usage(raw: Any, total: Usage | None) -> Usage | None:
+def _usage(raw: Any) -> Usage | None:
     if not isinstance(raw, Mapping):
-        return total
+        return None
     prompt = raw.get("prompt_tokens")
     if not isinstance(prompt, int) or isinstance(prompt, bool):
-        return total  # null or missing prompt_tokens: this call reported no usage
+        return None  # null or missing prompt_tokens: this call reported no usage
     completion = raw.get("completion_tokens")
     completion = completion if isinstance(completion, int) else 0
-    usage = Usage(input_tokens=prompt, output_tokens=completion, raw=[dict(raw)])
-    return usage if total is None else total + usage
+    return Usage(input_tokens=prompt, output_tokens=completion, raw=[dict(raw)])
 
 
 def _tool_use(call: Mapping[str, Any]) -> ToolUse:

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from managedloop import _retry, _validate, config
 from managedloop.config import MISSING, Secret
 from managedloop.errors import InvalidOptionsError
-from managedloop.providers.base import OpenRequest
+from managedloop.hosts import OpenRequest
 from managedloop.providers.local._connection import LocalConnection, RetryPolicy
 from managedloop.providers.local._http import ClientPool, OpenAIChat, redact_url
 from managedloop.providers.local._profiles import Profile, resolve_profile
@@ -306,7 +306,6 @@ class Local:
             tools_json=encode(tools) if tools else None,
             options=options,
             terminal_tool=spec.terminal_tool if spec is not None else None,
-            max_turns=request.max_turns,
             stream=self.stream,
             retry=self._retry,
             on_close=on_close,

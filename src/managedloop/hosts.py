@@ -1,0 +1,237 @@
+"""The host contract: what a loop host implements (the public extension point).
+
+A :class:`Provider` is configured once (clients, ids, options) and opens
+:class:`Connection` s. A connection turns one :data:`TurnInput` into one turn: it yields
+the turn's raw events as they arrive and ends with the turn's own :class:`TurnResult`,
+normalized from what it yielded. The loop never asks whether the host streams (Claude: a
+long-lived SSE stream read by a task inside the connection) or answers request/response
+(AgentCore, Local: one call per turn), and never parses a raw event itself: a host is
+never handed back what it yielded. ``docs/hosts.md`` writes a host from scratch (an echo
+host, run by the test suite).
+
+The items of a turn (:data:`TurnItem`): raw events (``dict``), :class:`TextDelta`,
+:data:`RESTART` and, last, the :class:`TurnResult`.
+
+Invariants a connection keeps (the loop relies on them; ``tests/test_hosts_contract.py``
+checks each one on every host):
+
+1. **One result, last.** ``turn()`` ends with exactly one :class:`TurnResult` and yields
+   nothing after it. A turn that ends without one fails the request with
+   ``ProviderError(code="host_contract")``.
+2. **Nothing lost, nothing doubled.** ``turn()`` yields every raw event of the turn once,
+   in order; ``TurnResult.events`` is exactly the raw events yielded since the last
+   :data:`RESTART` (the same objects, in order; the loop checks the count, a mismatch is
+   ``host_contract``). The loop keeps every raw event it is given and drops none: it
+   de-duplicates nothing, so a host that may see an event twice (Claude's reconnect
+   replays the history) drops the repeat itself, and a host may reuse an ``"id"`` across
+   turns or requests freely.
+3. **Restart.** When a request/response host retries an attempt that already yielded raw
+   events, it yields :data:`RESTART` first: the loop discards the turn's events so far
+   (events already handed to ``handle_event`` stay delivered: live delivery is
+   at-least-once, while ``SessionResult.events`` is exactly-once).
+4. **Text.** Streamed text goes out as :class:`TextDelta` items, the one way to stream
+   text; they reach ``handle_event`` only, as ``{"type": "managedloop.text_delta",
+   "text"}``, and are never recorded in ``SessionResult.events``. A host yields a delta
+   after the raw event that carries the text (or, for text with no raw event of its own,
+   as it arrives).
+5. **One model call per turn.** The loop counts each turn against ``max_turns``, so a
+   turn makes at most one model call (one host turn on a managed host).
+6. **Cancellation** of ``turn()`` (a timeout, ``close()``: the loop closes the generator)
+   tears down the in-flight request.
+
+Loop policy stays in the loop (:mod:`managedloop.session`): the turn budget, turn guards,
+token budgets, terminal-tool re-prompts and at-most-once tool runs. A host only learns
+what it must act on: :attr:`UserMessage.final_turn` / :attr:`ToolResults.final_turn` say
+the budget allows no model call after this one (Local then tells the model), and
+:attr:`UserMessage.reprompt` says a message belongs to the current request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+from managedloop.errors import UnsupportedError
+from managedloop.outcome import Outcome
+from managedloop.results import (
+    RawEvent,
+    Terminal,
+    ToolResult,
+    ToolUse,
+    TurnResult,
+    Usage,
+)
+
+if TYPE_CHECKING:
+    from managedloop.provisioning.specs import AgentSpec
+    from managedloop.tools import ToolDefinition
+
+__all__ = [
+    "RESTART",
+    "Connection",
+    "ConnectionBase",
+    "DefineOutcome",
+    "OpenRequest",
+    "Provider",
+    "RawEvent",
+    "RawInput",
+    "Terminal",
+    "TextDelta",
+    "ToolResult",
+    "ToolResults",
+    "ToolUse",
+    "TurnInput",
+    "TurnItem",
+    "TurnRestart",
+    "TurnResult",
+    "Usage",
+    "UserMessage",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class UserMessage:
+    """A user message (the kickoff prompt or a follow-up)."""
+
+    text: str
+    reprompt: bool = False
+    """A re-prompt inside the current request (the terminal-tool reminder), not a new
+    request: per-request host state (Local's duplicate-call and failure guards) carries
+    on."""
+    final_turn: bool = False
+    """The loop's turn budget (``max_turns``) allows no model call after this one."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResults:
+    """Results for the custom tool uses the host is waiting on. Empty only after a turn
+    with ``TurnResult.host_answered`` (the host answered its calls itself: ask again)."""
+
+    tool_uses: Sequence[ToolUse]
+    results: Sequence[ToolResult]
+    final_turn: bool = False
+    """The loop's turn budget (``max_turns``) allows no model call after this one."""
+
+
+@dataclass(frozen=True, slots=True)
+class DefineOutcome:
+    """Kick off a graded session with an outcome (hosts with ``supports_outcomes``)."""
+
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class RawInput:
+    """Pre-built raw host events, sent verbatim (hosts with ``supports_raw_events``)."""
+
+    events: Sequence[dict[str, Any]]
+
+
+TurnInput = UserMessage | ToolResults | DefineOutcome | RawInput
+
+
+class TurnRestart:
+    """The type of :data:`RESTART` (invariant 3 in the module docstring)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "RESTART"
+
+
+RESTART = TurnRestart()
+"""Yielded by ``turn()`` when the host retries an attempt that already yielded events."""
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A chunk of streamed assistant text (invariant 4 in the module docstring)."""
+
+    text: str
+
+
+TurnItem = RawEvent | TextDelta | TurnRestart | TurnResult
+"""What ``turn()`` yields: raw events, text deltas, restarts, and last the turn's result."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OpenRequest:
+    """Everything the loop knows when it opens a connection."""
+
+    spec: AgentSpec | None = None
+    """The agent spec when ``agent=`` was a spec; ``None`` when it was a handle or id."""
+    agent: Any = None
+    """``agent=`` exactly as given (a spec, a provisioned handle, or a raw id)."""
+    tools: Sequence[ToolDefinition] = ()
+    """Custom tools the host may call (their implementations stay in this process)."""
+    session_id: str | None = None
+    """Reattach to this existing session instead of creating one."""
+    transcript: list[dict[str, Any]] | None = None
+    """Client-held history to reattach (hosts that keep history client-side)."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Caller telemetry tags, for the events the connection emits itself."""
+
+
+@runtime_checkable
+class Connection(Protocol):
+    """One session on one host."""
+
+    session_id: str | None
+    resumed: bool
+    """``True`` when ``open`` attached to an existing session rather than creating one."""
+    pending_tool_uses: list[ToolUse]
+    """On a resumed session: custom tool uses still waiting for a result."""
+
+    def turn(self, input: TurnInput) -> AsyncIterator[TurnItem]:
+        """One turn: its raw events (and text deltas, restarts), then its result."""
+        ...
+
+    def transcript(self) -> list[dict[str, Any]] | None:
+        """Client-held history to reattach with, or ``None`` (the host holds it)."""
+        ...
+
+    async def interrupt(self) -> None:
+        """Ask the host to stop the agent's current work."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the connection holds (idempotent; the session stays on the host)."""
+        ...
+
+
+class ConnectionBase:
+    """Defaults for the optional parts of :class:`Connection`: no pending tool uses, no
+    client-held transcript, no interrupts, nothing to close."""
+
+    session_id: str | None = None
+    resumed: bool = False
+    pending_tool_uses: list[ToolUse]
+
+    def __init__(self) -> None:
+        self.pending_tool_uses = []
+
+    def transcript(self) -> list[dict[str, Any]] | None:
+        return None
+
+    async def interrupt(self) -> None:
+        raise UnsupportedError("this host does not support interrupts")
+
+    async def aclose(self) -> None:
+        return None
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A loop host, configured once."""
+
+    name: ClassVar[str]
+    """Short host name: ``"local"``, ``"claude"``, ``"agentcore"``."""
+    supports_outcomes: ClassVar[bool]
+    """Whether ``open``'d connections take :class:`DefineOutcome`."""
+    supports_raw_events: ClassVar[bool]
+    """Whether ``open``'d connections take :class:`RawInput`."""
+
+    async def open(self, request: OpenRequest) -> Connection:
+        """A connection to a new session, or to ``request.session_id`` (reattached)."""
+        ...
