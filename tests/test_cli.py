@@ -16,7 +16,7 @@ import pytest
 import managedloop as ml
 from managedloop import cli
 from managedloop.providers import Local
-from managedloop.testing import ChatEmulator, ChatFaults, call, say
+from managedloop.testing import ChatEmulator, ChatFaults, EmulatorStartError, call, say
 from managedloop.tools import Toolset, tool
 
 
@@ -448,17 +448,47 @@ def test_emulate_on_a_busy_port_is_a_usage_error_not_a_traceback(
 def test_emulate_that_fails_to_start_is_a_failure_not_a_traceback(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    class Broken:  # lost the port between the check and the bind
+    class Broken:  # an emulator that cannot start for a reason other than its port
         @staticmethod
         def emulate(host: str, port: int) -> None:
-            raise RuntimeError("the chat emulator failed to start: address already in use")
+            raise EmulatorStartError(
+                "the chat emulator failed to start on 127.0.0.1:0: OSError: no sockets left",
+                host="127.0.0.1",
+                port=0,
+            )
 
     monkeypatch.setattr(cli, "host_module", lambda host: Broken)
     code, _ = run_main(["emulate", "local", "--port", "0"])
     err = capsys.readouterr().err
     assert code == 1
-    assert "the emulator did not start" in err
-    assert "address already in use" in err
+    assert "the emulator did not start: emulator_start_failed" in err
+    assert "no sockets left" in err
+    assert "Traceback" not in err
+
+
+def test_emulate_on_a_port_taken_after_the_arguments_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The emulator itself finds the port busy (no probe beforehand can rule out the race):
+    # its named error becomes the usage message, exit code 2, as for a port busy from start.
+    class Raced:
+        @staticmethod
+        def emulate(host: str, port: int) -> None:
+            raise EmulatorStartError(
+                f"the chat emulator cannot listen on 127.0.0.1:{port}: port {port} is "
+                "already in use (pass another port, or 0 for a free one)",
+                code="port_in_use",
+                host="127.0.0.1",
+                port=port,
+            )
+
+    monkeypatch.setattr(cli, "host_module", lambda host: Raced)
+    code, _ = run_main(["emulate", "local", "--port", "8765"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "emulate local: cannot serve on 127.0.0.1:8765: port 8765 is already in use" in err
+    assert "pick another --port" in err
+    assert "Traceback" not in err
 
 
 def test_emulate_refuses_a_port_out_of_range(capsys: pytest.CaptureFixture[str]) -> None:
@@ -546,7 +576,7 @@ def test_a_run_with_usage_prints_the_counts() -> None:
 
 
 def test_every_run_option_has_help() -> None:
-    from managedloop.providers.local import _cli as local_cli
+    from managedloop.cli import local as local_cli
 
     parser = cli.build_parser(local_cli)
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -558,7 +588,7 @@ def test_every_run_option_has_help() -> None:
 
 
 def test_max_turns_defaults_to_the_librarys() -> None:
-    from managedloop.providers.local import _cli as local_cli
+    from managedloop.cli import local as local_cli
     from managedloop.session.options import DEFAULTS
 
     args = cli.build_parser(local_cli).parse_args(["run", "--model", "m", "--prompt", "q"])

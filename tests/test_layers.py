@@ -2,7 +2,7 @@
 
 Imports point down only, and there is no import circle::
 
-    cli                        the ``managedloop`` command (``cli.py`` / ``cli/``)
+    cli                        the ``managedloop`` command (``cli/``: one module per host)
     managedloop (the root)     the curated public API
     testing                    the public test kit (loopback emulators, scripted models)
     session                    the loop
@@ -57,40 +57,9 @@ _HOST_RANK = (60, "host")
 _CONTRACT_RANK = (50, "host contract")
 _CORE_RANK = (10, "core")
 
-# What remains to fix, in files other work is changing right now: the host CLIs move into a
-# ``cli/`` package. Each entry is exact; a test fails when one is fixed but still listed, so
-# these sets only ever shrink (never add to them: fix the import instead).
-_UP = "upward: host imports"
-KNOWN_VIOLATIONS: frozenset[tuple[str, str, str]] = frozenset(
-    {
-        # The host CLIs run sessions (the loop) on the emulators (the test kit).
-        ("managedloop/providers/agentcore/_cli.py", "managedloop", f"{_UP} package root"),
-        ("managedloop/providers/agentcore/_cli.py", "managedloop.session", f"{_UP} session"),
-        (
-            "managedloop/providers/agentcore/_cli.py",
-            "managedloop.testing.agentcore",
-            f"{_UP} testing",
-        ),
-        ("managedloop/providers/agentcore/_cli.py", "managedloop.testing.script", f"{_UP} testing"),
-        ("managedloop/providers/claude/_cli.py", "managedloop.session", f"{_UP} session"),
-        ("managedloop/providers/claude/_cli.py", "managedloop.testing.claude", f"{_UP} testing"),
-        ("managedloop/providers/claude/_cli.py", "managedloop.testing.script", f"{_UP} testing"),
-        ("managedloop/providers/local/_cli.py", "managedloop.session", f"{_UP} session"),
-        ("managedloop/providers/local/_cli.py", "managedloop.testing.chat", f"{_UP} testing"),
-        ("managedloop/providers/local/_cli.py", "managedloop.testing.script", f"{_UP} testing"),
-        # The command line reaches into the host CLIs (they move into cli/ with them).
-        (
-            "managedloop/cli.py",
-            "managedloop.providers.local._cli",
-            "private module of managedloop.providers.local",
-        ),
-        (
-            "managedloop/cli.py",
-            "managedloop.providers.local._http",
-            "private module of managedloop.providers.local",
-        ),
-    }
-)
+# Nothing remains to fix. A test fails when a listed entry is fixed, so these sets only ever
+# shrink: never add to them, fix the import instead.
+KNOWN_VIOLATIONS: frozenset[tuple[str, str, str]] = frozenset()  # none left: keep it so
 KNOWN_CIRCLES: frozenset[tuple[str, ...]] = frozenset()  # none left: keep it so
 
 

@@ -269,10 +269,10 @@ def test_repr_names_the_model() -> None:
 def test_demo_local_model_prints_the_table(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from managedloop.providers.local import _cli as local_cli
+    from managedloop.cli import local as local_cli
 
     fake = FakeLlama('{"tool": "get_weather", "arguments": {"city": "Paris"}}', "Sunny.")
-    monkeypatch.setattr(_llama_cpp, "LlamaCppChat", lambda: LlamaCppChat(llama=fake, grammar=False))
+    monkeypatch.setattr(local_cli, "LlamaCppChat", lambda: LlamaCppChat(llama=fake, grammar=False))
     import io
 
     out = io.StringIO()
@@ -289,7 +289,9 @@ def test_demo_local_model_without_the_extra_is_a_usage_error(
     def missing() -> LlamaCppChat:
         raise ml.ConfigError("needs llama-cpp-python: pip install x", code="missing_dependency")
 
-    monkeypatch.setattr(_llama_cpp, "LlamaCppChat", missing)
+    from managedloop.cli import local as local_cli
+
+    monkeypatch.setattr(local_cli, "LlamaCppChat", missing)
     assert cli.main(["demo", "--local-model"]) == 2
     err = capsys.readouterr().err
     assert "demo --local-model: needs llama-cpp-python" in err

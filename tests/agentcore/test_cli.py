@@ -15,20 +15,20 @@ import sys
 import pytest
 
 import managedloop as ml
+from managedloop.cli import agentcore as host_cli
 from managedloop.cli import demo_agent, main
-from managedloop.providers.agentcore import _cli
 from managedloop.testing import AgentCoreEmulator
 
 
 def test_demo_provisions_runs_and_tears_down() -> None:
-    result = _cli.demo(demo_agent(), "Weather in Paris?")
+    result = host_cli.demo(demo_agent(), "Weather in Paris?")
     assert result.terminal is ml.Terminal.END_TURN
     assert {u.name for u in result.custom_tool_uses} == {"get_weather", "convert_temperature"}
 
 
 def test_run_arguments_and_provider() -> None:
     parser = argparse.ArgumentParser()
-    _cli.add_run_arguments(parser)
+    host_cli.add_run_arguments(parser)
     args = parser.parse_args(
         [
             "--harness-arn",
@@ -41,7 +41,7 @@ def test_run_arguments_and_provider() -> None:
             "live",
         ]
     )
-    provider = _cli.provider_for_run(args)
+    provider = host_cli.provider_for_run(args)
     assert isinstance(provider, ml.providers.BedrockAgentCore)  # type: ignore[attr-defined]
     assert provider.clients.region_name == "us-west-2"
     assert (provider.max_iterations, provider.endpoint_name) == (5, "live")
@@ -75,7 +75,7 @@ def test_run_can_provision_from_the_command_line(monkeypatch: pytest.MonkeyPatch
 
 def test_emulate_serves_and_prints_what_a_client_needs() -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    code = "from managedloop.providers.agentcore._cli import emulate; emulate('agentcore', 0)"
+    code = "from managedloop.cli.agentcore import emulate; emulate('agentcore', 0)"
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env
     )

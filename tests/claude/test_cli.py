@@ -10,12 +10,12 @@ import anthropic
 import pytest
 
 from managedloop import cli
-from managedloop.providers.claude import _cli
+from managedloop.cli import claude as host_cli
 from managedloop.testing import ClaudeEmulator
 
 
 def test_demo_runs_on_the_emulator() -> None:
-    result = _cli.demo(cli.demo_agent(), cli.DEMO_PROMPT)
+    result = host_cli.demo(cli.demo_agent(), cli.DEMO_PROMPT)
     assert result.terminal.value == "end_turn"
     assert [u.name for u in result.custom_tool_uses] == ["get_weather", "convert_temperature"]
 

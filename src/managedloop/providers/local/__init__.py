@@ -17,7 +17,8 @@ are sent verbatim as request-body keys (``temperature``, ``max_tokens``, ``tool_
 spec's ``model_config`` are read by the library, not sent; ``model``, ``messages``,
 ``tools`` and ``stream`` are always the library's; ``stream_options`` is merged into the
 streamed request's (never sent unstreamed); ``parallel_tool_calls`` is dropped for
-profiles whose server does not support it.
+profiles whose server does not support it. :func:`redact_url` masks a URL's userinfo, for
+showing a ``base_url`` in a message.
 """
 
 from managedloop.providers.local._connection import (
@@ -28,6 +29,7 @@ from managedloop.providers.local._connection import (
     final_turn_text,
     is_transient,
 )
+from managedloop.providers.local._http import redact_url
 from managedloop.providers.local._llama_cpp import LlamaCppChat
 from managedloop.providers.local._profiles import PROFILES, Profile
 from managedloop.providers.local._provider import Local, set_testing
@@ -54,6 +56,7 @@ __all__ = [
     "duplicate_text",
     "final_turn_text",
     "is_transient",
+    "redact_url",
     "set_testing",
     "text_of",
 ]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from managedloop.config import MISSING
 from managedloop.errors import InvalidOptionsError
-from managedloop.providers.local._provider import Local
+from managedloop.providers.local import LlamaCppChat, Local
 from managedloop.provisioning.specs import AgentSpec
 from managedloop.results import SessionResult
 
@@ -65,7 +65,6 @@ def demo(agent: AgentSpec, prompt: str, script: Sequence[Step] | None = None) ->
 def demo_model(agent: AgentSpec, prompt: str) -> SessionResult:
     """Run ``agent`` on the Local host over the offline in-process model (SmolLM2 through
     llama.cpp, extra ``managedloop[local-model]``): a real model, no server, no network."""
-    from managedloop.providers.local._llama_cpp import LlamaCppChat
     from managedloop.session import run_sync
 
     provider = Local(model="smollm2-135m-instruct", chat=LlamaCppChat())

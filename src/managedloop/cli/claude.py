@@ -12,13 +12,12 @@
 from __future__ import annotations
 
 import argparse
-import threading
 from collections.abc import Sequence
 
 import anyio
 
 from managedloop.config import MISSING
-from managedloop.providers.claude._provider import DEFAULT_MODEL, ClaudeManagedAgents
+from managedloop.providers.claude import DEFAULT_MODEL, ClaudeManagedAgents
 from managedloop.provisioning.specs import AgentSpec
 from managedloop.results import SessionResult
 from managedloop.testing.script import Step
@@ -73,9 +72,12 @@ def emulate(host: str, port: int) -> None:
     from managedloop.testing.claude import ClaudeEmulator
 
     del host  # the host's name; the emulator always binds loopback
-    with ClaudeEmulator(port=port) as emu:
+    emu = ClaudeEmulator(port=port).start()  # EmulatorStartError: the caller reports it
+    try:
         print(f"{LABEL} emulator (anthropic SDK: base_url + api_key)", flush=True)
         print(f"base_url={emu.base_url}", flush=True)
         print(f"api_key={emu.api_key}", flush=True)
         print("Ctrl-C to stop.", flush=True)
-        threading.Event().wait()
+        emu.serve_forever()
+    finally:
+        emu.stop()

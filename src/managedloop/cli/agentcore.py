@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import argparse
-import threading
 from collections.abc import Sequence
 
 from managedloop.provisioning.specs import AgentSpec
@@ -107,11 +106,14 @@ def emulate(host: str, port: int) -> None:
     from managedloop.testing.agentcore import AgentCoreEmulator
 
     del host  # the emulator always binds loopback
-    with AgentCoreEmulator(port=port) as emu:
+    emu = AgentCoreEmulator(port=port).start()  # EmulatorStartError: the caller reports it
+    try:
         print(f"{LABEL} emulator (botocore: endpoint_url + keys; both planes)", flush=True)
         for key, value in emu.client_kwargs.items():
             print(f"{key}={value}", flush=True)
         print(f"harness_arn={emu.harness_arn}", flush=True)
         print(f"execution_role_arn={emu.execution_role_arn}", flush=True)
         print("Ctrl-C to stop.", flush=True)
-        threading.Event().wait()
+        emu.serve_forever()
+    finally:
+        emu.stop()

@@ -9,8 +9,10 @@
   prints the summary;
 * ``managedloop emulate local --port 8000`` serves a host's emulator until Ctrl-C.
 
-Hosts plug in through a module ``managedloop.providers.<host>._cli`` (host in
-:data:`HOSTS`) that defines::
+This package is the top layer: it may import the package root, the test kit, the session
+and the hosts' public names; nothing below imports it. Each host's part is a module
+``managedloop.cli.<host>`` (host in :data:`HOSTS`: :mod:`~managedloop.cli.local`,
+:mod:`~managedloop.cli.claude`, :mod:`~managedloop.cli.agentcore`) that defines::
 
     LABEL: str                                                   # column title, e.g. "Local"
     def demo(agent: AgentSpec, prompt: str, script: list[Step] | None = None) -> SessionResult
@@ -20,10 +22,12 @@ Hosts plug in through a module ``managedloop.providers.<host>._cli`` (host in
     def emulate(host: str, port: int) -> None                    # blocks until Ctrl-C
 
 ``cmd_demo`` passes :func:`demo_script` as ``script=`` when the host's ``demo`` accepts it
-(older plug-ins with ``demo(agent, prompt)`` still work, on their emulator's default script).
+(a plug-in with ``demo(agent, prompt)`` still works, on its emulator's default script).
 A host whose module is missing, or whose optional SDK is not installed, is skipped with a
 note. Exit codes: 0 success, 1 the session failed, 2 bad usage (a named error on stderr,
-never a traceback).
+never a traceback). ``emulate`` on a port another socket holds is bad usage (the
+emulator's :class:`~managedloop.testing.EmulatorStartError` ``port_in_use``); any other
+start failure is exit code 1.
 """
 
 from __future__ import annotations
@@ -35,7 +39,6 @@ import inspect
 import json
 import os
 import re
-import socket
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -134,9 +137,9 @@ def demo_script(city: str = "Paris") -> list[Step]:
 
 
 def host_module(host: str) -> ModuleType | str:
-    """The host's ``_cli`` module, or why it cannot be used."""
+    """The host's command-line module (``managedloop.cli.<host>``), or why it cannot be used."""
     try:
-        return importlib.import_module(f"managedloop.providers.{host}._cli")
+        return importlib.import_module(f"managedloop.cli.{host}")
     except ImportError as exc:
         missing = getattr(exc, "name", None) or str(exc)
         return f"skipped: {missing} is not available"
@@ -217,7 +220,7 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def cmd_demo_model(args: argparse.Namespace, out: TextIO) -> int:
     """The demo agent on the offline in-process model instead of the emulators."""
-    from managedloop.providers.local import _cli as local_cli
+    from managedloop.cli import local as local_cli
 
     try:
         result = local_cli.demo_model(demo_agent(), args.prompt)
@@ -376,7 +379,7 @@ class _NotFoundError(_FailedError):
     """An HTTP 404 from the host, with the URL asked and a hint (exit code 1)."""
 
     def __init__(self, error: APIStatusError, base_url: str | None, openai_style: bool) -> None:
-        from managedloop.providers.local._http import redact_url
+        from managedloop.providers.local import redact_url
 
         where = ""
         hint = ""
@@ -390,32 +393,28 @@ class _NotFoundError(_FailedError):
 
 
 def _check_port(host: str, port: int) -> None:
-    """Refuse a port another process holds before an emulator thread tries it: the emulators
-    report a failed bind as a bare ``RuntimeError`` from their server thread."""
-    if port == 0:
-        return
-    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        # as the emulators' servers do: a port in TIME_WAIT is free, one LISTENing is not
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        probe.bind(("127.0.0.1", port))
-    except OSError as exc:
-        raise UsageError(
-            f"emulate {host}: cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}; "
-            "pick another --port (0 picks a free one)"
-        ) from None
-    except OverflowError:
-        raise UsageError(f"emulate {host}: --port must be 0..65535, got {port}") from None
-    finally:
-        probe.close()
+    if not 0 <= port <= 65535:  # a socket would raise OverflowError: say it as usage
+        raise UsageError(f"emulate {host}: --port must be 0..65535, got {port}")
 
 
 def cmd_emulate(args: argparse.Namespace, module: ModuleType) -> int:
+    from managedloop.testing import EmulatorStartError  # loads aiohttp: only when emulating
+
     _check_port(args.host, args.port)
     with contextlib.suppress(KeyboardInterrupt):
         try:
             module.emulate(args.host, args.port)
-        except (OSError, RuntimeError) as exc:  # lost a race for the port, or no socket
+        except EmulatorStartError as exc:
+            if exc.code == "port_in_use":  # the user's choice of port: usage, exit 2
+                where = f"{exc.context.get('host', '127.0.0.1')}:{args.port}"
+                raise UsageError(
+                    f"emulate {args.host}: cannot serve on {where}: port {args.port} is "
+                    "already in use; pick another --port (0 picks a free one)"
+                ) from None
+            raise _FailedError(
+                f"emulate {args.host}: the emulator did not start: {exc.code}: {exc.message}"
+            ) from None
+        except OSError as exc:  # no socket at all (e.g. out of file descriptors)
             raise _FailedError(f"emulate {args.host}: the emulator did not start: {exc}") from None
     return 0
 
@@ -521,7 +520,3 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     except ManagedLoopError as exc:
         print(f"managedloop: failed: {exc.code}: {exc.message}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
