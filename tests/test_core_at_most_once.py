@@ -132,7 +132,9 @@ async def test_one_id_twice_in_one_turn_runs_once_and_answers_both() -> None:
     assert sorted(name for name, _ in handler.runs) == ["add", "sub"]
     [sent] = results_sent(host)
     assert [uid for uid, _ in sent] == ["dup", "dup", "s"]
-    assert sent[0] == sent[1]
+    # mul is another call under a used id: it never gets add's result, and never runs.
+    assert sent[0] == ("dup", "add run #1")
+    assert "already used in this session for a different call" in sent[1][1]
     assert [u.id for u in result.custom_tool_uses] == ["dup", "s"]
 
 
@@ -200,3 +202,25 @@ async def test_a_resent_call_is_left_out_of_a_partial_result_too() -> None:
     assert partial is not None
     assert partial.custom_tool_uses == []
     assert len(handler.runs) == 1
+
+
+async def test_an_id_reused_for_another_call_is_never_answered_with_the_old_result() -> None:
+    # Found by the hostile review: a server reusing an id for a *different* call (other
+    # input) got the first call's result, handing the model wrong data.
+    host = Host(
+        [
+            [tool("weather", {"city": "A"}, id="t1"), stop("requires_action")],
+            [tool("weather", {"city": "B"}, id="t1"), stop("requires_action")],
+            [tool("weather", {"city": "A"}, id="t1"), stop("requires_action")],
+            [stop()],
+        ]
+    )
+    handler = Counter()
+    result = await ml.run(host, agent=AGENT, handler=handler)
+    assert handler.runs == [("weather", {"city": "A"})]  # at most once per id, still
+    first, second, third = results_sent(host)
+    assert first == [("t1", "weather run #1")]
+    assert second[0][1] != "weather run #1"
+    assert "was not run" in second[0][1]
+    assert third == first  # the same call again: its stored result
+    assert [u.input for u in result.custom_tool_uses] == [{"city": "A"}]

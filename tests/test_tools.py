@@ -280,3 +280,10 @@ def test_agent_spec_wraps_a_plain_function_once() -> None:
     assert first is not None
     assert first is second  # no schema derivation per run
     assert spec.tool_definitions() == [first.definition]
+
+
+@pytest.mark.parametrize("name", ["get_weather\n", "get weather", "", "x" * 129, "é"])
+def test_a_tool_name_must_match_entirely(name: str) -> None:
+    # `re.match` with `$` accepted "get_weather\n" (found by the hostile review of issue 7).
+    with pytest.raises(ml.ToolDefinitionError):
+        ml.ToolDefinition(name=name)

@@ -47,7 +47,7 @@ class ToolDefinition:
     )
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+        if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
             raise ToolDefinitionError(
                 f"tool name {self.name!r} must be 1-128 letters, digits, '_' or '-'",
                 tool=self.name,

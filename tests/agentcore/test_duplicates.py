@@ -142,3 +142,22 @@ async def test_invalid_tool_input_is_an_error_result_and_the_tool_never_runs(
     assert sent["status"] == "error"
     assert says in sent["content"][0]["text"]
     assert result.custom_tool_uses[0].input_error is not None
+
+
+async def test_a_call_id_reused_for_another_input_is_never_answered_with_the_old_result() -> None:
+    # The hostile review of issue 7: the second call (Rome) under the first's id got
+    # "found Paris" and never ran. It must not run (at most once per id) and must not be
+    # answered with another call's result.
+    script = [
+        call("lookup", {"city": "Paris"}, id="t1"),
+        call("lookup", {"city": "Rome"}, id="t1"),
+        say("done"),
+    ]
+    async with AgentCoreEmulator(script) as emu:
+        result = await ml.run(make_provider(emu), agent=AGENT, prompt="go")
+    assert ran == [{"city": "Paris"}]
+    first, second = _results_sent(emu)
+    assert "found Paris" in str(first)
+    assert "found Paris" not in str(second)
+    assert "was not run" in str(second)
+    assert result.text == "done"

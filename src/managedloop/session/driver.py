@@ -21,7 +21,9 @@ Rules the driver guarantees on every host (a fourth host written from outside in
   session across all its requests) and never shares it with another session. When a turn
   asks for an id that already has a result -- a host re-delivering a call after a
   reconnect, a server reusing an id, one id twice in one turn -- the stored result is sent
-  again and the tool does not run again. A call with no id always runs.
+  again and the tool does not run again -- if it is the same call (name and input); a
+  *different* call under a used id is answered with an error result naming the reuse and
+  does not run. A call with no id always runs.
   ``custom_tool_uses`` lists the calls that ran: a re-sent result is not a second run.
 * **Every raw event is kept.** Each raw event a turn yields is delivered and recorded
   (``SessionResult.events``), whatever its ``"id"``: the driver de-duplicates nothing (a
@@ -112,6 +114,9 @@ class _Driver:
         # At most once per tool-use id per session: every result computed on this
         # connection, by id. Lives as long as the driver (one run, one live session).
         self.done: dict[str, ToolResult] = {}
+        # The call each stored result answers: a repeat of an id with another name or input
+        # is a *different* call, which must not get this result (see _reused).
+        self._calls: dict[str, tuple[str, dict[str, Any]]] = {}
         self._ran: set[str] = set()  # ids run in the current request
         self._resent: set[str] = set()  # ids answered from ``done`` in the current request
         self.buffer: list[RawEvent] = []
@@ -249,6 +254,9 @@ class _Driver:
                 results.append(next(computed))
                 continue
             assert use.id  # only uses with an id are ever answered from the store
+            if self._calls.get(use.id) != (use.name, use.input):
+                results.append(_reused(use))  # never another call's result, never a rerun
+                continue
             results.append(done[use.id])  # _run_fresh stored the results it computed
             if use.id not in self._ran:
                 self._resent.add(use.id)
@@ -267,6 +275,7 @@ class _Driver:
         for use, result in zip(uses, results, strict=True):
             if use.id:
                 self.done[use.id] = result
+                self._calls[use.id] = (use.name, use.input)
                 self._ran.add(use.id)
         return results
 
@@ -666,3 +675,17 @@ def start(
         provider, agent=agent, options=options, timeout=timeout, prompt=prompt
     )
     return LiveSession(prepared, prompt, coerced, timeout)
+
+
+def _reused(use: ToolUse) -> ToolResult:
+    """The answer to a call whose id this session already used for a *different* call (other
+    name or input): it is not run (a tool runs at most once per id) and it does not get the
+    other call's result, which would hand the model wrong data."""
+    return ToolResult(
+        tool_use_id=use.id or "",
+        text=(
+            f"tool-use id {use.id!r} was already used in this session for a different call; "
+            f"this call to {use.name!r} was not run"
+        ),
+        is_error=True,
+    )

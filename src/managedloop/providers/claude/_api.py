@@ -268,6 +268,11 @@ def build_client(s: ClientSettings, *, max_retries: int = 2) -> anthropic.AsyncA
             max_retries=max_retries,
             timeout=s.receive_timeout,
             default_headers=headers,
+            # The SDK's default client follows redirects, re-sending a POST (and its body)
+            # wherever a 307 points; a redirect is an error here, as for the bearer file.
+            http_client=anthropic.DefaultAsyncHttpxClient(
+                follow_redirects=False, timeout=s.receive_timeout
+            ),
         )
     assert s.bearer_token_file is not None
     host = httpx2.URL(s.base_url).host
