@@ -387,7 +387,12 @@ class BedrockAgentCore:
             try:
                 result = await anyio.to_thread.run_sync(call)
             except Exception as exc:
-                mapped = map_error(exc, operation=operation, secrets=secrets)
+                mapped = map_error(
+                    exc,
+                    operation=operation,
+                    secrets=secrets,
+                    endpoint=self.clients.control_endpoint_url,
+                )
                 extra["status"] = mapped.context.get("status")
                 failure = (mapped, exc)
             if failure is not None:
