@@ -16,6 +16,7 @@ from typing import Any
 from managedloop.config import MISSING, Secret, resolve, reveal
 from managedloop.providers.agentcore._botocore import client_internals, default_session, load
 from managedloop.providers.agentcore._http import HttpSessions, Wire
+from managedloop.providers.agentcore._redact import register
 from managedloop.providers.agentcore._signing import install_capture
 
 __all__ = ["CONNECT_TIMEOUT", "CONTROL_READ_TIMEOUT", "SERVICE", "Clients", "request_meta"]
@@ -79,6 +80,7 @@ class Clients:
         if region_name is None and client is not None:
             region_name = client.meta.region_name
         self.region_name: str = region_name or resolve("aws_region")
+        register(self)  # the log filter masks our secrets while we live (weakly held)
 
     def __repr__(self) -> str:
         return f"Clients(region_name={self.region_name!r}, endpoint_url={self.endpoint_url!r})"
