@@ -9,16 +9,29 @@ control-plane reads itself, within its budget (``_provision._call``).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+from managedloop import _validate
 from managedloop.config import MISSING, Secret, resolve, reveal
+from managedloop.errors import InvalidOptionsError
 from managedloop.providers.agentcore._botocore import client_internals, default_session, load
 from managedloop.providers.agentcore._http import HttpSessions, Wire
+from managedloop.providers.agentcore._redact import register
 from managedloop.providers.agentcore._signing import install_capture
 
-__all__ = ["CONNECT_TIMEOUT", "CONTROL_READ_TIMEOUT", "SERVICE", "Clients", "request_meta"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "CONTROL_READ_TIMEOUT",
+    "SERVICE",
+    "Clients",
+    "check_endpoint_url",
+    "check_region",
+    "request_meta",
+]
 
 SERVICE = "bedrock-agentcore"  # the signing name of both planes
 CONNECT_TIMEOUT = 10.0  # seconds; a TCP+TLS handshake to a regional endpoint takes well under 1 s
@@ -51,6 +64,12 @@ class Clients:
         read_timeout: float,
         options: Mapping[str, Any] | None = None,
     ) -> None:
+        for option, url in (
+            ("endpoint_url", endpoint_url),
+            ("control_endpoint_url", control_endpoint_url),
+        ):
+            if url is not None:
+                check_endpoint_url(option, url)
         self._client = client
         self._control = control_client
         self._owns_client = False  # the data client is ours to close (not a caller's client=)
@@ -78,7 +97,8 @@ class Clients:
             region_name = getattr(session, "region_name", None) or _get_config(session)
         if region_name is None and client is not None:
             region_name = client.meta.region_name
-        self.region_name: str = region_name or resolve("aws_region")
+        self.region_name: str = check_region(region_name or resolve("aws_region"))
+        register(self)  # the log filter masks our secrets while we live (weakly held)
 
     def __repr__(self) -> str:
         return f"Clients(region_name={self.region_name!r}, endpoint_url={self.endpoint_url!r})"
@@ -195,6 +215,60 @@ class Clients:
             self._client.close()
             self._client = self._wire = None
             self._owns_client = False
+
+
+_REGION = re.compile(r"[a-z0-9-]+")
+
+
+def check_region(value: Any) -> str:
+    """``value`` if it is an AWS region name (``[a-z0-9-]+``, whole string), else
+    ``invalid_opts``: the region becomes part of the endpoint's host name and of the
+    signature's scope, so ``"us-east-1\\n"`` or ``"evil.com/"`` must never reach a URL."""
+    return _validate.matches("region_name", value, _REGION, "an AWS region name like us-east-1")
+
+
+def check_endpoint_url(option: str, value: Any) -> str:
+    """``value`` if it is an ``http(s)`` URL with a host and a valid port, without
+    credentials (``user:password@``), whitespace or control characters; else
+    ``invalid_opts``. The error never shows a URL's userinfo."""
+    if not isinstance(value, str):
+        raise InvalidOptionsError(
+            f"{option} must be a string, got {type(value).__name__}", option=option
+        )
+    try:
+        parts = urlsplit(value)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:  # a non-numeric or out-of-range port, a malformed IPv6 host
+        parts, port_ok = urlsplit(""), False
+    if "@" in parts.netloc:
+        raise InvalidOptionsError(
+            f"{option} must not carry credentials (user:password@): AgentCore requests are "
+            f"signed with SigV4; got {_shown(value)!r}",
+            option=option,
+        )
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or not port_ok
+        or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in value)
+    ):
+        raise InvalidOptionsError(
+            f"{option} must be an http(s) URL with a host and a valid port, got {_shown(value)!r}",
+            option=option,
+        )
+    return value
+
+
+def _shown(url: str) -> str:
+    """``url`` safe to show: its userinfo masked; an unreadable URL not shown at all."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # raises on a bad port: then the netloc is unreadable
+    except ValueError:
+        return "<unparseable url>"
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 def _get_config(session: Any) -> str | None:

@@ -6,8 +6,9 @@ Every mapped error's text and context go through :func:`._redact.scrubbed`, and
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import NoReturn
+from collections.abc import Iterable, Mapping
+from typing import Any, NoReturn
+from urllib.parse import urljoin, urlsplit
 
 from managedloop import _retry
 from managedloop.errors import (
@@ -22,7 +23,7 @@ from managedloop.errors import (
 )
 from managedloop.providers.agentcore._redact import leaks, scrubbed
 
-__all__ = ["map_error", "raise_mapped", "retryable"]
+__all__ = ["map_error", "raise_mapped", "redirect_refused", "retryable"]
 
 
 def map_error(
@@ -31,16 +32,62 @@ def map_error(
     operation: str,
     stream_code: str = "harness_stream_error",
     secrets: Iterable[str] = (),
+    endpoint: str | None = None,
 ) -> ManagedLoopError:
     """Translate a botocore/urllib3 failure into the managedloop tree.
 
     Its text and context are redacted (:func:`redact`, plus the literal ``secrets``): a
     403 echoes the canonical request, session token included. The caller must not chain
     ``exc`` when :func:`leaks` says it holds a credential (see :func:`raise_mapped`).
+    A 3xx answer (botocore never follows one outside S3) is :func:`redirect_refused`;
+    ``endpoint`` (the URL called) resolves a relative ``Location``.
     """
     if isinstance(exc, ManagedLoopError):
         return exc
-    return scrubbed(_map_error(exc, operation=operation, stream_code=stream_code), secrets)
+    mapped = _map_error(exc, operation=operation, stream_code=stream_code, endpoint=endpoint)
+    return scrubbed(mapped, secrets)
+
+
+def redirect_refused(
+    operation: str, status: int, location: str | None, *, endpoint: str | None = None
+) -> APIStatusError:
+    """The error for a 3xx answer: never followed, on either plane.
+
+    Following it would re-send the conversation and the signed headers (the session token
+    included) to wherever the server points, another origin included; and a SigV4
+    signature covers the host and path, so a redirected AWS request could never be valid.
+    Only the target's origin is shown (its path or query may carry anything).
+    """
+    target = _origin(urljoin(endpoint or "", location)) if location else None
+    return APIStatusError(
+        f"{operation}: the endpoint redirected (HTTP {status}) to "
+        f"{target or 'an unreadable location'}; redirects are never followed: the request "
+        "carries the conversation and the signed credentials",
+        code="redirect_refused",
+        status=status,
+        location_origin=target,
+        operation=operation,
+    )
+
+
+def _origin(url: str) -> str | None:
+    """``scheme://host[:port]`` of a URL, without userinfo, path or query (safe to show)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    default = {"http": 80, "https": 443}[parts.scheme]
+    return f"{parts.scheme}://{host}" + (f":{port}" if port and port != default else "")
+
+
+def _location(response: Mapping[str, Any]) -> str | None:
+    headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+    location = headers.get("location")
+    return location if isinstance(location, str) else None
 
 
 def raise_mapped(mapped: ManagedLoopError, exc: BaseException, secrets: Iterable[str]) -> NoReturn:
@@ -58,7 +105,9 @@ def raise_mapped(mapped: ManagedLoopError, exc: BaseException, secrets: Iterable
     raise mapped from exc
 
 
-def _map_error(exc: BaseException, *, operation: str, stream_code: str) -> ManagedLoopError:
+def _map_error(
+    exc: BaseException, *, operation: str, stream_code: str, endpoint: str | None
+) -> ManagedLoopError:
     from botocore import exceptions as be
     from botocore.eventstream import ParserError as FrameError
     from botocore.parsers import ResponseParserError
@@ -83,6 +132,8 @@ def _map_error(exc: BaseException, *, operation: str, stream_code: str) -> Manag
         meta = exc.response.get("ResponseMetadata", {})
         err = exc.response.get("Error", {})
         status = meta.get("HTTPStatusCode")
+        if isinstance(status, int) and 300 <= status < 400:
+            return redirect_refused(operation, status, _location(exc.response), endpoint=endpoint)
         cls = AuthenticationError if status in (401, 403) else APIStatusError
         return cls(
             f"{operation} failed with HTTP {status} {err.get('Code')}: {err.get('Message', '')}",

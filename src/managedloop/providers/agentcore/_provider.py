@@ -109,8 +109,16 @@ class BedrockAgentCore:
     ``endpoint_url``, ``aws_access_key_id``, ``aws_secret_access_key``,
     ``aws_session_token``, ``config``, and botocore's other ``create_client`` keywords:
     ``api_version``, ``use_ssl``, ``verify``, ``aws_account_id``). Any other keyword, a
-    wrong type, or a NaN/infinite duration raises ``InvalidOptionsError(code="invalid_opts")``
-    here, before any request.
+    wrong type, a NaN/infinite duration, a region that is not ``[a-z0-9-]+``, or an
+    ``endpoint_url``/``control_endpoint_url`` that is not http(s) with a host and a valid
+    port, or that carries ``user:password@``, raises
+    ``InvalidOptionsError(code="invalid_opts")`` here, before any request (a URL's
+    userinfo is never shown).
+
+    Redirects are never followed, on either plane: any 3xx answer raises
+    ``APIStatusError(code="redirect_refused")`` with ``status`` and ``location_origin``
+    (the target's origin only). The request carries the conversation and the signed
+    headers, session token included, and a SigV4 signature covers the host and path.
     """
 
     name: ClassVar[str] = "agentcore"
@@ -387,7 +395,12 @@ class BedrockAgentCore:
             try:
                 result = await anyio.to_thread.run_sync(call)
             except Exception as exc:
-                mapped = map_error(exc, operation=operation, secrets=secrets)
+                mapped = map_error(
+                    exc,
+                    operation=operation,
+                    secrets=secrets,
+                    endpoint=self.clients.control_endpoint_url,
+                )
                 extra["status"] = mapped.context.get("status")
                 failure = (mapped, exc)
             if failure is not None:

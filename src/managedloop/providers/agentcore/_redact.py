@@ -8,19 +8,32 @@ all, so ``x-amz-security-token:<token>`` arrives inside the error body. :func:`r
 masks, in any text: the session token (header, query, JSON or repr form), SigV4
 signatures (``Signature=``/``X-Amz-Signature=``), the credential scope of a presigned
 URL (``X-Amz-Credential=``), secret-key/token assignments, and the literal values of
-the credentials this client holds (whatever form the text has).
+the credentials this client holds (whatever form the text has), raw, URL-encoded
+(upper- or lower-case escapes, ``+`` for space), JSON-escaped (``\\/`` included) or
+backslash-doubled as a ``bytes`` repr shows them.
+
+The log filter (:func:`install_redaction`) masks the literal secrets of every *live*
+client as well: botocore.parsers logs a response body at DEBUG, and a body that echoes the
+session token or the secret key matches no pattern. It finds them through a weak set of
+the :class:`~._clients.Clients` objects (:func:`register`), asking each for its secrets
+only while a record is filtered: no secret is copied into a registry, and a client that
+goes away drops out by itself.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+import threading
+import weakref
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import quote, quote_plus
 
 from managedloop.errors import ManagedLoopError
 
-__all__ = ["install_redaction", "leaks", "redact", "scrubbed"]
+__all__ = ["install_redaction", "leaks", "live_clients", "redact", "register", "scrubbed"]
 
 _REDACTED = "<redacted>"
 _VALUE = r"[^\s\"',}&\\]+"
@@ -35,15 +48,35 @@ _SECRET_PATTERNS = (
         re.IGNORECASE,
     ),
 )
-_REDACTED_LOGGERS = ("botocore.auth", "botocore.endpoint", "botocore.parsers")
+_REDACTED_LOGGERS = (
+    "botocore.auth",  # the canonical request and string to sign
+    "botocore.endpoint",  # the prepared request, headers included
+    "botocore.parsers",  # response headers and bodies (an echoed token)
+    "botocore.credentials",
+    "botocore.retryhandler",
+    "botocore.httpsession",
+    "urllib3.connectionpool",  # request lines (a presigned query)
+)
 _MIN_LITERAL = 8  # shorter "secrets" (test stubs) would mask ordinary words
+
+
+def _forms(secret: str) -> set[str]:
+    """The ways ``secret`` can be spelled in a log line or an error body."""
+    encoded = {quote(secret, safe=""), quote(secret), quote_plus(secret)}
+    encoded |= {re.sub(r"%[0-9A-F]{2}", lambda m: m.group().lower(), e) for e in encoded}
+    escaped = json.dumps(secret)[1:-1]
+    forms = {secret, escaped, escaped.replace("/", "\\/"), *encoded}
+    return forms | {f.replace("\\", "\\\\") for f in forms}  # as a bytes repr shows them
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` with every credential masked (see above)."""
     for secret in secrets:
-        if len(secret) >= _MIN_LITERAL and secret in text:
-            text = text.replace(secret, _REDACTED)
+        if len(secret) < _MIN_LITERAL:
+            continue
+        for form in sorted(_forms(secret), key=len, reverse=True):  # longest first
+            if form in text:
+                text = text.replace(form, _REDACTED)
     for pattern in _SECRET_PATTERNS:
         text = pattern.sub(r"\1" + _REDACTED, text)
     return text
@@ -76,13 +109,49 @@ def leaks(exc: BaseException, secrets: Iterable[str] = ()) -> bool:
     return redact(text, secrets) != text
 
 
+class _HasSecrets(Protocol):
+    def secrets(self) -> tuple[str, ...]: ...
+
+
+_live: weakref.WeakSet[_HasSecrets] = weakref.WeakSet()
+_live_lock = threading.Lock()  # records are filtered on any thread (control calls run in one)
+
+
+def register(owner: _HasSecrets) -> None:
+    """Have the log filter mask ``owner.secrets()`` for as long as ``owner`` lives."""
+    with _live_lock:
+        _live.add(owner)
+
+
+def live_clients() -> list[_HasSecrets]:
+    """The registered owners still alive (a snapshot)."""
+    with _live_lock:
+        return list(_live)
+
+
+def _live_secrets() -> set[str]:
+    found: set[str] = set()
+    for owner in live_clients():
+        try:
+            found.update(owner.secrets())
+        except Exception:  # noqa: S112  # a half-built client must not break logging
+            continue
+    return found
+
+
 class _RedactTokens(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
+        secrets = _live_secrets()
         message = record.getMessage()
-        masked = redact(message)
+        masked = redact(message, secrets)
         if masked != message:
             record.msg = masked
             record.args = None
+        if record.exc_info and not record.exc_text:
+            # Formatted now, masked, and cached where every Formatter looks first.
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text, secrets)
         return True
 
 

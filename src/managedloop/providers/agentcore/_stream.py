@@ -23,7 +23,7 @@ from managedloop import telemetry
 from managedloop.errors import ManagedLoopError, TransportError
 from managedloop.providers.agentcore._clients import Clients
 from managedloop.providers.agentcore._decoding import EventDecoder, client_error
-from managedloop.providers.agentcore._errors import map_error, raise_mapped
+from managedloop.providers.agentcore._errors import map_error, raise_mapped, redirect_refused
 from managedloop.providers.agentcore._redact import scrubbed
 from managedloop.providers.agentcore._signing import prepare_request, refresh_credentials
 
@@ -104,6 +104,9 @@ async def stream_call(
                 ),
                 ssl=wire.ssl if wire.ssl is not None else True,
                 proxy=wire.proxy,
+                # Never followed: aiohttp would re-send the conversation and the signed
+                # headers (the session token) to wherever the server points.
+                allow_redirects=False,
             )
         except Exception as exc:
             mapped = _map_stream_error(
@@ -122,6 +125,14 @@ async def stream_call(
             inflight.add(response.close)
         try:
             op_model = wire.operation_model(operation)
+            if 300 <= response.status < 400:
+                finished = True  # nothing to read: the connection can be reused
+                raise redirect_refused(
+                    operation,
+                    response.status,
+                    response.headers.get("Location"),
+                    endpoint=request.url,
+                )
             if response.status >= 300:
                 body = await response.read()
                 finished = True
