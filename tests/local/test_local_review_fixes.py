@@ -1,0 +1,66 @@
+"""Fixes from the hostile review of the Local host (each test failed before its fix)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import managedloop as ml
+from managedloop.providers.local import Local
+from managedloop.testing import ChatEmulator, ToolCall, call, calls, say
+
+pytestmark = pytest.mark.anyio
+
+
+@ml.tool
+def echo(s: str = "") -> str:
+    """Echo."""
+    return s
+
+
+# -- a lone surrogate never poisons the history ---------------------------------------------
+
+
+async def test_local_live_session_survives_a_lone_surrogate_from_the_server() -> None:
+    with ChatEmulator([say("hi \ud800"), say("second")]) as emu:
+        provider = Local(model="m", base_url=emu.base_url, api_key=emu.api_key, max_retries=0)
+        async with ml.start(provider, agent=ml.AgentSpec(name="a"), prompt="x") as session:
+            first = await session.result()
+            await session.send("again")
+            second = await session.result()
+    assert first.text == "hi \ud800"  # what arrived is kept; only the wire gets U+FFFD
+    assert second.text == "second"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        calls(ToolCall(name="echo", input={}, id="c\ud800")),
+        call("echo", {}, text="let me \udfff check"),
+    ],
+    ids=["id", "content"],
+)
+async def test_local_tool_turn_with_a_lone_surrogate_goes_on(reply: Any) -> None:
+    with ChatEmulator([reply, say("done")]) as emu:
+        provider = Local(model="m", base_url=emu.base_url, api_key=emu.api_key, max_retries=0)
+        result = await ml.run(provider, agent=ml.AgentSpec(name="a", tools=[echo]))
+    assert result.text == "done"
+
+
+async def test_a_lone_surrogate_in_the_prompt_is_sent_as_the_replacement_character() -> None:
+    with ChatEmulator([say("ok")]) as emu:
+        provider = Local(model="m", base_url=emu.base_url, api_key=emu.api_key, max_retries=0)
+        agent = ml.AgentSpec(name="a", system_prompt="sys \udc00")
+        result = await ml.run(provider, agent=agent, prompt="a\ud800")
+        body = emu.received[0]
+    assert result.text == "ok"
+    assert [m["content"] for m in body["messages"]] == ["sys \ufffd", "a\ufffd"]
+
+
+def test_encode_replaces_lone_surrogates_and_keeps_valid_text() -> None:
+    from managedloop.providers.local._types import encode
+
+    assert encode({"a": "x\ud800y", "b": "\U0001f600"}) == (
+        '{"a":"x\ufffdy","b":"\U0001f600"}'.encode()
+    )
