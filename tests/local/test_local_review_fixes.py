@@ -8,6 +8,7 @@ import pytest
 
 import managedloop as ml
 from managedloop.providers.local import Local
+from managedloop.providers.local._http import StreamFold
 from managedloop.testing import ChatEmulator, ToolCall, call, calls, say
 
 pytestmark = pytest.mark.anyio
@@ -64,3 +65,27 @@ def test_encode_replaces_lone_surrogates_and_keeps_valid_text() -> None:
     assert encode({"a": "x\ud800y", "b": "\U0001f600"}) == (
         '{"a":"x\ufffdy","b":"\U0001f600"}'.encode()
     )
+
+
+# -- a streamed tool-call delta whose function is not an object is malformed --------------
+
+
+@pytest.mark.parametrize("function", ['"x"', "[1]", "5", "true"])
+def test_stream_fold_refuses_a_non_object_function_by_name(function: str) -> None:
+    fold = StreamFold(lambda _: None)
+    line = (
+        b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":'
+        + function.encode()
+        + b"}]}}]}"
+    )
+    with pytest.raises(ml.MalformedResponseError) as caught:
+        fold.line(line)
+    assert caught.value.code == "malformed_chat_response"
+
+
+def test_stream_fold_still_takes_a_call_without_a_function() -> None:
+    fold = StreamFold(lambda _: None)
+    fold.line(b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c1"}]}}]}')
+    fold.line(b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":null}]}}]}')
+    fold.line(b"data: [DONE]")
+    assert fold.result().message["tool_calls"][0]["id"] == "c1"
