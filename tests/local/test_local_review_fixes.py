@@ -89,3 +89,56 @@ def test_stream_fold_still_takes_a_call_without_a_function() -> None:
     fold.line(b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":null}]}}]}')
     fold.line(b"data: [DONE]")
     assert fold.result().message["tool_calls"][0]["id"] == "c1"
+
+
+# -- headers with CR/LF or other control characters are refused at construction -----------
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X-A": "a\r\nX-B: 1"},
+        {"X-A": "a\nb"},
+        {"X-A": "a\x00"},
+        {"X-A": "a\x7f"},
+        {"X-A\r\nX-B": "1"},
+        {"X A": "1"},
+        {"": "1"},
+        {"X-Ä": "1"},
+    ],
+    ids=[
+        "crlf-value",
+        "lf-value",
+        "nul-value",
+        "del-value",
+        "crlf-name",
+        "space",
+        "empty",
+        "non-token",
+    ],
+)
+def test_local_header_with_a_control_character_is_invalid_opts(headers: dict[str, str]) -> None:
+    with pytest.raises(ml.InvalidOptionsError) as caught:
+        Local(model="m", base_url="http://127.0.0.1:9/v1", headers=headers)
+    assert caught.value.code == "invalid_opts"
+    assert caught.value.context["option"] == "headers"
+
+
+def test_a_refused_header_value_is_never_shown() -> None:
+    with pytest.raises(ml.InvalidOptionsError) as caught:
+        Local(model="m", base_url="http://127.0.0.1:9/v1", headers={"X-Key": "sk-secret\n"})
+    assert "sk-secret" not in str(caught.value)
+    assert "sk-secret" not in repr(caught.value.context)
+
+
+async def test_a_header_with_a_tab_and_token_punctuation_is_sent() -> None:
+    with ChatEmulator([say("ok")]) as emu:
+        provider = Local(
+            model="m",
+            base_url=emu.base_url,
+            api_key=emu.api_key,
+            max_retries=0,
+            headers={"X-Odd_Name.~1": "a\tb"},
+        )
+        result = await ml.run(provider, agent=ml.AgentSpec(name="a"))
+    assert result.text == "ok"
