@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 import managedloop as ml
-from managedloop.providers.local import Local
+from managedloop.providers.local import ChatRequest, ChatResponse, Local
+from managedloop.providers.local._connection import TRUNCATED_CALL
 from managedloop.providers.local._http import StreamFold
 from managedloop.testing import ChatEmulator, ToolCall, call, calls, say
 
@@ -142,3 +143,73 @@ async def test_a_header_with_a_tab_and_token_punctuation_is_sent() -> None:
         )
         result = await ml.run(provider, agent=ml.AgentSpec(name="a"))
     assert result.text == "ok"
+
+
+# -- a call from a truncated answer never runs with its defaults --------------------------
+
+deleted: list[str] = []
+
+
+@ml.tool
+def delete_files(pattern: str = "*") -> str:
+    """Delete the files matching pattern (every parameter optional)."""
+    deleted.append(pattern)
+    return f"deleted {pattern}"
+
+
+def _cut(arguments: str, finish_reason: str | None = "length") -> ChatResponse:
+    return ChatResponse(
+        message={
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "delete_files", "arguments": arguments},
+                }
+            ],
+        },
+        finish_reason=finish_reason,
+    )
+
+
+async def _run_with(first: ChatResponse) -> tuple[ml.SessionResult, list[list[dict[str, Any]]]]:
+    done = ChatResponse(message={"role": "assistant", "content": "ok"}, finish_reason="stop")
+    answers = iter([first, done])
+    sent: list[list[dict[str, Any]]] = []  # each request's messages, as sent
+
+    async def chat(request: ChatRequest) -> ChatResponse:
+        sent.append(list(request.messages))  # the history grows after the call
+        return next(answers)
+
+    agent = ml.AgentSpec(name="a", tools=[delete_files])
+    result = await ml.run(Local(model="m", chat=chat), agent=agent)
+    return result, sent
+
+
+@pytest.mark.parametrize("arguments", ["", "  ", '{"pattern": "*.t', "[1]"])
+async def test_a_call_truncated_before_its_arguments_never_runs(arguments: str) -> None:
+    deleted.clear()
+    result, sent = await _run_with(_cut(arguments))
+    assert deleted == []
+    assert result.text == "ok"
+    answer = sent[1][-1]
+    assert answer["role"] == "tool"
+    assert answer["tool_call_id"] == "c1"
+    assert TRUNCATED_CALL in answer["content"]
+
+
+async def test_a_truncated_answer_whose_call_arguments_are_complete_runs_it() -> None:
+    deleted.clear()
+    await _run_with(_cut('{"pattern": "*.tmp"}'))
+    assert deleted == ["*.tmp"]
+
+
+@pytest.mark.parametrize("finish_reason", ["tool_calls", "stop", None])
+async def test_empty_arguments_in_a_complete_answer_still_mean_no_arguments(
+    finish_reason: str | None,
+) -> None:
+    deleted.clear()
+    await _run_with(_cut("", finish_reason))
+    assert deleted == ["*"]
