@@ -213,3 +213,19 @@ async def test_empty_arguments_in_a_complete_answer_still_mean_no_arguments(
     deleted.clear()
     await _run_with(_cut("", finish_reason))
     assert deleted == ["*"]
+
+
+async def test_a_call_folded_from_a_stream_cut_before_its_arguments_never_runs() -> None:
+    deleted.clear()
+    fold = StreamFold(lambda _: None)
+    for line in (
+        b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c1",'
+        b'"function":{"name":"delete_files","arguments":""}}]}}]}',
+        b'data: {"choices":[{"delta":{},"finish_reason":"length"}]}',
+        b"data: [DONE]",
+    ):
+        fold.line(line)
+    result, sent = await _run_with(fold.result())
+    assert result.text == "ok"
+    assert deleted == []
+    assert TRUNCATED_CALL in sent[1][-1]["content"]
