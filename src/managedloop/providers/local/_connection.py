@@ -17,6 +17,11 @@ Tool calls:
 
 * arguments are decoded by :func:`managedloop.handler.decode_tool_input`: unreadable or
   ``null`` arguments become ``ToolUse.input_error`` (answered with an error, never run);
+* a call from a truncated answer (``finish_reason`` ``length``: the token limit cut it)
+  runs only if its arguments arrived as a complete JSON object (the closing brace came, so
+  they are what the model wrote). Empty or unreadable arguments get the input error
+  :data:`TRUNCATED_CALL` instead: ``""`` means "no arguments" only in a complete answer,
+  and a cut one must never run a tool with its defaults;
 * every call gets an identity unused so far in this session: the server's id, or, when
   the server repeated an id (twice in one answer, or again in a later turn) or gave none,
   a minted ``<id>~<n>``. Tool messages go back under the server's id (servers may check
@@ -101,6 +106,11 @@ logger = logging.getLogger("managedloop.local")
 MODEL_RESPONSE = "local.model_response"
 DUPLICATE = "local.duplicate_tool_call"
 DIRECTIVE = "local.directive"
+
+
+TRUNCATED_CALL = (
+    "the answer was cut off (finish_reason=length) before this call's arguments were complete"
+)
 
 
 def duplicate_text(terminal_tool: str | None) -> str:
@@ -247,10 +257,13 @@ class LocalConnection(ConnectionBase):
         fresh: list[dict[str, Any]] = []
         answers: list[dict[str, Any]] = []
         duplicates: list[RawEvent] = []
+        truncated = response.finish_reason == "length"
         for call in message.get("tool_calls", ()):
             fn = call["function"]
             name = str(fn["name"])
             arguments, error = decode_tool_input(fn["arguments"])
+            if truncated and (error is not None or not fn["arguments"].strip()):
+                error = TRUNCATED_CALL  # "" is "no arguments" only in a complete answer
             wire_id = call["id"]
             use_id: str | None = None
             if not wire_id:  # the server gave none: the minted id goes on the wire too

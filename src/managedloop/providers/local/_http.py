@@ -425,7 +425,8 @@ class StreamFold:
                 self.text.append(piece)
                 self.on_delta(piece)
             for tc in calls or ():
-                if not isinstance(tc, Mapping):
+                fn = tc.get("function") if isinstance(tc, Mapping) else None
+                if not isinstance(tc, Mapping) or not (fn is None or isinstance(fn, Mapping)):
                     raise _bad_chunk(data)
                 index = tc.get("index")
                 if not isinstance(index, int) or isinstance(index, bool):

@@ -13,6 +13,7 @@ chat function over HTTP, unless ``chat=`` injects one.
 from __future__ import annotations
 
 import inspect
+import re
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar, Self
@@ -71,6 +72,27 @@ def _check_url(value: Any) -> str:
     return value
 
 
+# RFC 9110: a field name is a token; a field value has no control character but HTAB.
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEADER_VALUE_BAD = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _check_headers(headers: Mapping[str, str]) -> None:
+    """Refuse what aiohttp would refuse on every request (a raw ValueError), and any CR/LF
+    that could inject a header. The value is never shown: it may be a credential."""
+    for name, value in headers.items():
+        if _HEADER_NAME.fullmatch(name) is None:
+            raise InvalidOptionsError(
+                f"header name {name!r} is not an HTTP token (letters, digits, !#$%&'*+-.^_`|~)",
+                option="headers",
+            )
+        if _HEADER_VALUE_BAD.search(value) is not None:
+            raise InvalidOptionsError(
+                f"the value of header {name!r} contains a control character (CR, LF, NUL...)",
+                option="headers",
+            )
+
+
 def _seconds(name: str, value: Any, *, allow_zero: bool = False) -> float:
     seconds = _validate.duration(name, value, allow_none=False, allow_zero=allow_zero)
     assert seconds is not None  # allow_none=False
@@ -117,7 +139,9 @@ class Local:
     Use ``async with Local(...) as provider`` to keep connections pooled across runs;
     otherwise the pool closes when the last session on it ends.
 
-    Unknown keywords, wrong types, NaN or infinite durations, malformed URLs and a
+    Unknown keywords, wrong types, NaN or infinite durations, malformed URLs, a header
+    name that is not an HTTP token or a header value with a control character (CR, LF, NUL;
+    a tab is allowed; the value is never shown) and a
     ``base_url`` with credentials *plus* an ``api_key`` raise ``InvalidOptionsError``
     (``invalid_opts``). A ``base_url``'s userinfo is never shown (``***@host``).
     Redirects: a same-origin 307/308 is followed (method, body and headers kept, at most
@@ -168,6 +192,7 @@ class Local:
             and all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
         ):
             raise InvalidOptionsError("headers must map str to str", option="headers")
+        _check_headers(headers or {})
         if sleep is not None and not callable(sleep):
             raise InvalidOptionsError("sleep must be an async callable", option="sleep")
         self.model = model

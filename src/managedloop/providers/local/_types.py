@@ -23,6 +23,7 @@ body says the request was invalid) are retried by the connection; anything else 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -50,9 +51,24 @@ _BODY_EXCERPT = 500  # characters of a bad body kept in an error: enough to diag
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
+# Any surrogate code point left in a str: JSON decoding pairs escaped surrogates into one
+# code point, so whatever remains is lone (or a pair a caller built by hand).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def encode(value: Any) -> bytes:
-    """Compact JSON, the way every request body is built."""
-    return _encode(value).encode()
+    """Compact JSON, the way every request body is built.
+
+    A lone surrogate (valid JSON ``"\\ud800"`` from a server, or in a caller's prompt) has no
+    UTF-8 encoding; it is sent as U+FFFD, the replacement character. Not as the escape
+    ``\\ud800``: llama.cpp's and Rust's JSON parsers refuse a lone surrogate escape, so the
+    next request (and the live session) would fail. The history itself keeps what arrived.
+    """
+    text = _encode(value)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # rare: the fast path above costs nothing when text is valid
+        return _SURROGATE.sub("\ufffd", text).encode()
 
 
 class History(list[Message]):
