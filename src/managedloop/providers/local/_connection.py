@@ -201,6 +201,7 @@ class LocalConnection(ConnectionBase):
         self._on_close = on_close
         self._null_content = null_content
         self._closed = False
+        self._plain: ChatRequest | None = None
         # per-request guard state
         self._seen: set[tuple[str, str]] = set()
         self._errors: dict[str, int] = {}
@@ -434,12 +435,22 @@ class LocalConnection(ConnectionBase):
 
     async def _call(self) -> ChatResponse:
         """One model call, retried on transient failures."""
-        attempts = self._attempts()
+        attempts: _retry.Attempts | None = None  # made on the first failure only
         while True:
             try:
-                return coerce_response(await self._chat(self._request(None)))
+                return coerce_response(await self._chat(self._plain_request()))
             except ProviderError as exc:
+                if attempts is None:
+                    attempts = self._attempts()
                 await attempts.failed(exc)
+
+    def _plain_request(self) -> ChatRequest:
+        """The non-streamed request, built once: every field is the same object each call
+        (``messages`` is the history itself, which grows in place)."""
+        request = self._plain
+        if request is None:
+            request = self._plain = self._request(None)
+        return request
 
     async def _call_streaming(self, box: list[ChatResponse]) -> AsyncIterator[TextDelta]:
         """One streamed model call, retried on transient failures; the response lands in
