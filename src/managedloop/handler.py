@@ -101,7 +101,7 @@ def decode_tool_input(raw: Any) -> tuple[dict[str, Any], str | None]:
     answered with an error result and the tool does not run (it must never run with its
     defaults because the arguments were unreadable).
     """
-    if isinstance(raw, Mapping):
+    if type(raw) is not str and isinstance(raw, Mapping):  # text first: no ABC check
         value: Any = raw
     elif isinstance(raw, str | bytes | bytearray):
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes | bytearray) else raw
@@ -271,7 +271,9 @@ async def _call(
         )
     try:
         if timeout is None:  # no cancel scope without a timeout: entering one costs ~5 µs
-            value = await _invoke(handler, use, info)
+            value = handler.handle_tool_call(use.name, use.input, info)  # _invoke, inlined
+            if inspect.isawaitable(value):
+                value = await value
         else:
             with anyio.move_on_after(timeout) as scope:
                 value = await _invoke(handler, use, info)

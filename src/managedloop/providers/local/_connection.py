@@ -508,7 +508,11 @@ def _assistant_message(raw: Mapping[str, Any], null_content: bool = False) -> di
     server known to want it.
     """
     calls = raw.get("tool_calls")
-    calls = [c for c in calls if isinstance(c, Mapping)] if isinstance(calls, list) else []
+    calls = (
+        [c for c in calls if type(c) is dict or isinstance(c, Mapping)]
+        if isinstance(calls, list)
+        else []
+    )
     content = raw.get("content")
     if content is None and not (null_content and calls):
         content = ""
@@ -522,7 +526,7 @@ def _call(raw: Mapping[str, Any]) -> dict[str, Any]:
     """One tool call in neutral form. A call without a readable name keeps ``""`` (the
     handler answers it as an unknown tool); a non-string id counts as none."""
     fn = raw.get("function")
-    fn = fn if isinstance(fn, Mapping) else {}
+    fn = fn if type(fn) is dict or isinstance(fn, Mapping) else {}
     name, call_id = fn.get("name"), raw.get("id")
     return {
         "id": call_id if isinstance(call_id, str) and call_id else None,
@@ -547,10 +551,10 @@ def _arguments_text(arguments: Any) -> str:
 
 
 def _usage(raw: Any) -> Usage | None:
-    if not isinstance(raw, Mapping):
+    if type(raw) is not dict and not isinstance(raw, Mapping):  # a dict skips the ABC check
         return None
     prompt = raw.get("prompt_tokens")
-    if not isinstance(prompt, int) or isinstance(prompt, bool):
+    if type(prompt) is not int and (not isinstance(prompt, int) or isinstance(prompt, bool)):
         return None  # null or missing prompt_tokens: this call reported no usage
     completion = raw.get("completion_tokens")
     completion = completion if isinstance(completion, int) else 0
