@@ -5,7 +5,8 @@
 peak RSS over the baseline taken after imports and a warm-up session, divided by N.
 Clients: ``managedloop`` (Local, default pool), ``aiohttp`` / ``httpx`` (a bare loop with
 the library's default pool), each optionally ``:N`` for a pool of N connections (0:
-unbounded, aiohttp only).
+unbounded, aiohttp only), and ``raw`` (the floor: the same requests over asyncio streams,
+one keep-alive connection per session, no HTTP library).
 """
 
 from __future__ import annotations
@@ -64,6 +65,37 @@ async def bare_session(post: Any, model: str) -> None:
             )
 
 
+async def raw_session(url: str, headers: dict[str, str]) -> None:
+    """The floor: the same requests over one keep-alive connection with asyncio streams and
+    a minimal HTTP/1.1 exchange (no HTTP library, no pool)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    head = (
+        f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    ).encode()
+
+    async def post(body: bytes) -> bytes:
+        writer.write(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        status = await reader.readline()
+        if b" 200 " not in status:
+            raise RuntimeError(status.decode(errors="replace").strip())
+        length = 0
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        return await reader.readexactly(length)
+
+    try:
+        await bare_session(post, "m")
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
 async def run(client: str, base_url: str, key: str, n: int) -> dict[str, Any]:
     url = base_url + "/chat/completions"
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
@@ -83,6 +115,9 @@ async def run(client: str, base_url: str, key: str, n: int) -> dict[str, Any]:
                 await ml.run(provider, agent=agent, prompt="Weather?")
 
             return await _measure(client, n, one)
+
+    if name == "raw":
+        return await _measure(client, n, lambda: raw_session(url, headers))
 
     if name == "aiohttp":
         import aiohttp
@@ -134,13 +169,19 @@ async def _measure(client: str, n: int, one: Any) -> dict[str, Any]:
     peak = max(peak, _rss_kib())
     done.set()
     await sampler
-    failed = sum(1 for r in results if isinstance(r, BaseException))
+    errors = [r for r in results if isinstance(r, BaseException)]
+    failed = len(errors)
+    kinds: dict[str, int] = {}
+    for e in errors:
+        kind = f"{type(e).__name__}({getattr(e, 'code', '')})"
+        kinds[kind] = kinds.get(kind, 0) + 1
     return {
         "client": client,
         "sessions": n,
         "wall_s": round(wall, 3),
         "kib_per_session": round((peak - base) / n, 1),
         "failed": failed,
+        "errors": kinds,
     }
 
 

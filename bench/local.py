@@ -153,8 +153,13 @@ async def bare_inprocess_run() -> None:
         await asyncio.sleep(0)
 
 
+# Built once, like the other loops' agents and models: steps are immutable data, and each
+# run gets a fresh ScriptedChatModel (its own ids and request record).
+SCRIPT_B = script(TOOL_CALLS)
+
+
 async def ours_inprocess_run() -> None:
-    model = ScriptedChatModel(script(TOOL_CALLS))
+    model = ScriptedChatModel(SCRIPT_B)
     result = await ml.run(Local(model="m", chat=model), agent=AGENT, prompt="Weather?")
     assert len(result.custom_tool_uses) == TOOL_CALLS
 

@@ -108,3 +108,30 @@ def test_default_agent_calls_each_tool_once_then_answers() -> None:
     assert agent.next_step(ModelRequest(turn=1, tool_results=results)) == say("Done. r1; r2")
     assert agent.next_step(ModelRequest(turn=2, user_text="more")) == say("You said: more")
     assert ScriptedAgent().next_step(ModelRequest(turn=0)) == say("Done.")
+
+
+@pytest.mark.anyio
+async def test_scripted_chat_model_reads_each_tools_list_and_snapshots_messages() -> None:
+    # The model reads a tools list's definitions once and reuses them while the same list
+    # comes back; a different list is read again. Each request keeps its own snapshot of
+    # the messages and the step index counts assistant messages (a system one is read too).
+    from managedloop.providers.local import ChatRequest, History
+    from managedloop.testing import ScriptedChatModel
+
+    def tool(name: str) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": name, "parameters": {}}}
+
+    model = ScriptedChatModel([say("one"), say("two"), say("three")])
+    history = History([{"role": "system", "content": "be brief"}, {"role": "user", "content": "a"}])
+    first, second = [tool("t1")], [tool("t2")]
+    for tools in (first, first, second):
+        response = await model(ChatRequest(model="m", messages=history, tools=tools))
+        history.append(response.message)
+        history.append({"role": "user", "content": "next"})
+    got = model.requests
+    assert [[t.name for t in r.tools] for r in got] == [["t1"], ["t1"], ["t2"]]
+    assert [r.turn for r in got] == [0, 1, 2]
+    assert [len(r.messages) for r in got] == [2, 4, 6]
+    assert {r.system for r in got} == {"be brief"}
+    assert [r.user_text for r in got] == ["a", "next", "next"]
+    assert dumps_args({"b": [1, "é"]}) == '{"b":[1,"\\u00e9"]}'  # json.dumps' escaping

@@ -62,6 +62,29 @@ def test_brackets_inside_strings_do_not_count_as_depth() -> None:
     assert decode_tool_input(text) == (json.loads(text), None)
 
 
+@pytest.mark.parametrize("levels", [MAX_INPUT_DEPTH - 2, MAX_INPUT_DEPTH - 1, MAX_INPUT_DEPTH])
+def test_the_shallow_fast_path_keeps_the_limits_of_the_full_checks(levels: int) -> None:
+    # Fewer brackets than the limit skips both depth walks (the hot path); at and past the
+    # limit both run, so a text and the same value decoded from a mapping agree.
+    text = '{"a":' * levels + "1" + "}" * levels
+    value = json.loads(text)
+    from_text, from_value = decode_tool_input(text), decode_tool_input(value)
+    assert from_text == from_value
+    if levels < MAX_INPUT_DEPTH:
+        assert from_text == (value, None)
+    else:  # the innermost value sits one level past the limit
+        assert from_text[1] is not None
+        assert "nested deeper" in from_text[1]
+
+
+def test_a_decoded_object_is_handed_over_and_a_given_mapping_copied() -> None:
+    given_input = {"city": "Paris"}
+    decoded, error = decode_tool_input(given_input)
+    assert error is None
+    assert decoded == given_input
+    assert decoded is not given_input
+
+
 def test_a_deep_mapping_is_refused_without_recursion() -> None:
     value: dict[str, object] = {}
     inner = value

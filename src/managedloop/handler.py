@@ -101,18 +101,23 @@ def decode_tool_input(raw: Any) -> tuple[dict[str, Any], str | None]:
     answered with an error result and the tool does not run (it must never run with its
     defaults because the arguments were unreadable).
     """
-    if isinstance(raw, Mapping):
+    if type(raw) is not str and isinstance(raw, Mapping):  # text first: no ABC check
         value: Any = raw
     elif isinstance(raw, str | bytes | bytearray):
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes | bytearray) else raw
         if not text.strip():
             return {}, None
-        if too_deep(text):
+        # Fewer brackets than the limit: neither the text nor the value it decodes to can
+        # nest too deep, so both walks are skipped (the common case: a flat object).
+        shallow = text.count("{") + text.count("[") < MAX_INPUT_DEPTH
+        if not shallow and too_deep(text):
             return {}, f"arguments are nested deeper than {MAX_INPUT_DEPTH} levels"
         try:
             value = json.loads(text)
         except (ValueError, RecursionError) as exc:
             return {}, f"arguments were not valid JSON: {exc}"
+        if shallow and type(value) is dict:
+            return value, None  # freshly decoded: no copy needed
     elif raw is None:
         return {}, "arguments were null, not a JSON object"
     else:
@@ -131,6 +136,8 @@ _FLAT = frozenset({str, int, float, bool, type(None)})
 def too_deep(value: Any) -> bool:
     """Whether JSON text or a decoded value nests deeper than :data:`MAX_INPUT_DEPTH`."""
     if isinstance(value, str):
+        if value.count("{") + value.count("[") <= MAX_INPUT_DEPTH:
+            return False  # depth never exceeds the number of opening brackets
         depth = 0
         in_string = escaped = False
         for ch in value:  # a bracket count that skips string contents: O(n), no recursion
@@ -264,7 +271,9 @@ async def _call(
         )
     try:
         if timeout is None:  # no cancel scope without a timeout: entering one costs ~5 µs
-            value = await _invoke(handler, use, info)
+            value = handler.handle_tool_call(use.name, use.input, info)  # _invoke, inlined
+            if inspect.isawaitable(value):
+                value = await value
         else:
             with anyio.move_on_after(timeout) as scope:
                 value = await _invoke(handler, use, info)

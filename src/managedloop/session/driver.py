@@ -182,12 +182,13 @@ class _Driver:
         :mod:`managedloop.hosts` are checked here)."""
         self.buffer = []
         stream = self.conn.turn(input)
+        step = stream.__anext__  # what anext() calls, bound once per turn
         finished = False
         result: TurnResult | None = None
         try:
             while True:
                 try:
-                    item = await anext(stream)
+                    item = await step()
                 except StopAsyncIteration:
                     finished = True  # the generator is already closed
                     break

@@ -29,6 +29,7 @@ from managedloop.tools import ToolDefinition
 
 __all__ = [
     "completion_body",
+    "definitions",
     "messages_api_request",
     "model_request",
     "render_completion",
@@ -53,11 +54,15 @@ def _definitions(tools: Any) -> list[ToolDefinition]:
     return out
 
 
-def model_request(body: Mapping[str, Any]) -> ModelRequest:
-    """What a Chat Completions request body says the model was sent."""
+def model_request(
+    body: Mapping[str, Any], tools: Sequence[ToolDefinition] | None = None
+) -> ModelRequest:
+    """What a Chat Completions request body says the model was sent (``tools``: the
+    body's tool definitions, when the caller already has them)."""
     messages: Sequence[Mapping[str, Any]] = body.get("messages") or []
-    turn = sum(1 for m in messages if m.get("role") == "assistant")
-    system = next((text_of(m.get("content")) for m in messages if m.get("role") == "system"), None)
+    roles = [m.get("role") for m in messages]  # one pass; the history grows every turn
+    turn = roles.count("assistant")
+    system = text_of(messages[roles.index("system")].get("content")) if "system" in roles else None
     user_text: str | None = None
     results: list[ToolResult] = []
     for m in reversed(messages):
@@ -78,13 +83,18 @@ def model_request(body: Mapping[str, Any]) -> ModelRequest:
     results.reverse()
     return ModelRequest(
         turn=turn,
-        tools=_definitions(body.get("tools")),
+        tools=_definitions(body.get("tools")) if tools is None else tools,
         user_text=user_text,
         tool_results=results,
         messages=list(messages),
         system=system,
         model=body.get("model"),
     )
+
+
+def definitions(tools: Any) -> list[ToolDefinition]:
+    """The tool definitions of a Chat Completions ``tools`` list."""
+    return _definitions(tools)
 
 
 def messages_api_request(body: Mapping[str, Any]) -> ModelRequest:

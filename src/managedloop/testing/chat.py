@@ -41,6 +41,7 @@ from managedloop.errors import APIStatusError, UnsupportedError
 from managedloop.providers.local import ChatRequest, ChatResponse
 from managedloop.testing._chat_render import (
     completion_body,
+    definitions,
     messages_api_request,
     model_request,
     render_completion,
@@ -49,6 +50,7 @@ from managedloop.testing._chat_render import (
 )
 from managedloop.testing._loopback import MAX_BODY, LoopbackServer
 from managedloop.testing.script import Fail, Grade, ModelRequest, Reply, ScriptedAgent, Step
+from managedloop.tools import ToolDefinition
 
 __all__ = ["ChatEmulator", "ChatFaults", "ScriptedChatModel"]
 
@@ -75,6 +77,8 @@ class ScriptedChatModel:
         self.agent = agent if agent is not None else ScriptedAgent(script)
         self.chunk_size = chunk_size
         self.errors: list[BaseException] = []
+        self._tools: Any = None  # the tools list last seen, and its definitions
+        self._definitions: list[ToolDefinition] = []
 
     @property
     def requests(self) -> list[ModelRequest]:
@@ -84,9 +88,14 @@ class ScriptedChatModel:
         return f"ScriptedChatModel(steps={len(self.agent.script or ())})"
 
     async def __call__(self, request: ChatRequest) -> ChatResponse:
-        body = {"model": request.model, "messages": list(request.messages), "tools": request.tools}
+        # model_request snapshots the messages; the definitions are read once per tools list
+        # (the loop sends the same list every turn).
+        tools = request.tools
+        if tools is not self._tools:
+            self._tools, self._definitions = tools, definitions(tools)
+        body = {"model": request.model, "messages": request.messages, "tools": tools}
         try:
-            step = self.agent.next_step(model_request(body))
+            step = self.agent.next_step(model_request(body, self._definitions))
         except Exception as exc:
             self.errors.append(exc)
             raise

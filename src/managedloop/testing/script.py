@@ -217,5 +217,9 @@ class ScriptedAgent:
         return Reply(text=f"You said: {request.user_text}" if request.user_text else "Done.")
 
 
+# One encoder: ``json.dumps`` with options builds a new encoder on every call.
+_dumps_compact = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def dumps_args(args: Mapping[str, Any]) -> str:
-    return json.dumps(args, separators=(",", ":"))
+    return _dumps_compact(args)

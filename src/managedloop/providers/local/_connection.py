@@ -211,6 +211,7 @@ class LocalConnection(ConnectionBase):
         self._on_close = on_close
         self._null_content = null_content
         self._closed = False
+        self._plain: ChatRequest | None = None
         # per-request guard state
         self._seen: set[tuple[str, str]] = set()
         self._errors: dict[str, int] = {}
@@ -447,12 +448,22 @@ class LocalConnection(ConnectionBase):
 
     async def _call(self) -> ChatResponse:
         """One model call, retried on transient failures."""
-        attempts = self._attempts()
+        attempts: _retry.Attempts | None = None  # made on the first failure only
         while True:
             try:
-                return coerce_response(await self._chat(self._request(None)))
+                return coerce_response(await self._chat(self._plain_request()))
             except ProviderError as exc:
+                if attempts is None:
+                    attempts = self._attempts()
                 await attempts.failed(exc)
+
+    def _plain_request(self) -> ChatRequest:
+        """The non-streamed request, built once: every field is the same object each call
+        (``messages`` is the history itself, which grows in place)."""
+        request = self._plain
+        if request is None:
+            request = self._plain = self._request(None)
+        return request
 
     async def _call_streaming(self, box: list[ChatResponse]) -> AsyncIterator[TextDelta]:
         """One streamed model call, retried on transient failures; the response lands in
@@ -510,7 +521,11 @@ def _assistant_message(raw: Mapping[str, Any], null_content: bool = False) -> di
     server known to want it.
     """
     calls = raw.get("tool_calls")
-    calls = [c for c in calls if isinstance(c, Mapping)] if isinstance(calls, list) else []
+    calls = (
+        [c for c in calls if type(c) is dict or isinstance(c, Mapping)]
+        if isinstance(calls, list)
+        else []
+    )
     content = raw.get("content")
     if content is None and not (null_content and calls):
         content = ""
@@ -524,7 +539,7 @@ def _call(raw: Mapping[str, Any]) -> dict[str, Any]:
     """One tool call in neutral form. A call without a readable name keeps ``""`` (the
     handler answers it as an unknown tool); a non-string id counts as none."""
     fn = raw.get("function")
-    fn = fn if isinstance(fn, Mapping) else {}
+    fn = fn if type(fn) is dict or isinstance(fn, Mapping) else {}
     name, call_id = fn.get("name"), raw.get("id")
     return {
         "id": call_id if isinstance(call_id, str) and call_id else None,
@@ -549,10 +564,10 @@ def _arguments_text(arguments: Any) -> str:
 
 
 def _usage(raw: Any) -> Usage | None:
-    if not isinstance(raw, Mapping):
+    if type(raw) is not dict and not isinstance(raw, Mapping):  # a dict skips the ABC check
         return None
     prompt = raw.get("prompt_tokens")
-    if not isinstance(prompt, int) or isinstance(prompt, bool):
+    if type(prompt) is not int and (not isinstance(prompt, int) or isinstance(prompt, bool)):
         return None  # null or missing prompt_tokens: this call reported no usage
     completion = raw.get("completion_tokens")
     completion = completion if isinstance(completion, int) else 0
