@@ -11,6 +11,7 @@ unstreamed (not a retry) and sends every later one unstreamed.
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 from aiohttp import web
 
 import managedloop as ml
+from managedloop import cli
 from managedloop.providers.local import Local
 from managedloop.providers.local._http import ClientPool, OpenAIChat
 from managedloop.providers.local._profiles import PROFILES, Profile
@@ -230,3 +232,32 @@ async def test_a_custom_profile_can_turn_streaming_off_for_auto_tool_calls() -> 
     assert emu.received[0]["tool_choice"] == "auto"
     assert seen[0] == "Hi."  # the whole text, once
     assert "".join(seen[1:]) == "Hi."
+
+
+@pytest.mark.parametrize(
+    ("extra", "wire"),
+    [([], [True, False, False]), (["--profile", "llama.cpp"], [False, False])],
+    ids=["default", "llama.cpp"],
+)
+def test_the_cli_streams_a_run_with_tools_on_such_a_server(
+    extra: list[str], wire: list[bool]
+) -> None:
+    CALLS.clear()
+    out = io.StringIO()
+    script = [call("get_weather", {"city": "Paris"}), say("Sunny.")]
+    with ChatEmulator(script, faults=FAULT) as emu:
+        argv = ["run", "--base-url", emu.base_url, "--api-key", emu.api_key or "", "--model"]
+        argv += ["m", "--prompt", "Weather?", "--max-retries", "0", *extra]
+        argv += ["--tools", "test_local_auto_tool_stream:get_weather"]
+        code = cli.main(argv, out=out)
+    assert code == 0, out.getvalue()
+    assert CALLS == ["Paris"]
+    assert streamed(emu) == wire
+    assert all(body["tool_choice"] == "auto" for body in emu.received)
+    assert "Sunny." in out.getvalue()
+
+
+def test_the_cli_refuses_an_unknown_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["run", "--model", "m", "--prompt", "q", "--profile", "nosuch"])
+    assert code == 2  # a usage error
+    assert "llama.cpp" in capsys.readouterr().err  # the choices are listed
