@@ -66,12 +66,14 @@ def streamed(emu: ChatEmulator) -> list[bool]:
     return [bool(body.get("stream")) for body in emu.received]
 
 
-def _raw_post(port: int, body: dict[str, Any]) -> bytes:
+def _raw_post(port: int, body: dict[str, Any], *, keep_alive: bool = False) -> bytes:
+    """The bytes of the answer, up to the server closing the connection."""
     data = json.dumps(body).encode()
+    connection = b"keep-alive" if keep_alive else b"close"
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            b"Content-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\nConnection: " + connection + b"\r\n"
             b"Content-Length: %d\r\n\r\n" % len(data) + data
         )
         received = b""
@@ -83,11 +85,14 @@ def _raw_post(port: int, body: dict[str, Any]) -> bytes:
 def test_the_fault_sends_what_llama_cpp_python_sends() -> None:
     # What llama_cpp.server 0.3.36 sent (uvicorn; date, server and request-id headers cut):
     # HTTP/1.1 200 OK ... content-type: text/event-stream; charset=utf-8 ...
-    # Transfer-Encoding: chunked, then the body b"0\r\n\r\n": no bytes, ended cleanly.
+    # Transfer-Encoding: chunked, then the body b"0\r\n\r\n": no bytes, ended cleanly;
+    # then uvicorn closed the connection although the request asked for keep-alive.
     body = {"model": "m", "messages": [{"role": "user", "content": "q"}], "tools": TOOLS}
     script = [call("get_weather", {"city": "Paris"})]
     with ChatEmulator(script, faults=FAULT, api_key=None) as emu:
-        refused = _raw_post(emu.port, {**body, "tool_choice": "auto", "stream": True})
+        refused = _raw_post(
+            emu.port, {**body, "tool_choice": "auto", "stream": True}, keep_alive=True
+        )
         forced = {"type": "function", "function": {"name": "get_weather"}}
         named = _raw_post(emu.port, {**body, "tool_choice": forced, "stream": True})
     head, _, rest = refused.partition(b"\r\n\r\n")
@@ -95,7 +100,7 @@ def test_the_fault_sends_what_llama_cpp_python_sends() -> None:
     assert headers[0] == "http/1.1 200 ok"
     assert "content-type: text/event-stream; charset=utf-8" in headers
     assert "transfer-encoding: chunked" in headers
-    assert rest == b"0\r\n\r\n"
+    assert rest == b"0\r\n\r\n"  # and closed: _raw_post read up to the end of the socket
     assert b"data: [DONE]" in named  # a named tool_choice streams, as on the server
 
 

@@ -149,8 +149,9 @@ class ChatFaults:
     """Play llama-cpp-python's server (0.3.x, ``chatml-function-calling``) on a streamed
     request with ``tools`` and ``tool_choice: "auto"`` whose answer is a tool call: HTTP 200
     with its SSE headers, then an empty chunked body that ends cleanly (``0\r\n\r\n``),
-    as the server raises "Automatic streaming tool choice is not supported" after sending
-    the headers. A text answer streams as usual, as there."""
+    and the connection closed (uvicorn closes it after the exception), as the server raises
+    "Automatic streaming tool choice is not supported" after sending the headers. A text
+    answer streams as usual, as there."""
 
 
 class _FaultState:
@@ -378,7 +379,8 @@ class ChatEmulator(LoopbackServer):
 
     async def _empty_stream(self, request: web.Request) -> web.StreamResponse:
         """What llama-cpp-python's server sends when its stream fails before the first
-        chunk: its response headers (uvicorn adds date/server), then the last chunk."""
+        chunk: its response headers (uvicorn adds date/server), the last chunk, and then
+        uvicorn closes the keep-alive connection (an exception in the app)."""
         resp = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream; charset=utf-8",
@@ -390,6 +392,7 @@ class ChatEmulator(LoopbackServer):
         resp.enable_chunked_encoding()
         await resp.prepare(request)
         await resp.write_eof()
+        _cut(request)
         return resp
 
     async def _drop(self, request: web.Request, data: bytes) -> web.StreamResponse:

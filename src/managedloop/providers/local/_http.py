@@ -25,8 +25,9 @@ Invariants:
   ``llama.cpp``, else once such a stream has ended cleanly before its first ``data:``
   line, which is how that server answers (HTTP 200, ``text/event-stream``, an empty
   chunked body). That call is re-sent unstreamed at once, not counted as a retry (nothing
-  was received, so no text reached ``on_delta`` and no tool call was parsed), and so is
-  every later such call of this client. An empty stream for any other call is still a
+  was received, so no text reached ``on_delta`` and no tool call was parsed), on a
+  connection of its own (that server closes the old one), and every later such call of
+  this client is sent unstreamed. An empty stream for any other call is still a
   dropped stream. See ``_profiles`` for the trade-off.
 * An error object in a 200 answer (``data: {"error": ...}`` mid-stream, or a JSON body
   with ``error`` and no ``choices``) is a :class:`~managedloop.HostStreamError`
@@ -114,6 +115,14 @@ class ClientPool:
             )
             self._session, self._loop, self._users = session, loop, 0
         return session
+
+    def one_shot(self) -> aiohttp.ClientSession:
+        """A session for one request on a new connection, closed after it (``async with``)."""
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(force_close=True, enable_cleanup_closed=False),
+            timeout=self._timeout,
+            skip_auto_headers=("User-Agent",),
+        )
 
     def acquire(self) -> None:
         self._users += 1
@@ -301,15 +310,23 @@ class OpenAIChat:
             'tool_choice "auto"; such calls are sent unstreamed from now on',
             self._shown,
         )
-        return await self._send(request, False, extra)
+        # On a connection of its own: that server (uvicorn) closes the keep-alive
+        # connection after such an answer, and aiohttp has already put it back in the pool
+        # (the body ended), so reusing it at once would race the server's FIN.
+        async with self._pool.one_shot() as session:
+            return await self._send(request, False, extra, session)
 
     async def _send(
-        self, request: ChatRequest, stream: bool, extra: dict[str, Any]
+        self,
+        request: ChatRequest,
+        stream: bool,
+        extra: dict[str, Any],
+        session: aiohttp.ClientSession | None = None,
     ) -> ChatResponse:
-        """One request, following same-origin redirects (:class:`_EmptyAutoToolStreamError`:
-        see :func:`_read_stream`)."""
+        """One request (on the pool's session unless ``session``), following same-origin
+        redirects (:class:`_EmptyAutoToolStreamError`: see :func:`_read_stream`)."""
         body = self._body(request, stream)
-        session = self._pool.session()
+        session = session if session is not None else self._pool.session()
         url = self._url
         try:
             for _ in range(_MAX_REDIRECTS + 1):
