@@ -9,8 +9,10 @@ answers. What *can* be detected is handled for every server, whatever the profil
 * no usage reported (``SessionResult.usage.raw == []``: "not reported", not zero).
 
 The rest is a :class:`Profile`, chosen by name (``Local(profile="llama.cpp")``) or given
-whole (``Local(profile=Profile(...))``). The default works as written against OpenAI's
-API and llama.cpp's servers (``llama-server`` and ``python -m llama_cpp.server``):
+whole (``Local(profile=Profile(...))``). The default is meant to work as written against
+OpenAI's API and llama.cpp's servers; the suite runs it against ``python -m
+llama_cpp.server`` (llama-cpp-python 0.3.36, ``chatml-function-calling``), streamed and
+not, and against emulations of the other servers' differences:
 
 ========== ============== ============== ============== ===================== ==================
 profile    empty content  include_usage  tool_choice    parallel_tool_calls   auto tools stream
@@ -40,11 +42,11 @@ ollama     ``""``         asked for      not sent       dropped               st
   ignores ``stream: true``; calls without tools, or with a named ``tool_choice``, still
   stream. *streamed, fallback*: it is streamed, and a stream that ends cleanly before its
   first ``data:`` line is taken as this server's answer: the call is re-sent unstreamed at
-  once (not a retry: nothing was received, so nothing ran) and every later such call of
-  the provider goes unstreamed. The trade-off: any server that ends such a stream with no
-  data (one that closes an HTTP/1.0 body early too) loses streaming for these calls, never
-  a call. A stream cut mid-body, or one with data but no ``[DONE]``, is still a dropped
-  stream, retried.
+  once, on a new connection (the server closes the old one), not as a retry (nothing was
+  received, so nothing ran), and every later such call of the provider goes unstreamed.
+  The trade-off: any server that ends such a stream with no data (one that closes an
+  HTTP/1.0 body early too) loses streaming for these calls, never a call. A stream cut
+  mid-body, or one with data but no ``[DONE]``, is still a dropped stream, retried.
 
 Anthropic (``anthropic:<model>``) and custom chat functions ignore the profile.
 """
