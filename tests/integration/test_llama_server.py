@@ -9,14 +9,17 @@ each session ends in a documented terminal and reason with no exception. Not the
 wisdom: a 135M model picks wrong cities and answers oddly.
 
 Server facts these tests rely on (llama-cpp-python 0.3.x): ``tools`` are ignored unless
-``tool_choice`` is sent, and a *streamed* request with ``tool_choice: "auto"`` fails inside
-the server ("Automatic streaming tool choice is not supported") and drops the stream, so
-streamed runs force a tool (``tool_choice`` naming it), which then repeats until the loop's
-guards end the session.
+``tool_choice`` is sent (the default profile sends ``"auto"``), and a *streamed* request
+with ``tool_choice: "auto"`` whose model picks a tool fails inside the server ("Automatic
+streaming tool choice is not supported") after the SSE headers: HTTP 200 and an empty
+body. Streamed runs here use ``"auto"`` as a user would: the default profile detects that
+empty stream and re-sends the call unstreamed; the ``llama.cpp`` profile never streams
+such a call.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
 import subprocess
 import sys
@@ -110,14 +113,24 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 proc.wait()
 
 
-def _provider(base_url: str, *, stream: bool, tool_choice: Any = "auto") -> Local:
+PROFILES = [None, "llama.cpp"]  # the default as written, and the named profile
+FALLBACK = "sent an empty stream"  # what the default logs when it stops streaming
+
+
+def _provider(
+    base_url: str, *, stream: bool, tool_choice: Any = None, profile: str | None = None
+) -> Local:
+    settings: dict[str, Any] = {"max_tokens": MAX_TOKENS, "temperature": 0}
+    if tool_choice is not None:  # else the profile's: "auto"
+        settings["tool_choice"] = tool_choice
     return Local(
         model="smollm2",
         base_url=base_url,
         api_key=None,
         stream=stream,
+        profile=profile,
         max_retries=0,  # a failure here is a finding, not something to retry through
-        model_config={"tool_choice": tool_choice, "max_tokens": MAX_TOKENS, "temperature": 0},
+        model_config=settings,
     )
 
 
@@ -139,7 +152,11 @@ def test_one_tool_not_streamed(server: str) -> None:
     assert result.usage.input_tokens > 0  # llama.cpp reports usage on whole responses
 
 
-def test_one_tool_streamed(server: str) -> None:
+@pytest.mark.parametrize("profile", PROFILES, ids=["default", "llama.cpp"])
+def test_one_tool_streamed(
+    server: str, profile: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="managedloop.local")
     calls = Calls()
     tools = calls.weather_tools()[:1]
     deltas: list[str] = []
@@ -152,33 +169,51 @@ def test_one_tool_streamed(server: str) -> None:
             if event.get("type") == "managedloop.text_delta":
                 deltas.append(event["text"])
 
-    provider = _provider(server, stream=True, tool_choice=_forced("get_weather"))
+    provider = _provider(server, stream=True, profile=profile)  # tool_choice "auto"
     agent = ml.AgentSpec(name="peer", tools=tools)
     result = ml.run_sync(provider, agent=agent, prompt=PROMPTS[0], handler=Handler(), max_turns=3)
     check_session(result, {"get_weather"}, calls)
-    # the forced tool came back with its name intact (llama.cpp repeats it in every chunk)
-    assert calls.served, "the streamed tool call never ran"
+    assert calls.served, "the tool call never ran"
     assert calls.served[0][0] == "get_weather"
+    fell_back = [r for r in caplog.records if FALLBACK in r.getMessage()]
+    # the default streamed the first call, saw the server's empty stream and went whole
+    # once (not per call); the llama.cpp profile never streamed it
+    assert len(fell_back) == (1 if profile is None else 0)
+    if result.text:
+        assert "".join(deltas) == result.text  # the text reached the handler, once
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-def test_two_tools(server: str, stream: bool) -> None:
+@pytest.mark.parametrize(
+    ("stream", "profile"),
+    [(False, None), (True, None), (True, "llama.cpp")],
+    ids=["whole", "streamed", "streamed-llama.cpp"],
+)
+def test_two_tools(server: str, stream: bool, profile: str | None) -> None:
     calls = Calls()
     tools = calls.weather_tools()
-    choice: Any = _forced("get_time") if stream else "auto"
-    result = _run(_provider(server, stream=stream, tool_choice=choice), tools, PROMPTS[2])
+    result = _run(_provider(server, stream=stream, profile=profile), tools, PROMPTS[2])
     check_session(result, {"get_weather", "get_time"}, calls)
-    if stream:
-        assert calls.served[0][0] == "get_time"
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-def test_a_tool_that_raises(server: str, stream: bool) -> None:
+def test_a_forced_tool_streams(server: str) -> None:
+    # a named tool_choice streams on this server: the name comes whole in every chunk
+    calls = Calls()
+    tools = calls.weather_tools()
+    provider = _provider(server, stream=True, tool_choice=_forced("get_time"))
+    result = _run(provider, tools, PROMPTS[2])
+    check_session(result, {"get_weather", "get_time"}, calls)
+    assert calls.served[0][0] == "get_time"
+
+
+@pytest.mark.parametrize(
+    ("stream", "profile"),
+    [(False, None), (True, None), (True, "llama.cpp")],
+    ids=["whole", "streamed", "streamed-llama.cpp"],
+)
+def test_a_tool_that_raises(server: str, stream: bool, profile: str | None) -> None:
     calls = Calls()
     tool = calls.failing_tool()
-    result = _run(
-        _provider(server, stream=stream, tool_choice=_forced("get_weather")), [tool], PROMPTS[0]
-    )
+    result = _run(_provider(server, stream=stream, profile=profile), [tool], PROMPTS[0])
     check_session(result, {"get_weather"}, calls)
     assert calls.served  # it ran, raised, and the session went on to a documented end
     errors = [m for m in result.transcript or [] if m["role"] == "tool"]
@@ -193,9 +228,8 @@ def test_twenty_consecutive_runs_end_in_a_documented_terminal(server: str) -> No
     for i in range(20):
         calls = Calls()
         tools = calls.weather_tools()
-        stream = i % 2 == 1
-        choice: Any = _forced("get_weather" if i % 4 == 1 else "get_time") if stream else "auto"
-        provider = _provider(server, stream=stream, tool_choice=choice)
+        stream = i % 2 == 1  # tool_choice "auto" throughout; streamed on both profiles
+        provider = _provider(server, stream=stream, profile=PROFILES[i // 2 % 2])
         result = _run(provider, tools, PROMPTS[i % len(PROMPTS)], max_turns=2)
         check_session(result, {"get_weather", "get_time"}, calls)
         ends.append((result.terminal.value, result.reason))
@@ -228,8 +262,13 @@ def _cli(server: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProces
 
 @pytest.mark.parametrize(
     "extra",
-    [["--no-stream", "--tool-choice", "auto"], ["--tool-choice", "get_weather"]],
-    ids=["whole", "streamed"],
+    [
+        ["--no-stream", "--tool-choice", "auto"],
+        [],  # streamed, the default profile's tool_choice "auto"
+        ["--profile", "llama.cpp"],
+        ["--tool-choice", "get_weather"],  # streamed, forced
+    ],
+    ids=["whole", "streamed", "streamed-llama.cpp", "streamed-forced"],
 )
 def test_cli_run_tools(server: str, tmp_path: Path, extra: list[str]) -> None:
     proc = _cli(server, tmp_path, *extra)
@@ -241,5 +280,4 @@ def test_cli_run_tools(server: str, tmp_path: Path, extra: list[str]) -> None:
         if "|" in line and line.split("|")[0].strip()
     }
     assert rows["terminal"].split()[0] in {"end_turn", "terminated", "requires_action"}
-    if "--no-stream" not in extra:  # the forced tool really ran
-        assert rows["tool calls"].startswith("get_weather(city=")
+    assert rows["tool calls"].startswith("get_weather(city=")  # the tool really ran

@@ -111,7 +111,11 @@ def test_each_profile_sends_what_its_table_row_says(name: str | None, stream: bo
     assert body.get("tool_choice") == profile.tool_choice
     assert ("parallel_tool_calls" in body) is profile.parallel_tool_calls
     assert body["temperature"] == 0  # model_config keys go verbatim
-    if stream:
+    if stream and profile.tool_choice == "auto" and not profile.stream_auto_tools:
+        # llama.cpp: a call offering tools with tool_choice "auto" goes out unstreamed
+        assert "stream" not in body
+        assert "stream_options" not in body
+    elif stream:
         assert body["stream"] is True
         assert body["stream_options"] == {"include_usage": True}
     else:

@@ -7,7 +7,8 @@ repeatable ``--set key=value`` for anything else the server takes (``top_p``, ``
 sends the number 7, ``--set stop='["\\n"]'`` a list) and as a plain string otherwise
 (``--set user=me``). Keys the loop itself writes (``model``, ``messages``, ``tools``,
 ``stream``, ``stream_options``) cannot be set. Some servers (llama.cpp's) ignore ``tools``
-unless ``tool_choice`` is sent: ``--tool-choice auto`` drives them.
+unless ``tool_choice`` is sent: ``--tool-choice auto`` drives them. ``--profile`` picks a
+compatibility profile (``Local(profile=...)``; see ``_profiles``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from managedloop.config import MISSING
 from managedloop.errors import InvalidOptionsError
-from managedloop.providers.local import LlamaCppChat, Local
+from managedloop.providers.local import PROFILES, LlamaCppChat, Local
 from managedloop.provisioning.specs import AgentSpec
 from managedloop.results import SessionResult
 
@@ -154,6 +155,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--no-stream", action="store_true", help="wait for whole responses")
     group.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        help="what to send to this kind of server (default: one that works on OpenAI and "
+        "llama.cpp as written)",
+    )
+    group.add_argument(
         "--max-retries",
         type=int,
         default=3,
@@ -212,6 +219,7 @@ def provider_for_run(args: argparse.Namespace) -> Local:
         base_url=args.base_url if args.base_url is not None else MISSING,
         api_key=args.api_key if args.api_key is not None else MISSING,
         stream=not args.no_stream,
+        profile=args.profile,
         max_retries=args.max_retries,
         model_config=model_config_for_run(args),
     )

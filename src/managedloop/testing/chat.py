@@ -23,7 +23,8 @@ model was sent, or running out of steps) answers HTTP 400 and is re-raised when 
 arrival order: HTTP statuses with ``Retry-After``, slow answers and slow chunks, malformed
 bodies, and connections dropped mid-body or mid-stream; and the ways real servers differ
 (redirects, an error object mid-stream, ``stream: true`` ignored, no ``finish_reason``,
-tool-call names repeated in every chunk, a 500 for ``null`` content).
+tool-call names repeated in every chunk, a 500 for ``null`` content, an empty stream for
+a streamed tool call chosen under ``tool_choice: "auto"``).
 """
 
 from __future__ import annotations
@@ -153,6 +154,13 @@ class ChatFaults:
     stream_names: Literal["once", "every_chunk", "split"] = "once"
     """How a streamed tool call's ``id`` and name arrive (every stream): once in its first
     chunk (OpenAI), whole in every chunk (llama.cpp's server) or split in two parts."""
+    no_auto_tool_stream: bool = False
+    """Play llama-cpp-python's server (0.3.x, ``chatml-function-calling``) on a streamed
+    request with ``tools`` and ``tool_choice: "auto"`` whose answer is a tool call: HTTP 200
+    with its SSE headers, then an empty chunked body that ends cleanly (``0\r\n\r\n``),
+    and the connection closed (uvicorn closes it after the exception), as the server raises
+    "Automatic streaming tool choice is not supported" after sending the headers. A text
+    answer streams as usual, as there."""
 
 
 class _FaultState:
@@ -327,6 +335,14 @@ class ChatEmulator(LoopbackServer):
             return _error(400, "a chat model cannot grade outcomes", "script_error")
         model = body.get("model")
         message, finish, usage = render_completion(step, self.agent, model)
+        if (
+            self.faults.no_auto_tool_stream
+            and body.get("stream")
+            and body.get("tools")
+            and body.get("tool_choice") == "auto"
+            and message.get("tool_calls")
+        ):
+            return await self._empty_stream(request)
         if body.get("stream") and not self.faults.ignore_stream:
             options = body.get("stream_options") or {}
             frames = sse_chunks(
@@ -368,6 +384,24 @@ class ChatEmulator(LoopbackServer):
                 await asyncio.sleep(self.faults.chunk_delay)
             await resp.write(frame)
         await resp.write_eof()
+        return resp
+
+    async def _empty_stream(self, request: web.Request) -> web.StreamResponse:
+        """What llama-cpp-python's server sends when its stream fails before the first
+        chunk: its response headers (uvicorn adds date/server), the last chunk, and then
+        uvicorn closes the keep-alive connection (an exception in the app)."""
+        resp = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-store",
+                "Connection": "keep-alive",
+                "X-Accel-Buffering": "no",
+            }
+        )
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        await resp.write_eof()
+        _cut(request)
         return resp
 
     async def _drop(self, request: web.Request, data: bytes) -> web.StreamResponse:

@@ -20,6 +20,15 @@ Invariants:
   ``[DONE]`` was dropped (:class:`~managedloop.TransportError`, retried by the
   connection). A streamed request answered with a JSON body (the server ignored
   ``stream``) is read as one and its text handed to ``on_delta`` once.
+* A streamed call offering tools with ``tool_choice: "auto"`` may go out unstreamed (the
+  profile's ``stream_auto_tools``; llama-cpp-python's server cannot stream it): always for
+  ``llama.cpp``, else once such a stream has ended cleanly before its first ``data:``
+  line, which is how that server answers (HTTP 200, ``text/event-stream``, an empty
+  chunked body). That call is re-sent unstreamed at once, not counted as a retry (nothing
+  was received, so no text reached ``on_delta`` and no tool call was parsed), on a
+  connection of its own (that server closes the old one), and every later such call of
+  this client is sent unstreamed. An empty stream for any other call is still a
+  dropped stream. See ``_profiles`` for the trade-off.
 * An error object in a 200 answer (``data: {"error": ...}`` mid-stream, or a JSON body
   with ``error`` and no ``choices``) is a :class:`~managedloop.HostStreamError`
   (``chat_stream_error``), retried when its ``code``/``type`` says transient.
@@ -107,6 +116,14 @@ class ClientPool:
             self._session, self._loop, self._users = session, loop, 0
         return session
 
+    def one_shot(self) -> aiohttp.ClientSession:
+        """A session for one request on a new connection, closed after it (``async with``)."""
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(force_close=True, enable_cleanup_closed=False),
+            timeout=self._timeout,
+            skip_auto_headers=("User-Agent",),
+        )
+
     def acquire(self) -> None:
         self._users += 1
 
@@ -192,7 +209,16 @@ class OpenAIChat:
     """A chat function speaking Chat Completions to ``base_url`` (which ends before
     ``/chat/completions``, e.g. ``http://127.0.0.1:11434/v1``)."""
 
-    __slots__ = ("_api_key", "_headers", "_pool", "_shown", "_url", "base_url", "profile")
+    __slots__ = (
+        "_api_key",
+        "_headers",
+        "_pool",
+        "_shown",
+        "_url",
+        "_whole_auto_tools",
+        "base_url",
+        "profile",
+    )
 
     def __init__(
         self,
@@ -209,9 +235,20 @@ class OpenAIChat:
         self._api_key = api_key
         self._pool = pool
         self._headers = dict(headers or {})
+        # Send calls offering tools with tool_choice "auto" unstreamed: set by the profile,
+        # or for the rest of this client's life once the server showed it cannot stream them.
+        self._whole_auto_tools = not self.profile.stream_auto_tools
 
     def __repr__(self) -> str:
         return f"OpenAIChat(base_url={self._shown!r})"
+
+    def _auto_tools(self, request: ChatRequest) -> bool:
+        """Whether ``request`` offers tools with ``tool_choice: "auto"`` (the profile's
+        default or ``model_config``'s)."""
+        if not request.tools:
+            return False
+        choice = request.options.get("tool_choice", self.profile.tool_choice)
+        return isinstance(choice, str) and choice == "auto"
 
     def _request_headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", **self._headers}
@@ -256,9 +293,40 @@ class OpenAIChat:
             return await self._post(request, extra)
 
     async def _post(self, request: ChatRequest, extra: dict[str, Any]) -> ChatResponse:
-        stream = request.on_delta is not None
+        auto_tools = request.on_delta is not None and self._auto_tools(request)
+        if auto_tools and self._whole_auto_tools:
+            extra["unstreamed"] = "auto_tools"
+            return await self._send(request, False, extra)
+        try:
+            return await self._send(request, request.on_delta is not None, extra)
+        except _EmptyAutoToolStreamError:
+            pass
+        # An empty stream for tool_choice "auto": llama-cpp-python's server cannot stream
+        # such a call. Nothing was received, so re-sending it whole is safe and no retry.
+        self._whole_auto_tools = True
+        extra["unstreamed"] = "auto_tools_empty_stream"
+        logger.info(
+            "the chat endpoint at %s sent an empty stream for a call with tools and "
+            'tool_choice "auto"; such calls are sent unstreamed from now on',
+            self._shown,
+        )
+        # On a connection of its own: that server (uvicorn) closes the keep-alive
+        # connection after such an answer, and aiohttp has already put it back in the pool
+        # (the body ended), so reusing it at once would race the server's FIN.
+        async with self._pool.one_shot() as session:
+            return await self._send(request, False, extra, session)
+
+    async def _send(
+        self,
+        request: ChatRequest,
+        stream: bool,
+        extra: dict[str, Any],
+        session: aiohttp.ClientSession | None = None,
+    ) -> ChatResponse:
+        """One request (on the pool's session unless ``session``), following same-origin
+        redirects (:class:`_EmptyAutoToolStreamError`: see :func:`_read_stream`)."""
         body = self._body(request, stream)
-        session = self._pool.session()
+        session = session if session is not None else self._pool.session()
         url = self._url
         try:
             for _ in range(_MAX_REDIRECTS + 1):
@@ -278,7 +346,7 @@ class OpenAIChat:
                         retry_after = parse_retry_after(resp.headers.get("Retry-After"))
                         raise status_error(resp.status, text, retry_after)
                     if stream and resp.content_type != "application/json":
-                        return await _read_stream(resp, request)
+                        return await _read_stream(resp, request, self._auto_tools(request))
                     raw = await resp.read()  # also a server that ignored stream: true
                     break
             else:
@@ -305,8 +373,8 @@ class OpenAIChat:
             raise stream_error(decoded["error"])  # an error object in a 200 JSON body
         response = parse_chat_completion(decoded)
         content = response.message.get("content")
-        if stream and isinstance(content, str) and content:
-            request.on_delta(content)  # type: ignore[misc]  # stream is on_delta is not None
+        if request.on_delta is not None and isinstance(content, str) and content:
+            request.on_delta(content)  # the server ignored stream, or it was not sent
         return response
 
     def _redirect_error(self, url: str, resp: aiohttp.ClientResponse) -> APIStatusError:
@@ -353,14 +421,29 @@ def _same_origin(url: str, resp: aiohttp.ClientResponse) -> bool:
     return _origin(target) is not None and _origin(target) == _origin(url)
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, request: ChatRequest) -> ChatResponse:
-    """Fold SSE chunks into one assistant message, handing text chunks to ``on_delta``."""
+class _EmptyAutoToolStreamError(Exception):
+    """A stream for a call offering tools with tool_choice "auto" ended cleanly with no
+    data (never leaves this module: the call is re-sent unstreamed)."""
+
+
+async def _read_stream(
+    resp: aiohttp.ClientResponse, request: ChatRequest, auto_tools: bool
+) -> ChatResponse:
+    """Fold SSE chunks into one assistant message, handing text chunks to ``on_delta``.
+
+    Raises :class:`_EmptyAutoToolStreamError` when ``auto_tools`` (the call offers tools
+    with tool_choice "auto") and the body ended cleanly before any ``data:`` line:
+    llama-cpp-python's server cannot stream such a call. A body cut mid-transfer raises
+    in ``readline`` instead (a transport error, retried).
+    """
     assert request.on_delta is not None
     fold = StreamFold(request.on_delta)
     while True:
         raw_line = await resp.content.readline(max_line_length=_MAX_SSE_LINE)
         if not raw_line or fold.line(raw_line):
             break  # end of body, or data: [DONE]
+    if auto_tools and not fold.seen_data:
+        raise _EmptyAutoToolStreamError
     return fold.result(request.tools)
 
 
@@ -380,7 +463,7 @@ class StreamFold:
     :class:`~managedloop.TransportError` (no ``data: [DONE]``).
     """
 
-    __slots__ = ("calls", "done", "finish_reason", "on_delta", "text", "usage")
+    __slots__ = ("calls", "done", "finish_reason", "on_delta", "seen_data", "text", "usage")
 
     def __init__(self, on_delta: Callable[[str], None]) -> None:
         self.on_delta = on_delta
@@ -389,12 +472,14 @@ class StreamFold:
         self.finish_reason: str | None = None
         self.usage: Mapping[str, Any] | None = None
         self.done = False
+        self.seen_data = False  # any data: line (an empty stream is a server's refusal)
 
     def line(self, raw_line: bytes) -> bool:
         """Take one SSE line; ``True`` once ``data: [DONE]`` arrived."""
         line = raw_line.strip()
         if not line.startswith(b"data:"):
             return False  # blank separators, comments, event:/id: fields
+        self.seen_data = True
         data = line[5:].strip()
         if data == b"[DONE]":
             self.done = True
