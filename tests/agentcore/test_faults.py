@@ -292,12 +292,29 @@ async def test_client_errors_are_not_retried(status: int) -> None:
 async def test_a_run_timeout_closes_the_in_flight_stream() -> None:
     # The stall never ends by itself: only the run timeout can end this run.
     faults = AgentCoreFaults(stall_at=2, stall_seconds=math.inf, times=None)
+
+    class Seen:
+        def __init__(self) -> None:
+            self.events: list[Any] = []
+
+        def handle_tool_call(self, name: str, input: dict[str, Any], info: Any) -> str:
+            return "unused"
+
+        def handle_event(self, event: Any, info: Any) -> None:
+            if not str(event.get("type", "")).startswith("managedloop."):  # not a text delta
+                self.events.append(event)
+
+    seen = Seen()
     async with AgentCoreEmulator(SCRIPT, faults=faults) as emu:
         with make_provider(emu) as provider:
             with pytest.raises(ml.SessionTimeoutError) as info:
-                await ml.run(provider, agent=AGENT, prompt="go", timeout=0.3)
+                await ml.run(provider, agent=AGENT, prompt="go", timeout=0.3, handler=seen)
             assert info.value.partial_result is not None
-            assert len(info.value.partial_result.events) == 2
+            # Every event that arrived before the timeout is kept (how many arrived in 0.3 s
+            # depends on the machine's load, so the count is not pinned: at most the two
+            # frames before the stall).
+            assert info.value.partial_result.events == seen.events
+            assert len(seen.events) <= 2
             await _disconnected(emu)
     assert emu.disconnects == 1  # the server saw its client go away
 

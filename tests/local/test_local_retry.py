@@ -125,7 +125,7 @@ async def test_set_testing_zeroes_the_default_backoff() -> None:
         start = time.monotonic()
         with pytest.raises(ml.APIStatusError) as info:
             await ml.run(provider, agent=SPEC, prompt="q")
-        assert time.monotonic() - start < 5
+        assert time.monotonic() - start < 30  # one real backoff alone would be 30 s
     finally:
         set_testing(False)
     assert info.value.status == 500
