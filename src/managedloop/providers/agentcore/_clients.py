@@ -13,9 +13,10 @@ import re
 import threading
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from managedloop import _validate
+from managedloop._urls import redact_url
 from managedloop.config import MISSING, Secret, resolve, reveal
 from managedloop.errors import InvalidOptionsError
 from managedloop.providers.agentcore._botocore import client_internals, default_session, load
@@ -243,7 +244,7 @@ def check_endpoint_url(option: str, value: Any) -> str:
     if "@" in parts.netloc:
         raise InvalidOptionsError(
             f"{option} must not carry credentials (user:password@): AgentCore requests are "
-            f"signed with SigV4; got {_shown(value)!r}",
+            f"signed with SigV4; got {redact_url(value)!r}",
             option=option,
         )
     if (
@@ -253,22 +254,11 @@ def check_endpoint_url(option: str, value: Any) -> str:
         or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in value)
     ):
         raise InvalidOptionsError(
-            f"{option} must be an http(s) URL with a host and a valid port, got {_shown(value)!r}",
+            f"{option} must be an http(s) URL with a host and a valid port, "
+            f"got {redact_url(value)!r}",
             option=option,
         )
     return value
-
-
-def _shown(url: str) -> str:
-    """``url`` safe to show: its userinfo masked; an unreadable URL not shown at all."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018  # raises on a bad port: then the netloc is unreadable
-    except ValueError:
-        return "<unparseable url>"
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 def _get_config(session: Any) -> str | None:

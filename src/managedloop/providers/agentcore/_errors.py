@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any, NoReturn
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 from managedloop import _retry
+from managedloop._urls import origin
 from managedloop.errors import (
     APIStatusError,
     AuthenticationError,
@@ -58,7 +59,7 @@ def redirect_refused(
     signature covers the host and path, so a redirected AWS request could never be valid.
     Only the target's origin is shown (its path or query may carry anything).
     """
-    target = _origin(urljoin(endpoint or "", location)) if location else None
+    target = origin(urljoin(endpoint or "", location)) if location else None
     return APIStatusError(
         f"{operation}: the endpoint redirected (HTTP {status}) to "
         f"{target or 'an unreadable location'}; redirects are never followed: the request "
@@ -68,20 +69,6 @@ def redirect_refused(
         location_origin=target,
         operation=operation,
     )
-
-
-def _origin(url: str) -> str | None:
-    """``scheme://host[:port]`` of a URL, without userinfo, path or query (safe to show)."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return None
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    default = {"http": 80, "https": 443}[parts.scheme]
-    return f"{parts.scheme}://{host}" + (f":{port}" if port and port != default else "")
 
 
 def _location(response: Mapping[str, Any]) -> str | None:

@@ -49,12 +49,13 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-from urllib.parse import urljoin, urlsplit, urlunsplit
+from urllib.parse import urljoin
 
 import aiohttp
 
 from managedloop import telemetry
 from managedloop._retry import parse_retry_after, says_invalid  # one retry policy
+from managedloop._urls import origin, redact_url
 from managedloop.config import Secret
 from managedloop.errors import (
     APIStatusError,
@@ -144,19 +145,6 @@ class ClientPool:
         session, self._session = self._session, None
         if session is not None and not session.closed:
             await session.close()
-
-
-def redact_url(url: str) -> str:
-    """The URL with any userinfo (user name and password) masked: safe for a repr or an
-    error. An unparseable URL is not shown at all."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018  # raises on a bad port: the netloc is unreadable then
-    except ValueError:
-        return "<unparseable url>"
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 _ERROR_EXCERPT = 4096  # characters of an error body kept: pydantic's messages run long
@@ -378,8 +366,8 @@ class OpenAIChat:
         return response
 
     def _redirect_error(self, url: str, resp: aiohttp.ClientResponse) -> APIStatusError:
-        target = _origin(_location(url, resp))
-        same = target == _origin(url)
+        target = origin(_location(url, resp))
+        same = target == origin(url)
         why = (
             f"HTTP {resp.status} would turn the POST into a GET"
             if same
@@ -398,27 +386,13 @@ class OpenAIChat:
 _MAX_REDIRECTS = 3  # same-origin 307/308 hops (a trailing-slash fix-up needs one)
 
 
-def _origin(url: str) -> str | None:
-    """``scheme://host[:port]`` of a URL, without userinfo, path or query (safe to show)."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return None
-    if not parts.scheme or not parts.hostname:
-        return None
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    default = {"http": 80, "https": 443}.get(parts.scheme)
-    return f"{parts.scheme}://{host}" + (f":{port}" if port and port != default else "")
-
-
 def _location(url: str, resp: aiohttp.ClientResponse) -> str:
     return urljoin(url, resp.headers.get("Location", ""))
 
 
 def _same_origin(url: str, resp: aiohttp.ClientResponse) -> bool:
     target = _location(url, resp)
-    return _origin(target) is not None and _origin(target) == _origin(url)
+    return origin(target) is not None and origin(target) == origin(url)
 
 
 class _EmptyAutoToolStreamError(Exception):
