@@ -41,14 +41,7 @@ async def run_command(
     idle_timeout: float = DEFAULT_COMMAND_IDLE_TIMEOUT,
     qualifier: str | None = None,
 ) -> CommandResult:
-    """Run a shell command in the session's microVM (``InvokeAgentRuntimeCommand``).
-
-    stdout/stderr stream to ``on_output(stream, text)`` (``stream`` is ``"stdout"`` or
-    ``"stderr"``) as they arrive. A non-zero exit is a result, not an error; an
-    exception frame raises ``HostStreamError(code="command_stream_error")``; silence
-    longer than ``idle_timeout`` raises ``TransportError(code="stream_idle_timeout")``.
-    ``timeout`` is the server-side cap in seconds (service default 300, max 3600).
-    """
+    """``InvokeAgentRuntimeCommand``; the contract is :meth:`BedrockAgentCore.run_command`'s."""
     if harness_arn is None:
         raise InvalidOptionsError("run_command needs a harness_arn", option="harness_arn")
     harness_id_of(harness_arn)
