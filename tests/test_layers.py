@@ -10,6 +10,7 @@ Imports point down only, and there is no import circle::
     providers.<host>           a host: never imports session, testing, cli or the root
     hosts                      the host contract (``providers.base``: its private alias)
     provisioning               specs, digests, ensure/teardown
+    stores                     the Store protocol and its backends
     artifacts                  artifact vocabulary with per-host backends
     tools, handler             @tool, Toolset, the tool-call runner
     core                       results, errors, config, telemetry, _retry, _validate, ...
@@ -47,6 +48,7 @@ _RANKS: dict[str, tuple[int, str]] = {
     "session": (70, "session"),
     "hosts": (50, "host contract"),  # managedloop.hosts; providers.base is its alias
     "provisioning": (40, "provisioning"),
+    "stores": (35, "stores"),
     "artifacts": (30, "artifacts"),
     "tools": (20, "tools"),
     "handler": (20, "tools"),

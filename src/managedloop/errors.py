@@ -21,6 +21,7 @@ exception the library raises derives from :class:`ManagedLoopError` and carries 
     │   ├── MalformedResponseError        malformed_chat_response, malformed_event, bad_frame
     │   └── HostStreamError               harness_stream_error, command_stream_error, session_error
     ├── ProvisioningError                 harness_ready_timeout, endpoint_failed, name conflicts
+    ├── StoreError                        invalid_key, not_json, store_unavailable, store_corrupt
     └── ArtifactError                     not_found, invalid_name, command_failed, bad_base64, ...
 
 Messages and context never contain secrets: values that are secret are wrapped in
@@ -45,6 +46,7 @@ __all__ = [
     "ProviderError",
     "ProvisioningError",
     "SessionTimeoutError",
+    "StoreError",
     "ToolDefinitionError",
     "ToolError",
     "TransportError",
@@ -164,6 +166,12 @@ class ProvisioningError(ManagedLoopError):
     """Provisioning (create/wait/adopt/teardown of agents, environments, harnesses) failed."""
 
     default_code = "provision_failed"
+
+
+class StoreError(ManagedLoopError):
+    """A store (``managedloop.stores``) refused a key or value, or could not be read or written."""
+
+    default_code = "store_error"
 
 
 class ArtifactError(ManagedLoopError):
