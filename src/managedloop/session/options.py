@@ -143,13 +143,7 @@ def _check_resume(
     if resume is None:
         return None, None, None
     if isinstance(resume, Mapping):  # a result's to_dict(), e.g. read back from JSON
-        try:
-            resume = SessionResult.from_dict(resume)
-        except (TypeError, ValueError, KeyError) as exc:
-            raise InvalidOptionsError(
-                f"resume= got a mapping that is not a SessionResult.to_dict(): {exc}",
-                option="resume",
-            ) from None
+        resume = _result_from_dict(resume)
     if isinstance(resume, SessionResult):
         if resume.session_id is None and resume.transcript is None:
             raise InvalidOptionsError(
@@ -169,6 +163,29 @@ def _check_resume(
         "resume= takes a SessionResult (or its to_dict()) or a session id string",
         option="resume",
     )
+
+
+def _result_from_dict(data: Mapping[str, Any]) -> SessionResult:
+    """A :class:`SessionResult` from its ``to_dict()``; what resuming reads is checked."""
+    try:
+        result = SessionResult.from_dict(data)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise InvalidOptionsError(
+            f"resume= got a mapping that is not a SessionResult.to_dict(): {exc}",
+            option="resume",
+        ) from None
+    sid, transcript, pending = result.session_id, result.transcript, result.pending
+    if (
+        (sid is not None and not isinstance(sid, str))
+        or (transcript is not None and not isinstance(transcript, list))
+        or (pending is not None and not isinstance(pending, Pending))
+    ):
+        raise InvalidOptionsError(
+            "resume= got a mapping whose session_id, transcript or pending is not what a "
+            "SessionResult.to_dict() holds",
+            option="resume",
+        )
+    return result
 
 
 def prepare(
