@@ -102,7 +102,8 @@ async def round_trip(tmp: Path, config: dict[str, Any]) -> tuple[ml.SessionResul
 
 def exactly_once(ids: list[str], expected: int = 3) -> None:
     counts = Counter(ids)
-    assert len(counts) == expected and set(counts.values()) == {1}, counts
+    assert len(counts) == expected, counts
+    assert set(counts.values()) == {1}, counts
 
 
 async def test_local(tmp_path: Path) -> None:
