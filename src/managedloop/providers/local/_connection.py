@@ -109,6 +109,7 @@ DIRECTIVE = "local.directive"
 
 
 INTERRUPTED_CALL = "the session was interrupted before this call's result was sent"
+ABANDONED_CALL = "no result was sent for this call: a new user message came first"
 TRUNCATED_CALL = (
     "the answer was cut off (finish_reason=length) before this call's arguments were complete"
 )
@@ -242,7 +243,7 @@ class LocalConnection(ConnectionBase):
             if not input.reprompt:  # a new request; a re-prompt stays inside this one
                 self._reset_guards()
             if self._open:  # calls left unanswered (parked on an approval): never dangling
-                self.interrupted()
+                self._answer_open(ABANDONED_CALL)
             self.history.append({"role": "user", "content": input.text})
         elif isinstance(input, ToolResults):
             events.extend(self._apply_results(input))
@@ -347,10 +348,13 @@ class LocalConnection(ConnectionBase):
 
     def interrupted(self) -> None:
         """Answer each tool call still open in the history (the loop cancelled them)."""
+        self._answer_open(INTERRUPTED_CALL)
+
+    def _answer_open(self, text: str) -> None:
         open_calls, self._open = self._open, []
         for use in open_calls:
             wire_id = self._wire.get(use.id or "", use.id)
-            content = error_payload(INTERRUPTED_CALL)
+            content = error_payload(text)
             self.history.append({"role": "tool", "tool_call_id": wire_id, "content": content})
 
     async def aclose(self) -> None:
