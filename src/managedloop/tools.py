@@ -312,7 +312,7 @@ def as_tool(value: ToolLike) -> Tool[..., Any]:
 class Toolset:
     """A collection of :class:`Tool` s that serves their calls (a handler)."""
 
-    __slots__ = ("_tools",)
+    __slots__ = ("_tools", "approval_free")
 
     def __init__(self, tools: Iterable[ToolLike] = ()) -> None:
         self._tools: dict[str, Tool[..., Any]] = {}
@@ -321,6 +321,8 @@ class Toolset:
             if t.name in self._tools:
                 raise ToolDefinitionError(f"duplicate tool name {t.name!r}", tool=t.name)
             self._tools[t.name] = t
+        self.approval_free = all(t.requires_approval is False for t in self._tools.values())
+        """No tool here ever holds a call for a decision (the loop skips the check)."""
 
     def __iter__(self) -> Any:
         return iter(self._tools.values())

@@ -303,3 +303,30 @@ def test_decisions_round_trip_and_refuse_junk() -> None:
 def test_requires_approval_must_be_a_bool_or_a_predicate() -> None:
     with pytest.raises(ml.ToolDefinitionError):
         ml.tool(requires_approval="yes")(lambda: "x")  # type: ignore[arg-type]
+
+
+async def test_a_live_session_resumes_a_parked_result_and_a_new_message_never_dangles() -> None:
+    """``ml.start(resume=parked, approvals=...)`` answers like ``run``; a parked Local
+    session given a new message instead answers the open calls first (no dangling
+    ``tool_call`` in the history the server is sent)."""
+    model = ScriptedChatModel([both_calls(), answer_with_results, say("moved on")])
+    provider = Local(model="m", chat=model)
+    parked = await ml.run(provider, agent=AGENT, prompt="go")
+    async with ml.start(
+        provider, agent=AGENT, resume=parked, approvals={"call_t": ml.Approve()}
+    ) as live:
+        done = await live.result()
+    assert done.text == "call_t=moved 5; call_b=42"
+    async with ml.start(provider, agent=AGENT, prompt="go") as live:
+        again = await live.result()
+        assert again.reason == "approval_required"
+        await live.send("never mind")
+        moved = await live.result()
+    assert moved.transcript is not None
+    sent = model.requests[-1].messages  # what the model was sent after "never mind"
+    asked = [c["id"] for m in sent if m.get("role") == "assistant" for c in m["tool_calls"]]
+    assert sorted(asked) == sorted(m["tool_call_id"] for m in sent if m.get("role") == "tool")
+    assert sent[-1] == {"role": "user", "content": "never mind"}
+    answered = tool_messages(moved.transcript)
+    assert set(answered) == {"call_t", "call_b"}
+    assert "a new user message came first" in answered["call_t"]

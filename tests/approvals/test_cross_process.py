@@ -40,11 +40,12 @@ HOSTS = ["local", "claude", "agentcore"]
 
 def first_turn() -> Reply:
     return Reply(
+        text="Paying.",
         tool_calls=[
             ToolCall(name="transfer", input={"amount": 1}),
             ToolCall(name="transfer", input={"amount": 2}),
             ToolCall(name="balance", input={}),
-        ]
+        ],
     )
 
 
@@ -153,6 +154,11 @@ async def test_agentcore(tmp_path: Path) -> None:
             if "toolResult" in b
         ]
         exactly_once([b["toolUseId"] for b in blocks])
+        # The harness keeps no partial turn: process 2 re-sent the assistant message from
+        # the parked state, its text block included, ahead of the toolUse blocks.
+        assistant = invokes[1].body["messages"][0]
+        assert assistant["role"] == "assistant"
+        assert assistant["content"][0] == {"text": "Paying."}
         denied = next(b for b in blocks if held.get(b["toolUseId"]) == "denied")
         assert denied["status"] == "error"
 

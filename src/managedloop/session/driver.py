@@ -297,7 +297,15 @@ class _Driver:
         ``approval_required`` result when a decision is still open
         (:mod:`managedloop.session.approvals`)."""
         p = self.p
-        if not host_held and carried is None and getattr(p.handler, "needs_approval", None) is None:
+        handler = p.handler
+        if (
+            not host_held
+            and carried is None
+            and (
+                getattr(handler, "needs_approval", None) is None
+                or getattr(handler, "approval_free", False)
+            )
+        ):
             return await self._run_tools(uses)  # nothing can be held: the plain path
         answer, answered = await _approvals.answer(
             uses,
