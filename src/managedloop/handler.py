@@ -2,7 +2,10 @@
 
 A handler is any object with ``handle_tool_call(name, input, info)`` (sync or async,
 returning ``str`` or :class:`ToolResult`) and, optionally, ``handle_event(event, info)``
-(sync or async; observes every raw event). A :class:`~managedloop.Toolset` is one.
+(sync or async; observes every raw event) and ``needs_approval(name, input, info)`` (sync
+or async; a reason string or ``True`` holds the call for a decision instead of running
+it, see :mod:`managedloop.session.approvals`). A :class:`~managedloop.Toolset` is one (its
+``needs_approval`` reads each tool's ``requires_approval``).
 
 Rules every call obeys (:func:`run_tool_calls` never raises for a tool's failure):
 
