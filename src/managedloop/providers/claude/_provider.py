@@ -22,12 +22,13 @@ the spec's full digest is also stored in the agent's ``metadata`` (``managedloop
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 import anyio
@@ -409,6 +410,18 @@ class ClaudeManagedAgents:
         return await _provision.provision(
             self._api(), spec, environment=environment, name=name, **options
         )
+
+    @contextlib.asynccontextmanager
+    async def lifecycle(self) -> AsyncIterator[_provision.ClaudeLifecycle]:
+        """This host for the lifecycle verbs (``ml.ensure_agent``, ``ml.prune_agents``...),
+        holding a client lease while they run."""
+        client = self._clients.acquire()
+        try:
+            account = _provision.account_of(self.cache_identity())
+            yield _provision.ClaudeLifecycle(self._api(), account)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._clients.release(client)
 
     @_leased
     async def teardown(self, handle: Any, **options: Any) -> dict[str, str]:
