@@ -44,7 +44,7 @@ import pytest
 import managedloop as ml
 from managedloop.providers import ClaudeManagedAgents
 from managedloop.stores import MemoryStore, Store
-from managedloop.testing import ClaudeEmulator, ClaudeFaults, say
+from managedloop.testing import ClaudeEmulator, ClaudeFaults
 
 pytestmark = pytest.mark.anyio
 
@@ -381,7 +381,6 @@ async def test_prune_environments(
 
 
 async def test_handles_pass_into_run(emu: ClaudeEmulator, client: Any, store: Store) -> None:
-    emu.agent.steps = [say("Done.")]  # type: ignore[attr-defined]
     provider = ClaudeManagedAgents(client=client)
     agent = await ml.ensure_agent(provider, ANALYST, store=store)
     env = await ml.ensure_environment(provider, {"type": "cloud"}, name="a", store=store)
