@@ -2,9 +2,9 @@
 one agent is created (issue 10 acceptance; the emulator's request log is the witness).
 
 The store is built by ``SHARED_STORE`` (a ``module:factory`` the child process imports,
-called with the shared path). Today that is the throwaway ``JsonFileStore`` of this
-package's conftest; at merge time point it at ``managedloop.stores:FileStore`` and
-``managedloop.stores:SQLiteStore`` (parametrise ``SHARED_STORE``) and nothing else changes.
+called with the shared path). Today that is the throwaway ``JsonFileStore`` of
+``tests/provisioning/_filestore.py``; at merge time add ``managedloop.stores:FileStore``
+and ``managedloop.stores:SQLiteStore`` to ``SHARED_STORE`` and nothing else changes.
 
 The two processes start together and race: whichever loses the create gets a 409 and
 adopts the winner's agent by its exact name, so even two *misses* make one agent.
