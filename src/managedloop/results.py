@@ -154,6 +154,9 @@ class TurnResult(_Json):
     host_answered: bool = False
     """``requires_action`` whose calls the host answered itself (Local: every call repeated
     an earlier one): nothing to run, and the loop asks the model again (another turn)."""
+    reason: str | None = None
+    """A host stop the library names (Claude: ``budget_reached``); becomes the result's
+    ``reason`` when this turn ends the request."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -167,7 +170,8 @@ class SessionResult(_Json):
     reason: str | None = None
     """Machine-readable cause of a stop the *library* made (``max_turns``,
     ``unresolved_requires_action``, ``no_terminal_tool``, ``token_budget``, or a turn
-    guard's reason), else ``None``."""
+    guard's reason) or of a host stop it names (``budget_reached``: a Claude session hit
+    its ``session_budget``; terminal ``terminated``), else ``None``."""
     session_id: str | None = None
     text: str = ""
     """The last turn's assistant text (earlier turns' text is in ``events``)."""

@@ -128,6 +128,9 @@ class ClaudeManagedAgents:
     agent, environment and file ids must be in the API's id alphabet (see
     :mod:`~managedloop.providers.claude._ids`): ``invalid_session_id``,
     ``invalid_agent_id``, ``invalid_environment_id``, ``invalid_file_id``.
+    ``session_budget`` (``{"type": "limit", "max_list_cost": {"amount": "2500",
+    "currency": "USD"}}``, amounts in minor units) caps each session's list cost; a
+    session that reaches it ends ``terminated`` with ``reason="budget_reached"``.
     ``result_echo_timeout`` (default 30 s) bounds how long a sent tool result may go
     unechoed before the history is checked and a lost result re-sent (see
     :mod:`~managedloop.providers.claude._connection`).
@@ -159,6 +162,7 @@ class ClaudeManagedAgents:
         sleep: Callable[[float], Awaitable[None]] | None = None,
         session_title: str | None = None,
         session_metadata: Mapping[str, str] | None = None,
+        session_budget: Mapping[str, Any] | None = None,
         **unknown: Any,
     ) -> None:
         try:
@@ -224,6 +228,7 @@ class ClaudeManagedAgents:
         self.session_id = None if session_id is None else check_id("session", session_id)
         self.session_title = session_title
         self.session_metadata = dict(session_metadata or {})
+        self.session_budget = _provision.check_budget(session_budget)
         self._stream_options = StreamOptions(
             backoff=float(reconnect_backoff),
             max_reconnects=max_reconnects,
@@ -357,6 +362,8 @@ class ClaudeManagedAgents:
             body["title"] = self.session_title
         if self.session_metadata:
             body["metadata"] = self.session_metadata
+        if self.session_budget is not None:
+            body["budget"] = self.session_budget
         try:
             session = await api.call(
                 "post",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
@@ -50,6 +51,7 @@ __all__ = [
     "ClaudeLifecycle",
     "account_of",
     "archive",
+    "check_budget",
     "coerce_environment",
     "create_or_adopt",
     "id_of",
@@ -535,3 +537,30 @@ class ClaudeLifecycle:
 def account_of(identity: Any) -> str:
     """A short one-way fingerprint of a provider's ``cache_identity()`` (store scoping)."""
     return hashlib.sha256(repr(identity).encode()).hexdigest()[:16]
+
+
+_AMOUNT = re.compile(r"0|[1-9][0-9]{0,17}")  # minor units, no leading zeros (the API's rule)
+
+
+def check_budget(value: Any) -> dict[str, Any] | None:
+    """A session budget as the API takes it (``{"type": "limit", "max_list_cost":
+    {"amount": "<minor units>", "currency": "USD"}}``), or ``invalid_opts``."""
+    if value is None:
+        return None
+    cost = value.get("max_list_cost") if isinstance(value, Mapping) else None
+    if (
+        isinstance(value, Mapping)
+        and set(value) == {"type", "max_list_cost"}
+        and value.get("type") == "limit"
+        and isinstance(cost, Mapping)
+        and set(cost) == {"amount", "currency"}
+        and isinstance(cost.get("amount"), str)
+        and _AMOUNT.fullmatch(cost["amount"]) is not None
+        and cost.get("currency") == "USD"
+    ):
+        return {"type": "limit", "max_list_cost": dict(cost)}
+    raise InvalidOptionsError(
+        'session_budget must be {"type": "limit", "max_list_cost": {"amount": "2500", '
+        '"currency": "USD"}} (amount: minor units as a decimal string)',
+        option="session_budget",
+    )
