@@ -25,7 +25,11 @@ limit". The bashrc marker reads ``mise activate-managedloop``.
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import managedloop as ml
 from managedloop.provisioning.names import AGENTCORE_HARNESS, CLAUDE, compose, version_of
@@ -132,3 +136,30 @@ def test_prompt_block_and_hosts() -> None:
     boot = bootstrap_for([EX])
     assert boot is not None
     assert boot.script == bootstrap_script([EX])
+
+
+_bases = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cc", "Cs")), min_size=1, max_size=40
+)
+
+
+@pytest.mark.fuzz
+@given(
+    base=_bases, other=_bases, digest=st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
+)
+def test_every_composed_name_reads_back_to_its_base_and_no_other(
+    base: str, other: str, digest: str
+) -> None:
+    for policy in (AGENTCORE_HARNESS, CLAUDE):
+        if len(policy.host_base(base)) > policy.max_base:
+            with pytest.raises(ml.InvalidOptionsError, match="never shortened"):
+                compose(base, digest, policy)
+            continue
+        name = compose(base, digest, policy)
+        assert len(name) <= policy.max_length
+        assert name.endswith("_" + digest[:8])
+        assert version_of(name, base, policy) == digest[:8]
+        if policy is AGENTCORE_HARNESS:
+            assert re.fullmatch(r"[a-zA-Z][a-zA-Z0-9_]{0,39}", name)
+        if policy.host_base(other) != policy.host_base(base):
+            assert version_of(name, other, policy) is None
