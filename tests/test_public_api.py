@@ -8,6 +8,24 @@ import sys
 import managedloop as ml
 
 PUBLIC = [
+    "AgentHandle",  # issue 10 lifecycle
+    "Bootstrap",  # issue 10 lifecycle
+    "EnvironmentHandle",  # issue 10 lifecycle
+    "HarnessHandle",  # issue 10 lifecycle
+    "PruneReport",  # issue 10 lifecycle
+    "Runtime",  # issue 10 lifecycle
+    "ensure_agent",  # issue 10 lifecycle
+    "ensure_agent_sync",  # issue 10 lifecycle
+    "ensure_environment",  # issue 10 lifecycle
+    "ensure_environment_sync",  # issue 10 lifecycle
+    "prune_agents",  # issue 10 lifecycle
+    "prune_agents_sync",  # issue 10 lifecycle
+    "prune_environments",  # issue 10 lifecycle
+    "prune_environments_sync",  # issue 10 lifecycle
+    "resolve",  # issue 10 lifecycle
+    "resolve_sync",  # issue 10 lifecycle
+    "tag",  # issue 10 lifecycle
+    "tag_sync",  # issue 10 lifecycle
     "APIStatusError",
     "AgentSpec",
     "ApprovalRequest",

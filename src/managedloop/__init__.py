@@ -30,7 +30,18 @@ from managedloop.errors import (
 from managedloop.handler import Handler
 from managedloop.outcome import Outcome
 from managedloop.provisioning.facade import provision, teardown
-from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
+from managedloop.provisioning.handles import AgentHandle, EnvironmentHandle, HarnessHandle
+from managedloop.provisioning.lifecycle import (
+    PruneReport,
+    ensure_agent,
+    ensure_environment,
+    prune_agents,
+    prune_environments,
+    resolve,
+    tag,
+)
+from managedloop.provisioning.runtimes import Bootstrap
+from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec, Runtime
 from managedloop.results import (
     ApprovalRequest,
     Approve,
@@ -51,11 +62,18 @@ from managedloop.tools import Tool, ToolDefinition, Toolset, tool
 
 provision_sync = syncify(provision)
 teardown_sync = syncify(teardown)
+ensure_agent_sync = syncify(ensure_agent)
+ensure_environment_sync = syncify(ensure_environment)
+tag_sync = syncify(tag)
+resolve_sync = syncify(resolve)
+prune_agents_sync = syncify(prune_agents)
+prune_environments_sync = syncify(prune_environments)
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "APIStatusError",
+    "AgentHandle",
     "AgentSpec",
     "ApprovalRequest",
     "Approve",
@@ -64,12 +82,15 @@ __all__ = [
     "ArtifactStore",
     "Artifacts",
     "AuthenticationError",
+    "Bootstrap",
     "CommandResult",
     "ConfigError",
     "Deny",
+    "EnvironmentHandle",
     "EnvironmentSpec",
     "GuardInput",
     "Handler",
+    "HarnessHandle",
     "HostStreamError",
     "InvalidOptionsError",
     "LiveSession",
@@ -79,6 +100,8 @@ __all__ = [
     "Pending",
     "ProviderError",
     "ProvisioningError",
+    "PruneReport",
+    "Runtime",
     "Secret",
     "SessionInfo",
     "SessionResult",
@@ -97,11 +120,23 @@ __all__ = [
     "Usage",
     "__version__",
     "configure",
+    "ensure_agent",
+    "ensure_agent_sync",
+    "ensure_environment",
+    "ensure_environment_sync",
     "provision",
     "provision_sync",
+    "prune_agents",
+    "prune_agents_sync",
+    "prune_environments",
+    "prune_environments_sync",
+    "resolve",
+    "resolve_sync",
     "run",
     "run_sync",
     "start",
+    "tag",
+    "tag_sync",
     "teardown",
     "teardown_sync",
     "tool",

@@ -163,6 +163,9 @@ class TurnResult(_Json):
     host_approvals: list[ApprovalRequest] = field(default_factory=list)
     """Host-run tool uses the host holds for a decision (Claude: a permission policy said
     ``ask``), answered with :attr:`~managedloop.hosts.ToolResults.decisions`."""
+    reason: str | None = None
+    """A host stop the library names (Claude: ``budget_reached``); becomes the result's
+    ``reason`` when this turn ends the request."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -176,7 +179,8 @@ class SessionResult(_Json):
     reason: str | None = None
     """Machine-readable cause of a stop the *library* made (``max_turns``,
     ``unresolved_requires_action``, ``no_terminal_tool``, ``token_budget``, or a turn
-    guard's reason), else ``None``."""
+    guard's reason) or of a host stop it names (``budget_reached``: a Claude session hit
+    its ``session_budget``; terminal ``terminated``), else ``None``."""
     session_id: str | None = None
     text: str = ""
     """The last turn's assistant text (earlier turns' text is in ``events``)."""

@@ -235,7 +235,7 @@ class Machine:
                 return Send(UserMessage(reprompt_text(opts.terminal_tool), reprompt=True))
             return Finish(self.result(session_id, Terminal.END_TURN, reason="no_terminal_tool"))
 
-        return Finish(self.result(session_id, turn.terminal))
+        return Finish(self.result(session_id, turn.terminal, reason=turn.reason))
 
     def result(
         self,

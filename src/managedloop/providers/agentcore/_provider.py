@@ -26,8 +26,10 @@ imports it back; they reach the provider through small Protocols
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import anyio
@@ -456,6 +458,12 @@ class BedrockAgentCore:
     async def teardown(self, handle: Any, **options: Any) -> Any:
         """Delete a provisioned harness (asynchronous on AWS: it goes DELETING first)."""
         return await _provision.teardown(self, handle, **options)
+
+    @contextlib.asynccontextmanager
+    async def lifecycle(self) -> AsyncIterator[_provision.AgentCoreLifecycle]:
+        """This host for the lifecycle verbs (``ml.ensure_agent``, ``ml.prune_agents``...)."""
+        account = hashlib.sha256(repr(self.cache_identity()).encode()).hexdigest()[:16]
+        yield _provision.AgentCoreLifecycle(self, account)
 
 
 class _Flight:

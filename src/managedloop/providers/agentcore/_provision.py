@@ -32,6 +32,7 @@ diagnosed from the log alone.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import math
 import re
@@ -60,13 +61,18 @@ from managedloop.providers.agentcore._ids import (
     harness_id_of,
     validate_endpoint_name,
 )
+from managedloop.provisioning.handles import EnvironmentHandle, HarnessHandle
+from managedloop.provisioning.lifecycle import Listed
+from managedloop.provisioning.names import AGENTCORE_HARNESS
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec, digest_of
 
 __all__ = [
+    "AgentCoreLifecycle",
     "ControlPlane",
     "WaitBudget",
     "WaitContext",
     "classify",
+    "harness_digest",
     "harness_name",
     "provision",
     "teardown",
@@ -96,6 +102,7 @@ _MODEL_UNIONS = (
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
+Progress = Callable[["WaitContext"], None]
 
 
 class ControlPlane(Protocol):
@@ -216,25 +223,26 @@ def _wait_error(code: str, message: str, ctx: WaitContext) -> ProvisioningError:
 # ---------------------------------------------------------------------------- names/specs
 
 
-def harness_name(spec: AgentSpec, name_prefix: str | None = None, environment: Any = None) -> str:
-    """``<prefix>_<spec name>_<digest8>`` fitted to ``[a-zA-Z][a-zA-Z0-9_]{0,39}``.
+def harness_digest(spec: AgentSpec, environment: EnvironmentSpec | None) -> str:
+    """The content digest of a harness: the agent's, folded with the environment's (its
+    name excluded) when there is one, so a changed prompt, tool or environment is a new
+    harness."""
+    if environment is None:
+        return spec.digest
+    return digest_of(
+        {"kind": "harness", "v": 1, "agent": spec.digest, "environment": environment.digest}
+    )
 
-    The digest covers the agent's content and, when given, the environment's content (not
-    its name), so a changed prompt, tool or environment gets a new harness.
-    """
+
+def harness_name(spec: AgentSpec, name_prefix: str | None = None, environment: Any = None) -> str:
+    """``<prefix>_<spec name>_<digest8>`` fitted to ``[a-zA-Z][a-zA-Z0-9_]{0,39}`` (the
+    ``provision`` path: a long base is cut to fit; ``ensure_agent`` refuses one instead,
+    see :mod:`managedloop.provisioning.names`)."""
     base = "_".join(p for p in (name_prefix, spec.name) if p) or "a"
     base = re.sub(r"[^A-Za-z0-9_]", "_", base)
     if not base[0].isalpha():
         base = "a" + base
-    if environment is None:
-        digest = spec.digest
-    else:
-        env_identity = (
-            environment.identity()
-            if isinstance(environment, EnvironmentSpec)
-            else {"config": environment}
-        )
-        digest = digest_of({"agent": spec.digest, "environment": digest_of(env_identity)})
+    digest = harness_digest(spec, _coerce_environment(environment))
     base = base[: HARNESS_NAME_MAX - 9]
     return f"{base}_{digest[:8]}"
 
@@ -254,19 +262,43 @@ def _coerce_spec(spec: Any) -> AgentSpec:
     )
 
 
-def _coerce_environment(environment: Any) -> dict[str, Any] | None:
-    if environment is None:
+def _coerce_environment(environment: Any) -> EnvironmentSpec | None:
+    """``environment=`` as an :class:`EnvironmentSpec`: a mapping is its ``config`` (e.g.
+    ``{"agentCoreRuntimeEnvironment": {...}}``, passed verbatim) plus the spec's own keys
+    (``variables``, ``filesystems``...). Declared runtimes are refused: a harness has no
+    environment handle to carry their bootstrap."""
+    try:
+        env = EnvironmentSpec.coerce(environment)
+    except InvalidOptionsError as exc:
+        raise InvalidOptionsError(
+            f'{exc.message} (e.g. {{"agentCoreRuntimeEnvironment": {{...}}}})',
+            code="invalid_environment_spec",
+            option="environment",
+        ) from None
+    if env is not None and env.runtimes:
+        raise InvalidOptionsError(
+            "declared runtimes are a Claude environment feature; a harness cannot carry "
+            "their bootstrap (install them in the container image instead)",
+            code="invalid_environment_spec",
+            option="runtimes",
+        )
+    if env is not None and not (env.config or env.variables or env.filesystems):
         return None
-    if isinstance(environment, EnvironmentSpec):
-        return dict(environment.config) or None
-    if isinstance(environment, Mapping):
-        return dict(environment) or None
-    raise InvalidOptionsError(
-        "environment must be an EnvironmentSpec or a mapping "
-        '(e.g. {"agentCoreRuntimeEnvironment": {...}})',
-        code="invalid_environment_spec",
-        option="environment",
-    )
+    return env
+
+
+def environment_wire(env: EnvironmentSpec | None) -> dict[str, Any] | None:
+    """The CreateHarness ``environment``: ``config`` verbatim, with ``filesystems``
+    appended to ``agentCoreRuntimeEnvironment.filesystemConfigurations``."""
+    if env is None or not (env.config or env.filesystems):
+        return None
+    wire = dict(env.config)
+    if env.filesystems:
+        runtime = dict(wire.get("agentCoreRuntimeEnvironment") or {})
+        given = list(runtime.get("filesystemConfigurations") or [])
+        runtime["filesystemConfigurations"] = given + [dict(f) for f in env.filesystems]
+        wire["agentCoreRuntimeEnvironment"] = runtime
+    return wire
 
 
 def _model(spec: AgentSpec) -> dict[str, Any] | None:
@@ -283,10 +315,19 @@ def create_body(
     *,
     name: str,
     execution_role_arn: str,
-    environment: dict[str, Any] | None,
+    environment: EnvironmentSpec | Mapping[str, Any] | None,
     tags: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The CreateHarness parameters (``environment`` goes to the wire verbatim)."""
+    """The CreateHarness parameters (the environment's ``config`` goes to the wire
+    verbatim; ``variables`` become ``environmentVariables``; the spec's
+    ``timeout_seconds`` becomes ``timeoutSeconds``). Claude-only spec fields are refused."""
+    for option in ("effort", "execution_identity"):
+        if getattr(spec, option) is not None:
+            raise InvalidOptionsError(
+                f"{option} is a Claude agent setting; a harness has none (AgentCore runs as "
+                "execution_role_arn; its model settings go in model_config)",
+                option=option,
+            )
     body: dict[str, Any] = {"harnessName": name, "executionRoleArn": execution_role_arn}
     if spec.system_prompt:
         body["systemPrompt"] = [{"text": spec.system_prompt}]
@@ -296,8 +337,15 @@ def create_body(
     tools = spec.tool_definitions()
     if tools:
         body["tools"] = [_converse.inline_function(t) for t in tools]
-    if environment is not None:
-        body["environment"] = environment
+    if not isinstance(environment, EnvironmentSpec):
+        environment = _coerce_environment(environment)
+    wire = environment_wire(environment)
+    if wire is not None:
+        body["environment"] = wire
+    if environment is not None and environment.variables:
+        body["environmentVariables"] = dict(environment.variables)
+    if spec.timeout_seconds is not None:
+        body["timeoutSeconds"] = spec.timeout_seconds
     if tags:
         body["tags"] = dict(tags)
     return body
@@ -359,6 +407,7 @@ async def _wait(
     fetch: Callable[[], Awaitable[str | None]],
     endpoint_name: str | None = None,
     caller: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
 ) -> None:
     """Poll ``fetch`` until READY; raise the phase's named error otherwise."""
     timeout_tag, failed_tag, terminating_tag, unknown_tag = _TAGS[phase]
@@ -411,6 +460,8 @@ async def _wait(
                 {"harness_id": harness_id, "status": status, "phase": phase},
                 caller=caller,
             )
+            if progress is not None:
+                _report(progress, ctx())
             kind = classify(status) if status is not None else "creating"
             what = f"endpoint {endpoint_name}" if phase == "endpoint" else f"harness {harness_id}"
             if kind == "ready":
@@ -465,6 +516,14 @@ async def _wait(
         raise
 
 
+def _report(progress: Progress, ctx: WaitContext) -> None:
+    """A progress callback never breaks a provision: its failure is logged."""
+    try:
+        progress(ctx)
+    except Exception:
+        logger.exception("agent_core provision progress callback failed")
+
+
 def _stop(
     harness_id: str,
     phase: str,
@@ -511,6 +570,8 @@ class _Run:
     body: dict[str, Any]
     endpoint_name: str
     caller: dict[str, Any] = field(default_factory=dict)
+    progress: Progress | None = None
+    digest: str = ""
 
 
 async def provision(
@@ -528,6 +589,7 @@ async def provision(
     telemetry_metadata: Mapping[str, Any] | None = None,
     clock: Clock = time.monotonic,
     sleep: Sleep = anyio.sleep,
+    progress: Progress | None = None,
     **unknown: Any,
 ) -> AgentCoreHandle:
     """Create (or adopt) the harness for ``spec`` and wait until it and its endpoint are
@@ -535,7 +597,49 @@ async def provision(
 
     ``clock``/``sleep`` replace the monotonic clock and the poll sleep (tests share a
     :class:`managedloop.testing.agentcore.ManualClock` with the emulator, so deadlines are exact).
+    ``progress(ctx)`` is called with a :class:`WaitContext` after every poll (a live display).
     """
+    run = prepare(
+        provider,
+        spec,
+        environment=environment,
+        execution_role_arn=execution_role_arn,
+        endpoint_name=endpoint_name,
+        timeout=timeout,
+        poll_interval=poll_interval,
+        max_polls=max_polls,
+        name_prefix=name_prefix,
+        tags=tags,
+        telemetry_metadata=telemetry_metadata,
+        clock=clock,
+        sleep=sleep,
+        progress=progress,
+        **unknown,
+    )
+    return await execute(run)
+
+
+def prepare(
+    provider: ControlPlane,
+    spec: Any,
+    *,
+    environment: Any = None,
+    execution_role_arn: Any = None,
+    endpoint_name: Any = "DEFAULT",
+    timeout: Any = MISSING,
+    poll_interval: Any = None,
+    max_polls: Any = None,
+    name_prefix: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    telemetry_metadata: Mapping[str, Any] | None = None,
+    clock: Clock = time.monotonic,
+    sleep: Sleep = anyio.sleep,
+    progress: Progress | None = None,
+    name: str | None = None,
+    **unknown: Any,
+) -> _Run:
+    """Every check of :func:`provision`, before any request; ``name`` (from
+    ``ensure_agent``) replaces the derived harness name."""
     if unknown:
         name = sorted(unknown)[0]
         raise InvalidOptionsError(f"unknown provision option {name!r}", option=name)
@@ -555,16 +659,28 @@ async def provision(
     env = _coerce_environment(environment)
     if not callable(clock) or not callable(sleep):
         raise InvalidOptionsError("clock and sleep must be callables", option="clock")
+    if progress is not None and not callable(progress):
+        raise InvalidOptionsError("progress must be a callable", option="progress")
     budget = WaitBudget.new(timeout, poll_interval, max_polls, clock=clock, sleep=sleep)
-    name = harness_name(agent, name_prefix, env)
-    run = _Run(
+    digest = harness_digest(agent, env)
+    if name is None:
+        name = harness_name(agent, name_prefix, env)
+    return _Run(
         provider=provider,
         budget=budget,
         name=name,
         body=create_body(agent, name=name, execution_role_arn=role, environment=env, tags=tags),
         endpoint_name=endpoint_name,
         caller=dict(telemetry_metadata or {}),
+        progress=progress,
+        digest=digest,
     )
+
+
+async def execute(run: _Run) -> AgentCoreHandle:
+    """Create or adopt ``run``'s harness and wait for it and its endpoint (one deadline);
+    a harness this call created is rolled back if anything after the create fails."""
+    budget, provider, endpoint_name = run.budget, run.provider, run.endpoint_name
     created, handle = await _create_or_adopt(run)
     try:
         await _wait(
@@ -573,6 +689,7 @@ async def provision(
             harness_id=handle.harness_id,
             fetch=lambda: _harness_status(run, handle.harness_id),
             caller=run.caller,
+            progress=run.progress,
         )
         await _wait(
             budget,
@@ -581,6 +698,7 @@ async def provision(
             fetch=lambda: _endpoint_status(run, handle.harness_id),
             endpoint_name=endpoint_name,
             caller=run.caller,
+            progress=run.progress,
         )
     except BaseException as exc:
         # Cancellation (a timeout around this call) rolls back too: the harness is ours and
@@ -865,6 +983,8 @@ async def teardown(provider: ControlPlane, handle: Any, *, timeout: float = 30.0
         hid = harness_id_of(str(handle["harness_arn"]))
     elif isinstance(handle, str):
         hid = harness_id_of(handle) if handle.startswith("arn:") else handle
+    elif isinstance(getattr(handle, "harness_id", None), str):  # a HarnessHandle
+        hid = str(handle.harness_id)
     else:
         raise InvalidOptionsError(
             "teardown needs an AgentCoreHandle, a harness id or ARN", option="handle"
@@ -877,3 +997,94 @@ async def teardown(provider: ControlPlane, handle: Any, *, timeout: float = 30.0
             return {"harness_id": hid, "status": "absent"}
         raise
     return {"harness_id": hid, "status": (result.get("harness") or {}).get("status")}
+
+
+class AgentCoreLifecycle:
+    """The lifecycle verbs' view of AgentCore (``ml.ensure_agent`` ...): an agent is a
+    harness (model, tools and environment folded in), built exactly as :func:`provision`
+    builds one (one deadline, the harness then its endpoint, rollback); prune deletes."""
+
+    host = "agentcore"
+    policy = AGENTCORE_HARNESS
+    agent_kind = "harness"
+
+    def __init__(self, provider: ControlPlane, account: str) -> None:
+        self.provider = provider
+        self.account = account
+
+    def agent_digest(self, spec: AgentSpec, environment: EnvironmentSpec | None) -> str:
+        return harness_digest(spec, _coerce_environment(environment))
+
+    async def build_agent(
+        self,
+        spec: AgentSpec,
+        *,
+        name: str,
+        digest: str,
+        environment: EnvironmentSpec | None,
+        options: Mapping[str, Any],
+    ) -> HarnessHandle:
+        if "name" in options or "name_prefix" in options:
+            raise InvalidOptionsError(
+                "ensure_agent names the harness <base>_<digest8>; pass name= as the base",
+                option="name_prefix",
+            )
+        run = prepare(self.provider, spec, environment=environment, name=name, **options)
+        made = await execute(run)
+        return HarnessHandle(
+            harness_arn=made.harness_arn, harness_id=made.harness_id, name=name, digest=digest
+        )
+
+    async def build_environment(
+        self, spec: EnvironmentSpec, *, name: str, digest: str
+    ) -> EnvironmentHandle:  # pragma: no cover - refused by the verbs before this
+        raise InvalidOptionsError("AgentCore has no separate environments", code="not_supported")
+
+    async def listing(self, kind: str) -> list[Listed]:
+        """Every harness (all pages); DELETING ones are listed as not live."""
+        out: list[Listed] = []
+        token: str | None = None
+        budget = WaitBudget.new(LIST_TIMEOUT)
+        while True:
+            params: dict[str, Any] = {"maxResults": 100}
+            if token:
+                params["nextToken"] = token
+            page = await _call(self.provider, "list_harnesses", budget, **params)
+            items = page.get("harnesses")
+            if not isinstance(items, list):
+                raise ProvisioningError(
+                    "ListHarnesses returned no harnesses list", code="unexpected_list_response"
+                )
+            for item in items:
+                if not isinstance(item, Mapping):
+                    continue
+                hid, name, arn = item.get("harnessId"), item.get("harnessName"), item.get("arn")
+                if isinstance(hid, str) and isinstance(name, str) and isinstance(arn, str):
+                    out.append(
+                        Listed(
+                            id=hid,
+                            name=name,
+                            created_at=_iso(item.get("createdAt")),
+                            live=classify(item.get("status")) in ("ready", "creating"),
+                            extra={"arn": arn, "status": item.get("status")},
+                        )
+                    )
+            next_token = page.get("nextToken")
+            if not next_token or next_token == token:
+                return out
+            token = str(next_token)
+
+    async def retire(self, kind: str, item: Listed) -> None:
+        await teardown(self.provider, item.id)
+
+
+LIST_TIMEOUT = 60.0  # seconds for a whole listing: pages of 100, each bounded by the budget
+
+
+def _iso(value: Any) -> str:
+    """botocore parses timestamps to ``datetime``; the verbs sort ISO-8601 strings."""
+    if isinstance(value, dt.datetime):
+        return value.astimezone(dt.UTC).isoformat()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return dt.datetime.fromtimestamp(value, dt.UTC).isoformat()
+    return value if isinstance(value, str) else ""

@@ -22,12 +22,13 @@ the spec's full digest is also stored in the agent's ``metadata`` (``managedloop
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 import anyio
@@ -127,6 +128,9 @@ class ClaudeManagedAgents:
     agent, environment and file ids must be in the API's id alphabet (see
     :mod:`~managedloop.providers.claude._ids`): ``invalid_session_id``,
     ``invalid_agent_id``, ``invalid_environment_id``, ``invalid_file_id``.
+    ``session_budget`` (``{"type": "limit", "max_list_cost": {"amount": "2500",
+    "currency": "USD"}}``, amounts in minor units) caps each session's list cost; a
+    session that reaches it ends ``terminated`` with ``reason="budget_reached"``.
     ``result_echo_timeout`` (default 30 s) bounds how long a sent tool result may go
     unechoed before the history is checked and a lost result re-sent (see
     :mod:`~managedloop.providers.claude._connection`).
@@ -158,6 +162,7 @@ class ClaudeManagedAgents:
         sleep: Callable[[float], Awaitable[None]] | None = None,
         session_title: str | None = None,
         session_metadata: Mapping[str, str] | None = None,
+        session_budget: Mapping[str, Any] | None = None,
         **unknown: Any,
     ) -> None:
         try:
@@ -223,6 +228,7 @@ class ClaudeManagedAgents:
         self.session_id = None if session_id is None else check_id("session", session_id)
         self.session_title = session_title
         self.session_metadata = dict(session_metadata or {})
+        self.session_budget = _provision.check_budget(session_budget)
         self._stream_options = StreamOptions(
             backoff=float(reconnect_backoff),
             max_reconnects=max_reconnects,
@@ -356,6 +362,8 @@ class ClaudeManagedAgents:
             body["title"] = self.session_title
         if self.session_metadata:
             body["metadata"] = self.session_metadata
+        if self.session_budget is not None:
+            body["budget"] = self.session_budget
         try:
             session = await api.call(
                 "post",
@@ -409,6 +417,18 @@ class ClaudeManagedAgents:
         return await _provision.provision(
             self._api(), spec, environment=environment, name=name, **options
         )
+
+    @contextlib.asynccontextmanager
+    async def lifecycle(self) -> AsyncIterator[_provision.ClaudeLifecycle]:
+        """This host for the lifecycle verbs (``ml.ensure_agent``, ``ml.prune_agents``...),
+        holding a client lease while they run."""
+        client = self._clients.acquire()
+        try:
+            account = _provision.account_of(self.cache_identity())
+            yield _provision.ClaudeLifecycle(self._api(), account)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._clients.release(client)
 
     @_leased
     async def teardown(self, handle: Any, **options: Any) -> dict[str, str]:

@@ -20,11 +20,15 @@ call (see ``_leased`` in :mod:`~managedloop.providers.claude._provider`).
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
 from managedloop.errors import (
+    APIStatusError,
     AuthenticationError,
     InvalidOptionsError,
     ManagedLoopError,
@@ -32,18 +36,30 @@ from managedloop.errors import (
 )
 from managedloop.providers.claude._api import Api
 from managedloop.providers.claude._ids import check_id
+from managedloop.provisioning.handles import AgentHandle, EnvironmentHandle
+from managedloop.provisioning.lifecycle import Listed
+from managedloop.provisioning.names import CLAUDE
+from managedloop.provisioning.runtimes import required_hosts
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
+
+logger = logging.getLogger("managedloop.providers.claude")
 
 __all__ = [
     "DEFAULT_ENVIRONMENT_CONFIG",
     "DEFAULT_MODEL",
     "ClaudeHandle",
+    "ClaudeLifecycle",
+    "account_of",
     "archive",
+    "check_budget",
     "coerce_environment",
+    "create_or_adopt",
     "id_of",
+    "list_records",
     "normalize_model_id",
     "provision",
     "teardown",
+    "wire_config",
 ]
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
@@ -100,6 +116,8 @@ def id_of(value: Any, key: str) -> str | None:
         found = value.get(key)
         if found is None:
             return None
+    elif isinstance(getattr(value, key, None), str):  # AgentHandle / EnvironmentHandle
+        found = getattr(value, key)
     else:
         return None
     return check_id(key.removesuffix("_id"), found, option=key)
@@ -107,29 +125,49 @@ def id_of(value: Any, key: str) -> str | None:
 
 def coerce_environment(value: Any) -> EnvironmentSpec | None:
     """``environment=`` as a spec to create one from: an :class:`EnvironmentSpec`, or a
-    mapping of its fields (unknown keys go into ``config``); ``None`` stays ``None``."""
+    mapping of its fields (unknown keys go into ``config``: ``EnvironmentSpec.coerce``);
+    ``None`` stays ``None``. AgentCore-only fields (``variables``, ``filesystems``) are
+    refused: a Claude environment has no such setting."""
     if value is None or isinstance(value, EnvironmentSpec):
-        return value
-    if isinstance(value, Mapping) and "environment_id" not in value:
-        known = {"name", "config", "description", "metadata"}
-        config = dict(value.get("config") or {})
-        config.update({k: v for k, v in value.items() if k not in known})
-        try:
-            return EnvironmentSpec(
-                name=value.get("name"),
-                config=config,
-                description=value.get("description"),
-                metadata=dict(value.get("metadata") or {}),
-            )
-        except TypeError as exc:
-            raise InvalidOptionsError(
-                f"invalid environment spec: {exc}", code="invalid_environment_spec"
-            ) from None
-    raise InvalidOptionsError(
-        "environment must be an EnvironmentSpec, a mapping, a handle or an environment id",
-        code="invalid_environment_spec",
-        option="environment",
+        spec = value
+    elif isinstance(value, Mapping) and "environment_id" not in value:
+        spec = EnvironmentSpec.coerce(value)
+    else:
+        raise InvalidOptionsError(
+            "environment must be an EnvironmentSpec, a mapping, a handle or an environment id",
+            code="invalid_environment_spec",
+            option="environment",
+        )
+    if spec is not None and (spec.variables or spec.filesystems):
+        raise InvalidOptionsError(
+            "variables and filesystems are AgentCore settings; a Claude environment has "
+            "neither (config carries its type, networking and packages)",
+            code="invalid_environment_spec",
+            option="variables" if spec.variables else "filesystems",
+        )
+    return spec
+
+
+def wire_config(spec: EnvironmentSpec | None) -> dict[str, Any]:
+    """The environment ``config`` sent to the host: ``spec.config`` verbatim (default: cloud,
+    unrestricted networking), except that with declared runtimes and ``networking.type ==
+    "limited"`` the hosts the bootstrap script needs are appended to
+    ``networking.allowed_hosts`` (existing ones first, no duplicates). ``runtimes`` never
+    reach the wire."""
+    config = (
+        dict(spec.config) if spec is not None and spec.config else dict(DEFAULT_ENVIRONMENT_CONFIG)
     )
+    networking = config.get("networking")
+    if (
+        spec is not None
+        and spec.runtimes
+        and isinstance(networking, Mapping)
+        and networking.get("type") == "limited"
+    ):
+        existing = networking.get("allowed_hosts") or []
+        hosts = list(dict.fromkeys([*existing, *required_hosts(spec.runtimes)]))
+        config["networking"] = {**networking, "allowed_hosts": hosts}
+    return config
 
 
 # -- provision --------------------------------------------------------------------------
@@ -154,7 +192,9 @@ async def provision(
     agent = await _create_agent(api, _agent_body(spec, agent_name, digest))
     if env_id is None:
         env_id = await _create_environment(
-            api, _environment_body(env_spec, agent_name), agent_id=agent.id
+            api,
+            _environment_body(env_spec, agent_name),
+            agent_id=agent.id if not agent.adopted else None,
         )
         owns_environment = True
     else:
@@ -164,7 +204,7 @@ async def provision(
         environment_id=env_id,
         name=agent_name,
         digest=digest,
-        agent_version=getattr(agent, "version", None),
+        agent_version=agent.version,
         owns_environment=owns_environment,
     )
 
@@ -204,12 +244,21 @@ def _agent_body(spec: AgentSpec, agent_name: str, digest: str) -> dict[str, Any]
         for d in spec.tool_definitions()
     ]
     tools += [dict(t) for t in spec.host_tools]  # toolsets and their permission policies
+    if spec.timeout_seconds is not None:
+        raise InvalidOptionsError(
+            "timeout_seconds is an AgentCore harness setting; Claude agents have none "
+            "(bound a Claude session with run(timeout=...) or a session budget)",
+            option="timeout_seconds",
+        )
+    model_id = normalize_model_id(model)
     body: dict[str, Any] = {
         "name": agent_name,
-        "model": normalize_model_id(model),
+        "model": {"id": model_id, "effort": spec.effort} if spec.effort else model_id,
         "tools": tools,
         "metadata": {**spec.metadata, "managedloop_digest": digest[:16]},
     }
+    if spec.execution_identity is not None:
+        body["execution_identity"] = dict(spec.execution_identity)
     if spec.system_prompt is not None:
         body["system"] = spec.system_prompt
     if spec.description is not None:
@@ -217,17 +266,12 @@ def _agent_body(spec: AgentSpec, agent_name: str, digest: str) -> dict[str, Any]
     return body
 
 
-async def _create_agent(api: Api, body: dict[str, Any]) -> Any:
-    """``POST /v1/agents``; a failure (but an auth failure) is ``create_agent_failed``."""
+async def _create_agent(api: Api, body: dict[str, Any]) -> Created:
+    """``POST /v1/agents`` (a 409 adopts the live namesake: :func:`create_or_adopt`); a
+    failure (but an auth failure or a named adoption error) is ``create_agent_failed``."""
     try:
-        return await api.call(
-            "post",
-            "/v1/agents",
-            lambda: api.client.beta.agents.create(
-                **body, extra_headers=api.headers, timeout=api.s.receive_timeout
-            ),
-        )
-    except AuthenticationError:
+        return await create_or_adopt(api, "agent", body)
+    except (AuthenticationError, ProvisioningError):
         raise
     except ManagedLoopError as exc:
         raise ProvisioningError(
@@ -243,47 +287,133 @@ def _environment_body(env_spec: EnvironmentSpec | None, agent_name: str) -> dict
     networking)."""
     body: dict[str, Any] = {
         "name": (env_spec.name if env_spec and env_spec.name else f"{agent_name}_env"),
-        "config": (env_spec.config if env_spec and env_spec.config else DEFAULT_ENVIRONMENT_CONFIG),
+        "config": wire_config(env_spec),
     }
     if env_spec is not None and env_spec.description is not None:
         body["description"] = env_spec.description
     return body
 
 
-async def _create_environment(api: Api, body: dict[str, Any], *, agent_id: str) -> str:
-    """``POST /v1/environments`` and its id. If it fails, or answers without an id, the
-    agent just created is archived and ``ProvisioningError`` carries the rollback's
-    outcome (``rollback``: ``"ok"`` or the archive failure's code)."""
-    failure: ManagedLoopError | None = None
-    env: Any = None
+async def _create_environment(api: Api, body: dict[str, Any], *, agent_id: str | None) -> str:
+    """``POST /v1/environments`` (a 409 adopts the live namesake) and its id. If it fails,
+    the agent just created (``agent_id``; ``None`` when it was adopted, not created) is
+    archived and ``ProvisioningError`` carries the rollback's outcome (``rollback``:
+    ``"ok"``, ``"skipped"`` or the archive failure's code)."""
     try:
-        env = await api.call(
+        return (await create_or_adopt(api, "environment", body)).id
+    except AuthenticationError:
+        raise
+    except ManagedLoopError as failure:
+        rollback = "skipped" if agent_id is None else await archive(api, "agent", agent_id)
+        if failure.code == "unexpected_create_response":
+            raise ProvisioningError(
+                "create environment returned no id; the agent was archived",
+                code="unexpected_create_environment_response",
+                response=failure.context.get("response"),
+                rollback=rollback,
+            ) from None
+        if isinstance(failure, ProvisioningError):
+            failure.context["rollback"] = rollback
+            raise
+        raise ProvisioningError(
+            f"could not create the environment ({failure.message}); the agent was archived",
+            code="create_environment_failed",
+            reason=failure.code,
+            status=failure.context.get("status"),
+            rollback=rollback,
+        ) from failure
+
+
+# -- create or adopt, list, the lifecycle host -------------------------------------------
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Created:
+    """An agent or environment this call created or (after a 409) adopted."""
+
+    id: str
+    name: str
+    version: int | None = None
+    adopted: bool = False
+
+
+def _resource(api: Api, kind: str) -> Any:
+    return api.client.beta.agents if kind == "agent" else api.client.beta.environments
+
+
+async def create_or_adopt(api: Api, kind: str, body: dict[str, Any]) -> Created:
+    """Create an agent or environment named ``body["name"]``. A 409 means the name is
+    taken: names are ``<base>_<digest8>``, so a live resource of exactly that name *is*
+    this content and is adopted; an archived one is ``<kind>_archived``; none at all (it
+    vanished after the 409) is ``<kind>_name_conflict``. The listing reads every page,
+    archived resources included."""
+    resource = _resource(api, kind)
+    name = body["name"]
+    try:
+        made = await api.call(
             "post",
-            "/v1/environments",
-            lambda: api.client.beta.environments.create(
+            f"/v1/{kind}s",
+            lambda: resource.create(
                 **body, extra_headers=api.headers, timeout=api.s.receive_timeout
             ),
         )
-    except ManagedLoopError as exc:
-        failure = exc
-    env_id = getattr(env, "id", None)
-    if failure is None and isinstance(env_id, str) and env_id:
-        return env_id
-    rollback = await archive(api, "agent", agent_id)
-    if failure is None:
+    except APIStatusError as exc:
+        if exc.status != 409 or isinstance(exc, AuthenticationError):
+            raise
+        return await _adopt(api, kind, name)
+    made_id = getattr(made, "id", None)
+    if not isinstance(made_id, str) or not made_id:
         raise ProvisioningError(
-            "create environment returned no id; the agent was archived",
-            code="unexpected_create_environment_response",
-            response=str(env)[:500],
-            rollback=rollback,
+            f"create {kind} returned no id",
+            code="unexpected_create_response",
+            response=str(made)[:500],
+        )
+    version = getattr(made, "version", None)
+    return Created(id=made_id, name=name, version=version if isinstance(version, int) else None)
+
+
+async def _adopt(api: Api, kind: str, name: str) -> Created:
+    records = await list_records(api, kind)
+    same = [r for r in records if r.get("name") == name]
+    live = [r for r in same if not r.get("archived_at")]
+    if live:
+        rid = live[0].get("id")
+        if not isinstance(rid, str) or not rid:
+            raise ProvisioningError(
+                f"the listed {kind} {name!r} has no id", code="unexpected_list_response"
+            )
+        version = live[0].get("version")
+        logger.info("claude provision adopted %s %s (%s) after a 409", kind, rid, name)
+        return Created(
+            id=check_id(kind, rid, option=f"{kind}_id"),
+            name=name,
+            version=version if isinstance(version, int) else None,
+            adopted=True,
+        )
+    if same:
+        raise ProvisioningError(
+            f"{kind} name {name!r} belongs to an archived {kind} (archived names stay taken)",
+            code=f"{kind}_archived",
+            name=name,
         )
     raise ProvisioningError(
-        f"could not create the environment ({failure.message}); the agent was archived",
-        code="create_environment_failed",
-        reason=failure.code,
-        status=failure.context.get("status"),
-        rollback=rollback,
-    ) from failure
+        f"{kind} name {name!r} was refused as taken (409), but no {kind} of that name exists",
+        code=f"{kind}_name_conflict",
+        name=name,
+    )
+
+
+async def list_records(api: Api, kind: str) -> list[dict[str, Any]]:
+    """Every agent or environment (all pages, archived included), as raw JSON."""
+    resource = _resource(api, kind)
+
+    async def page(cursor: str | None) -> Any:
+        kwargs: dict[str, Any] = {"limit": 100, "include_archived": True}
+        if cursor is not None:
+            kwargs["page"] = cursor
+        return await resource.with_raw_response.list(
+            **kwargs, extra_headers=api.headers, timeout=api.s.receive_timeout
+        )
+
+    return await api.list_raw(f"/v1/{kind}s", page)
 
 
 # -- teardown ---------------------------------------------------------------------------
@@ -335,3 +465,103 @@ async def teardown(api: Api, handle: Any, **options: Any) -> dict[str, str]:
             environment=report["environment"],
         )
     return report
+
+
+class ClaudeLifecycle:
+    """The lifecycle verbs' view of Claude Managed Agents (``ml.ensure_agent`` ...): agents
+    and environments, created or adopted by name, listed, archived."""
+
+    host = "claude"
+    policy = CLAUDE
+    agent_kind = "agent"
+
+    def __init__(self, api: Api, account: str) -> None:
+        self.api = api
+        self.account = account
+
+    def agent_digest(self, spec: AgentSpec, environment: EnvironmentSpec | None) -> str:
+        return spec.digest
+
+    async def build_agent(
+        self,
+        spec: AgentSpec,
+        *,
+        name: str,
+        digest: str,
+        environment: EnvironmentSpec | None,
+        options: Mapping[str, Any],
+    ) -> AgentHandle:
+        if options:
+            first = sorted(options)[0]
+            raise InvalidOptionsError(f"unknown ensure_agent option {first!r}", option=first)
+        made = await _create_agent(self.api, _agent_body(spec, name, digest))
+        return AgentHandle(agent_id=made.id, name=name, digest=digest)
+
+    async def build_environment(
+        self, spec: EnvironmentSpec, *, name: str, digest: str
+    ) -> EnvironmentHandle:
+        coerce_environment(spec)  # refuses AgentCore-only fields
+        body: dict[str, Any] = {"name": name, "config": wire_config(spec)}
+        if spec.description is not None:
+            body["description"] = spec.description
+        made = await create_or_adopt(self.api, "environment", body)
+        return EnvironmentHandle(environment_id=made.id, name=name, digest=digest)
+
+    async def listing(self, kind: str) -> list[Listed]:
+        out = []
+        for record in await list_records(self.api, kind):
+            rid, name = record.get("id"), record.get("name")
+            if isinstance(rid, str) and isinstance(name, str):
+                created = record.get("created_at")
+                out.append(
+                    Listed(
+                        id=rid,
+                        name=name,
+                        created_at=created if isinstance(created, str) else "",
+                        live=not record.get("archived_at"),
+                    )
+                )
+        return out
+
+    async def retire(self, kind: str, item: Listed) -> None:
+        check_id(kind, item.id, option=f"{kind}_id")
+        outcome = await archive(self.api, kind, item.id)
+        if outcome != "ok":
+            raise ProvisioningError(
+                f"could not archive {kind} {item.name} ({outcome})",
+                code="archive_failed",
+                reason=outcome,
+                name=item.name,
+            )
+
+
+def account_of(identity: Any) -> str:
+    """A short one-way fingerprint of a provider's ``cache_identity()`` (store scoping)."""
+    return hashlib.sha256(repr(identity).encode()).hexdigest()[:16]
+
+
+_AMOUNT = re.compile(r"0|[1-9][0-9]{0,17}")  # minor units, no leading zeros (the API's rule)
+
+
+def check_budget(value: Any) -> dict[str, Any] | None:
+    """A session budget as the API takes it (``{"type": "limit", "max_list_cost":
+    {"amount": "<minor units>", "currency": "USD"}}``), or ``invalid_opts``."""
+    if value is None:
+        return None
+    cost = value.get("max_list_cost") if isinstance(value, Mapping) else None
+    if (
+        isinstance(value, Mapping)
+        and set(value) == {"type", "max_list_cost"}
+        and value.get("type") == "limit"
+        and isinstance(cost, Mapping)
+        and set(cost) == {"amount", "currency"}
+        and isinstance(cost.get("amount"), str)
+        and _AMOUNT.fullmatch(cost["amount"]) is not None
+        and cost.get("currency") == "USD"
+    ):
+        return {"type": "limit", "max_list_cost": dict(cost)}
+    raise InvalidOptionsError(
+        'session_budget must be {"type": "limit", "max_list_cost": {"amount": "2500", '
+        '"currency": "USD"}} (amount: minor units as a decimal string)',
+        option="session_budget",
+    )

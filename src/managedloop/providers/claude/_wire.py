@@ -320,8 +320,11 @@ def normalize(
         if verdict in _OUTCOME_TERMINAL:
             terminal = _OUTCOME_TERMINAL[verdict]
     texts = [message_text(e) for e in events if e.get("type") == "agent.message"]
+    # A session budget spent (``session_budget``): ``terminated``, named for the caller.
+    budget = isinstance(stop_reason, Mapping) and stop_reason.get("type") == "budget_reached"
     return TurnResult(
         terminal=terminal,
+        reason="budget_reached" if budget else None,
         stop_reason=stop_reason,
         text="\n".join(t for t in texts if t),
         custom_tool_uses=custom,

@@ -91,6 +91,9 @@ class Harness:
             "truncation": b.get("truncation") or {"strategy": "sliding_window"},
             "environment": env,
             "harnessVersion": "1",
+            # Optional members the create request set are echoed back (botocore's Harness
+            # output shape has both).
+            **{k: b[k] for k in ("environmentVariables", "timeoutSeconds") if k in b},
         }
 
 

@@ -13,7 +13,7 @@ Sessions and files are not rows: they carry behaviour (a scripted run, file byte
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,13 +146,22 @@ RESOURCES = (AGENTS, ENVIRONMENTS)
 
 
 def new_record(
-    resource: Resource, body: Mapping[str, Any], *, mint: Callable[[str], str], now: str
+    resource: Resource,
+    body: Mapping[str, Any],
+    *,
+    mint: Callable[[str], str],
+    now: str,
+    existing: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The record a create request makes, its id from ``mint(prefix)`` (``RefusedError``
-    400 without a required field, and then no id is minted)."""
+    """The record a create request makes, its id from ``mint(prefix)``. ``RefusedError``
+    400 without a required field; 409 when a record of ``existing`` (the account's live
+    records) has the same ``name``; in both cases no id is minted."""
     if not all(body.get(name) for name in resource.required):
         verb = "are" if len(resource.required) > 1 else "is"
         raise RefusedError(400, f"{' and '.join(resource.required)} {verb} required")
+    name = body.get("name")
+    if any(r.get("name") == name for r in existing):
+        raise RefusedError(409, f"an {resource.kind} named {name!r} already exists")
     return {
         "id": mint(resource.prefix),
         "type": resource.kind,

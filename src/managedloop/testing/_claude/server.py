@@ -100,6 +100,8 @@ class _State:
     environments: dict[str, dict[str, Any]] = field(default_factory=dict)
     sessions: dict[str, EmuSession] = field(default_factory=dict)
     files: dict[str, _File] = field(default_factory=dict)
+    owners: dict[str, str | None] = field(default_factory=dict)
+    """Record id -> the credential (account) that created it (see ``_visible``)."""
 
     def records(self, resource: Resource) -> dict[str, dict[str, Any]]:
         """The records of one table resource (``agents``, ``environments``), by id."""
@@ -150,6 +152,11 @@ _SNAPSHOT_KEYS = (  # the agent fields a session's agent snapshot carries (SDK t
     "execution_identity",
     "version",
 )
+
+
+def _owner(request: web.Request) -> str | None:
+    secret, _ = _credential(request.headers)
+    return credential_id(secret) if secret is not None else None
 
 
 def _credential(headers: Mapping[str, str]) -> tuple[str | None, bool]:
@@ -412,16 +419,34 @@ class ClaudeEmulator(LoopbackServer):
 
     async def _create_record(self, resource: Resource, request: web.Request) -> web.Response:
         try:
-            record = new_record(resource, _body(request), mint=self.mint, now=now_iso())
+            record = new_record(
+                resource,
+                _body(request),
+                mint=self.mint,
+                now=now_iso(),
+                existing=self._visible(resource, request, live=True),
+            )
         except RefusedError as exc:
             return _error(exc.status, exc.message)
         self.state.records(resource)[record["id"]] = record
+        self.state.owners[record["id"]] = _owner(request)
         return web.json_response(record)
 
     async def _list_records(self, resource: Resource, request: web.Request) -> web.Response:
         archived = request.query.get("include_archived") == "true"
-        records = self.state.records(resource).values()
-        return self._page(request, [r for r in records if archived or not r["archived_at"]])
+        return self._page(request, self._visible(resource, request, live=not archived))
+
+    def _visible(
+        self, resource: Resource, request: web.Request, *, live: bool
+    ) -> list[dict[str, Any]]:
+        """The records of the requesting credential's account (each credential is an
+        account; records a test put in ``state`` directly belong to every account)."""
+        owner = _owner(request)
+        return [
+            r
+            for r in self.state.records(resource).values()
+            if self.state.owners.get(r["id"], owner) == owner and not (live and r["archived_at"])
+        ]
 
     async def _get_record(self, resource: Resource, request: web.Request) -> web.Response:
         record = self._record(resource, request)

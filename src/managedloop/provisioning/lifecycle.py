@@ -1,0 +1,553 @@
+"""The provisioning lifecycle: ensure, tag, resolve, prune (reference §5.5-5.6).
+
+The Docker model, and it reads true here:
+
+========================  ================================================================
+Docker                    managedloop
+========================  ================================================================
+Dockerfile                ``AgentSpec`` / ``EnvironmentSpec``
+image digest              ``spec.digest`` (SHA-256 of the canonical serialisation)
+repository                the base name (``spec.name``)
+``repo@digest``           the host-side name ``<base>_<digest8>``
+``docker build`` (cached) ``ensure_agent`` / ``ensure_environment``: build if absent
+``repo:tag``              ``tag(base, tag, handle)``: a movable pointer in the store
+``docker run``            ``ml.run``: a session, ephemeral, referencing the image
+``docker image prune``    ``prune_agents`` / ``prune_environments``: explicit, never automatic
+========================  ================================================================
+
+What each verb guarantees:
+
+* **ensure** — a store hit returns the handle and makes **no request**. A miss creates
+  ``<base>_<digest8>``; a ``409`` on create recovers by the exact live name (a live
+  resource with that name *is* this spec): the host lists every page, archived included,
+  and adopts the live exact match; an archived namesake is ``<kind>_archived``, no match
+  at all (it vanished after the 409) is ``<kind>_name_conflict``. On AgentCore the agent is
+  a harness, created, adopted and waited for (harness, then endpoint) exactly as
+  ``provision`` does, under one deadline, with the same rollback; a DELETING namesake is
+  waited out and re-created (AgentCore has no archive). A store entry of the wrong shape
+  or for another account is a miss and is overwritten.
+* **tag** — ``base:tag -> digest8`` for one kind (read-modify-write of one store key).
+* **resolve** — ``"base:tag"`` to the handle; never a fallback: a reference without
+  ``:`` (or with an empty side) is ``invalid_reference`` at once, an unknown tag is
+  ``unknown_tag``, a tag whose digest has no stored handle is ``untracked_digest``.
+* **prune** — archives (AgentCore: deletes) the live versions of exactly that base
+  (strictly ``<base>_<8 hex>``), beyond the newest ``keep`` (required, ``>= 1``; no
+  default), never a tagged digest, **oldest first**; after each archive the version's
+  store entry is removed. The first failure stops the prune and raises
+  ``ProvisioningError(code="prune_partial")`` whose ``context["report"]`` says what was
+  archived so far and what failed. ``dry_run=True`` returns the same report without
+  archiving anything.
+
+Store layout (JSON objects; one store may serve several hosts):
+
+* ``ml:<kind>:<base>:<digest8>`` -> ``{"handle": {...}, "account": <scope>}``, kind
+  ``agent`` (Claude), ``environment`` (Claude) or ``harness`` (AgentCore);
+* ``ml:tags:<kind>:<base>`` -> ``{"tags": {<tag>: <digest8>}}``.
+
+``account`` is a one-way fingerprint of the host endpoint and credential (never the
+secret): ``ensure`` serves an entry only to the account that stored it. ``resolve`` has no
+provider to check against, so keep one store per account when tags matter.
+
+Every verb is async with a ``*_sync`` twin (``managedloop.ensure_agent_sync`` ...). Store
+calls run in a worker thread (a file lock may block).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+import anyio
+
+from managedloop.config import MISSING
+from managedloop.errors import InvalidOptionsError, ProvisioningError, StoreError
+from managedloop.provisioning.handles import (
+    AgentHandle,
+    EnvironmentHandle,
+    Handle,
+    HarnessHandle,
+    handle_from_dict,
+)
+from managedloop.provisioning.names import NamePolicy, compose, version_of
+from managedloop.provisioning.runtimes import bootstrap_for
+from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
+from managedloop.stores import MemoryStore, Store
+
+__all__ = [
+    "LifecycleHost",
+    "Listed",
+    "PruneReport",
+    "default_store",
+    "ensure_agent",
+    "ensure_environment",
+    "prune_agents",
+    "prune_environments",
+    "resolve",
+    "tag",
+]
+
+logger = logging.getLogger("managedloop.provisioning")
+T = TypeVar("T")
+_KINDS = ("agent", "environment", "harness")
+
+_default_store: Store = MemoryStore()
+
+
+def default_store() -> Store:
+    """The in-process store the verbs use when ``store=`` is not given."""
+    return _default_store
+
+
+def reset_default_store() -> None:
+    """Empty the default store (tests; ``managedloop.provisioning.clear_cache`` calls it)."""
+    global _default_store
+    _default_store = MemoryStore()
+
+
+# ---------------------------------------------------------------------------- host contract
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Listed:
+    """One resource as the host lists it."""
+
+    id: str
+    """``agent_id`` / ``environment_id`` / ``harness_id``."""
+    name: str
+    created_at: str
+    """ISO-8601, so that sorting the strings sorts by time."""
+    live: bool
+    """Not archived (Claude) / not DELETING (AgentCore)."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Host fields a handle needs (AgentCore: ``arn``)."""
+
+
+class LifecycleHost(Protocol):
+    """What a host gives the verbs (``provider.lifecycle()`` yields one)."""
+
+    host: str
+    policy: NamePolicy
+    agent_kind: str
+    """``agent`` (Claude) or ``harness`` (AgentCore)."""
+    account: str
+    """A one-way fingerprint of endpoint + credential (store scoping)."""
+
+    def agent_digest(self, spec: AgentSpec, environment: EnvironmentSpec | None) -> str: ...
+
+    async def build_agent(
+        self,
+        spec: AgentSpec,
+        *,
+        name: str,
+        digest: str,
+        environment: EnvironmentSpec | None,
+        options: Mapping[str, Any],
+    ) -> AgentHandle | HarnessHandle: ...
+
+    async def build_environment(
+        self, spec: EnvironmentSpec, *, name: str, digest: str
+    ) -> EnvironmentHandle: ...
+
+    async def listing(self, kind: str) -> list[Listed]:
+        """Every resource of ``kind``, every page, archived ones included."""
+        ...
+
+    async def retire(self, kind: str, item: Listed) -> None:
+        """Archive (Claude) or delete (AgentCore) one listed resource."""
+        ...
+
+
+def _host(provider: Any) -> AbstractAsyncContextManager[LifecycleHost]:
+    make = getattr(provider, "lifecycle", None)
+    if make is None:
+        raise InvalidOptionsError(
+            f"the {getattr(provider, 'name', type(provider).__name__)!r} host keeps no agents "
+            "server-side (ensure/prune need ClaudeManagedAgents or BedrockAgentCore)",
+            code="not_supported",
+            option="provider",
+        )
+    cm: AbstractAsyncContextManager[LifecycleHost] = make()
+    return cm
+
+
+# ---------------------------------------------------------------------------- store helpers
+
+
+async def _s(fn: Callable[..., T], *args: Any) -> T:
+    return await anyio.to_thread.run_sync(lambda: fn(*args))
+
+
+def _index_key(kind: str, base: str, digest8: str) -> str:
+    return f"ml:{kind}:{base}:{digest8}"
+
+
+def _tags_key(kind: str, base: str) -> str:
+    return f"ml:tags:{kind}:{base}"
+
+
+def _store(store: Any) -> Store:
+    if store is None:
+        return _default_store
+    if not isinstance(store, Store):
+        raise InvalidOptionsError(
+            "store= must implement managedloop.stores.Store (get/put/delete/scan/close)",
+            option="store",
+        )
+    return store
+
+
+async def _cached(store: Store, key: str, kind: str, account: str) -> Handle | None:
+    """The stored handle under ``key`` if it is a well-formed handle of this account."""
+    try:
+        entry = await _s(store.get, key)
+    except StoreError as exc:
+        logger.warning("provisioning store unreadable at %s (%s): treated as a miss", key, exc.code)
+        return None
+    if entry is None:
+        return None
+    try:
+        handle = handle_from_dict(kind, entry.get("handle") or {})
+    except (InvalidOptionsError, TypeError):
+        logger.warning("provisioning store entry %s has an unexpected shape: rebuilding", key)
+        return None
+    if entry.get("account") != account:
+        logger.info("provisioning store entry %s belongs to another account: rebuilding", key)
+        return None
+    return handle
+
+
+async def _remember(store: Store, key: str, handle: Handle, account: str) -> None:
+    try:
+        await _s(store.put, key, {"handle": handle.to_dict(), "account": account})
+    except StoreError as exc:
+        # A broken store never blocks provisioning: the handle is still returned.
+        logger.warning("provisioning store could not write %s (%s)", key, exc.code)
+
+
+# ---------------------------------------------------------------------------- ensure
+
+
+async def ensure_agent(
+    provider: Any,
+    spec: Any,
+    *,
+    store: Store | None = None,
+    name: str | None = None,
+    environment: Any = None,
+    **options: Any,
+) -> AgentHandle | HarnessHandle:
+    """Build ``spec`` on ``provider`` if absent; return its handle (see the module docstring).
+
+    ``name`` overrides the base (default ``spec.name``). On Claude the result is an
+    :class:`AgentHandle` (environments are separate: :func:`ensure_environment`); on
+    AgentCore a :class:`HarnessHandle` for a harness folding ``environment`` in, and
+    ``options`` are ``provision``'s (``execution_role_arn`` required, ``timeout``,
+    ``endpoint_name``, ``progress``, ``clock``/``sleep``...).
+    """
+    agent = AgentSpec.coerce(spec)
+    base = name if name is not None else agent.require_name()
+    env = EnvironmentSpec.coerce(environment)
+    st = _store(store)
+    async with _host(provider) as host:
+        if env is not None and host.agent_kind == "agent":
+            raise InvalidOptionsError(
+                "on Claude an agent has no environment: ensure_environment(provider, env) and "
+                "pass its handle as ClaudeManagedAgents(environment=...)",
+                option="environment",
+            )
+        digest = host.agent_digest(agent, env)
+        host_name = compose(base, digest, host.policy, kind="agent")
+        key = _index_key(host.agent_kind, base, digest[:8])
+        hit = await _cached(st, key, host.agent_kind, host.account)
+        if isinstance(hit, AgentHandle | HarnessHandle):
+            return hit
+        handle = await host.build_agent(
+            agent, name=host_name, digest=digest, environment=env, options=options
+        )
+        await _remember(st, key, handle, host.account)
+        return handle
+
+
+async def ensure_environment(
+    provider: Any, spec: Any, *, store: Store | None = None, name: str | None = None
+) -> EnvironmentHandle:
+    """Build the environment ``spec`` (an :class:`EnvironmentSpec` or a flat mapping) if
+    absent; return its :class:`EnvironmentHandle`, ``bootstrap`` set when runtimes are
+    declared (recomputed on every path, never stored). ``name`` overrides the base
+    (default ``spec.name``, else ``"env"``). Claude only."""
+    if spec is None:
+        raise InvalidOptionsError(
+            "ensure_environment needs an environment spec, got None",
+            code="invalid_environment_spec",
+            option="spec",
+        )
+    env = EnvironmentSpec.coerce(spec)
+    assert env is not None
+    base = name or env.name or "env"
+    st = _store(store)
+    async with _host(provider) as host:
+        if host.agent_kind != "agent":
+            raise InvalidOptionsError(
+                "AgentCore has no separate environments: pass environment= to ensure_agent "
+                "(the harness folds it in)",
+                code="not_supported",
+                option="provider",
+            )
+        digest = env.digest
+        host_name = compose(base, digest, host.policy, kind="environment")
+        key = _index_key("environment", base, digest[:8])
+        hit = await _cached(st, key, "environment", host.account)
+        if not isinstance(hit, EnvironmentHandle):
+            hit = await host.build_environment(env, name=host_name, digest=digest)
+            await _remember(st, key, hit, host.account)
+    return EnvironmentHandle(
+        environment_id=hit.environment_id,
+        name=hit.name,
+        digest=hit.digest,
+        bootstrap=bootstrap_for(env.runtimes),
+    )
+
+
+# ---------------------------------------------------------------------------- tags
+
+
+def _kind_of(handle: Any, kind: str | None) -> tuple[str, str]:
+    """``(kind, digest8)`` of a handle or a raw 8/64-hex digest (which needs ``kind``)."""
+    if isinstance(handle, AgentHandle | EnvironmentHandle | HarnessHandle):
+        if kind is not None and kind != handle.kind:
+            raise InvalidOptionsError(
+                f"kind={kind!r} but the handle is a {handle.kind}", option="kind"
+            )
+        return handle.kind, handle.digest8
+    if isinstance(handle, str):
+        text = handle.strip()
+        if len(text) in (8, 64) and all(c in "0123456789abcdef" for c in text):
+            if kind not in _KINDS:
+                raise InvalidOptionsError(
+                    f"tagging a raw digest needs kind= (one of {', '.join(_KINDS)})",
+                    option="kind",
+                )
+            assert kind is not None
+            return kind, text[:8]
+    raise InvalidOptionsError(
+        "tag takes a handle (AgentHandle, EnvironmentHandle, HarnessHandle) or a lowercase "
+        "hex digest (8 or 64 characters)",
+        option="handle",
+    )
+
+
+def _check_part(what: str, value: Any, *, allow_colon: bool = False) -> str:
+    if (
+        not isinstance(value, str)
+        or not value
+        or (not allow_colon and ":" in value)
+        or any(ord(c) < 0x20 or c == "\x7f" for c in value)
+    ):
+        raise InvalidOptionsError(
+            f"{what} must be a non-empty string without control characters"
+            f"{'' if allow_colon else ' or colons'}, got {value!r}",
+            code="invalid_reference",
+            option=what,
+        )
+    return value
+
+
+async def tag(
+    base: str, tag: str, handle: Any, *, store: Store | None = None, kind: str | None = None
+) -> None:
+    """Point ``base:tag`` at ``handle``'s digest (movable: retagging moves it)."""
+    _check_part("base", base)
+    _check_part("tag", tag, allow_colon=True)
+    which, digest8 = _kind_of(handle, kind)
+    st = _store(store)
+    key = _tags_key(which, base)
+    entry = await _s(st.get, key) or {}
+    found = entry.get("tags")
+    tags = dict(found) if isinstance(found, Mapping) else {}
+    tags[tag] = digest8
+    await _s(st.put, key, {"tags": tags})
+
+
+def parse_reference(ref: Any) -> tuple[str, str]:
+    """``"base:tag"`` -> ``(base, tag)``, split on the first colon (tags may contain
+    colons); ``invalid_reference`` otherwise."""
+    if not isinstance(ref, str) or ":" not in ref:
+        raise InvalidOptionsError(
+            f'a reference is "base:tag", got {ref!r}', code="invalid_reference", option="ref"
+        )
+    base, _, name = ref.partition(":")
+    return _check_part("base", base), _check_part("tag", name, allow_colon=True)
+
+
+async def resolve(ref: str, *, store: Store | None = None, kind: str | None = None) -> Handle:
+    """The handle ``"base:tag"`` points at. ``kind`` (``agent``/``environment``/``harness``)
+    picks among kinds when one base has the tag under several."""
+    base, name = parse_reference(ref)
+    if kind is not None and kind not in _KINDS:
+        raise InvalidOptionsError(f"kind must be one of {', '.join(_KINDS)}", option="kind")
+    st = _store(store)
+    found: list[tuple[str, str]] = []
+    for which in (kind,) if kind else _KINDS:
+        entry = await _s(st.get, _tags_key(which, base))
+        tags = entry.get("tags") if entry else None
+        if isinstance(tags, Mapping) and isinstance(tags.get(name), str):
+            found.append((which, tags[name]))
+    if not found:
+        raise ProvisioningError(f"no tag {ref!r}", code="unknown_tag", ref=ref)
+    if len(found) > 1:
+        raise InvalidOptionsError(
+            f"{ref!r} is tagged for {', '.join(k for k, _ in found)}: pass kind=",
+            code="ambiguous_tag",
+            option="kind",
+        )
+    ((which, digest8),) = found
+    entry = await _s(st.get, _index_key(which, base, digest8))
+    try:
+        return handle_from_dict(which, (entry or {}).get("handle") or {})
+    except (InvalidOptionsError, TypeError):
+        raise ProvisioningError(
+            f"{ref!r} points at digest {digest8}, which this store does not track",
+            code="untracked_digest",
+            ref=ref,
+            digest=digest8,
+        ) from None
+
+
+# ---------------------------------------------------------------------------- prune
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PruneReport:
+    """What a prune archived (in order), kept, and (on a partial failure) failed on."""
+
+    base: str
+    kind: str
+    archived: list[str] = field(default_factory=list)
+    """Names archived (or, with ``dry_run``, that would be), oldest first."""
+    kept: list[str] = field(default_factory=list)
+    """The newest ``keep`` names (newest first), then any kept only because tagged."""
+    failed: str | None = None
+    reason: str | None = None
+    dry_run: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "base": self.base,
+            "kind": self.kind,
+            "archived": list(self.archived),
+            "kept": list(self.kept),
+            "failed": self.failed,
+            "reason": self.reason,
+            "dry_run": self.dry_run,
+        }
+
+
+def _check_keep(keep: Any) -> int:
+    if keep is MISSING or isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise InvalidOptionsError(
+            "keep= is required: how many of the newest versions to keep (an int >= 1), got "
+            f"{'nothing' if keep is MISSING else repr(keep)}",
+            code="keep_required",
+            option="keep",
+        )
+    return keep
+
+
+def _when(created_at: str) -> float:
+    """A listed ``created_at`` as a timestamp (``0.0`` when unreadable: oldest)."""
+    try:
+        return dt.datetime.fromisoformat(created_at.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def versions(items: Sequence[Listed], base: str, policy: NamePolicy) -> list[Listed]:
+    """The live versions of ``base`` among ``items``, newest first."""
+    out = [i for i in items if i.live and version_of(i.name, base, policy) is not None]
+    return sorted(out, key=lambda i: (_when(i.created_at), i.name), reverse=True)
+
+
+async def _prune(
+    provider: Any, base: str, *, kind: str | None, keep: Any, store: Any, dry_run: bool
+) -> PruneReport:
+    count = _check_keep(keep)
+    _check_part("base", base)
+    st = _store(store)
+    async with _host(provider) as host:
+        which = kind or host.agent_kind
+        if which == "environment" and host.agent_kind != "agent":
+            raise InvalidOptionsError(
+                "AgentCore has no separate environments to prune",
+                code="not_supported",
+                option="provider",
+            )
+        entry = await _s(st.get, _tags_key(which, base))
+        tags = entry.get("tags") if entry else None
+        tagged = set(tags.values()) if isinstance(tags, Mapping) else set()
+        live = versions(await host.listing(which), base, host.policy)
+        digest8 = {i.name: version_of(i.name, base, host.policy) for i in live}
+        kept = [i.name for i in live[:count]]
+        kept += [i.name for i in live[count:] if digest8[i.name] in tagged]
+        doomed = [i for i in reversed(live[count:]) if digest8[i.name] not in tagged]
+        if dry_run:
+            return PruneReport(
+                base=base, kind=which, archived=[i.name for i in doomed], kept=kept, dry_run=True
+            )
+        archived: list[str] = []
+        for item in doomed:
+            try:
+                await host.retire(which, item)
+            except Exception as exc:
+                code = str(getattr(exc, "code", type(exc).__name__))
+                partial = PruneReport(
+                    base=base,
+                    kind=which,
+                    archived=list(archived),
+                    kept=kept,
+                    failed=item.name,
+                    reason=code,
+                )
+                raise ProvisioningError(
+                    f"prune of {base!r} stopped at {item.name} ({code}) after archiving "
+                    f"{len(archived)}",
+                    code="prune_partial",
+                    report=partial,
+                    archived=list(archived),
+                    failed=item.name,
+                    reason=code,
+                ) from exc
+            archived.append(item.name)
+            try:
+                await _s(st.delete, _index_key(which, base, str(digest8[item.name])))
+            except StoreError as exc:
+                logger.warning("prune could not drop the store entry of %s (%s)", item.name, exc)
+        return PruneReport(base=base, kind=which, archived=archived, kept=kept)
+
+
+async def prune_agents(
+    provider: Any,
+    base: str,
+    *,
+    keep: int = MISSING,  # no default: MISSING is refused with keep_required
+    store: Store | None = None,
+    dry_run: bool = False,
+) -> PruneReport:
+    """Archive the versions of agent ``base`` beyond the newest ``keep`` (AgentCore: delete
+    the harnesses), never a tagged one, oldest first."""
+    return await _prune(provider, base, kind=None, keep=keep, store=store, dry_run=dry_run)
+
+
+async def prune_environments(
+    provider: Any,
+    base: str,
+    *,
+    keep: int = MISSING,  # no default: MISSING is refused with keep_required
+    store: Store | None = None,
+    dry_run: bool = False,
+) -> PruneReport:
+    """Archive the versions of environment ``base`` beyond the newest ``keep`` (Claude)."""
+    return await _prune(provider, base, kind="environment", keep=keep, store=store, dry_run=dry_run)
