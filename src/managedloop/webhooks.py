@@ -45,7 +45,8 @@ did not get a 2xx in time, and one idle can raise two event types. So:
 
 * each ``webhook-id`` is recorded in the store (``running`` → ``done`` / ``failed``); a
   delivery whose id is ``running`` or ``done`` is a ``duplicate`` and runs nothing (a
-  ``failed`` one is processed again: that is the host's retry);
+  ``failed`` one is processed again: that is the host's retry; so is a ``running`` one
+  older than ``running_lease``, :data:`RUNNING_LEASE`, left by a worker that died);
 * deliveries for one session are handled one at a time in this process (a lock per
   session id), so two event types for one idle cannot run its tools twice: the second
   finds them answered in the host's history;
@@ -111,6 +112,8 @@ from managedloop.stores import MemoryStore, Store
 __all__ = [
     "HANDLED_EVENTS",
     "MAX_BODY",
+    "RUNNING_LEASE",
+    "STORE_PREFIX",
     "TOLERANCE",
     "WebhookEvent",
     "WebhookOutcome",
@@ -134,6 +137,9 @@ rotation); a header with more is malformed rather than a CPU sink."""
 HANDLED_EVENTS = frozenset({"session.requires_action", "session.status_idled"})
 """The event types that attach and run pending tools; any other is acknowledged."""
 STORE_PREFIX = "managedloop:webhooks:"
+RUNNING_LEASE = 3600.0
+"""Seconds a delivery may stay ``running`` before a redelivery of it is processed again:
+an hour covers long tool runs; past it the worker most likely died."""
 
 _WEBHOOK_ID = re.compile(r"[A-Za-z0-9_.:=+/-]{1,256}")
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
@@ -499,6 +505,7 @@ class Webhooks:
         run_options: Mapping[str, Any] | None = None,
         on_outcome: Callable[[WebhookOutcome], Any] | None = None,
         store_prefix: str = STORE_PREFIX,
+        running_lease: float = RUNNING_LEASE,
     ) -> None:
         if not (hasattr(provider, "open") or callable(provider)):
             raise InvalidOptionsError(
@@ -507,6 +514,7 @@ class Webhooks:
         if agent is None:
             raise InvalidOptionsError("agent= is required (the tools that serve the calls)")
         _validate.duration("tolerance", tolerance, allow_none=False, allow_zero=True)
+        _validate.duration("running_lease", running_lease, allow_none=False)
         if store is not None and not isinstance(store, Store):
             raise InvalidOptionsError("store must be a managedloop.stores.Store", option="store")
         if clock is not None and not callable(clock):
@@ -522,6 +530,7 @@ class Webhooks:
         self.background = background
         self.run_options = dict(run_options or {})
         self.on_outcome = on_outcome
+        self.running_lease = float(running_lease)
         self._ledger = _Ledger(store if store is not None else _default_store(), store_prefix)
         self._deliveries = anyio.Lock()
         self._sessions: MutableMapping[str, anyio.Lock] = {}
@@ -558,16 +567,23 @@ class Webhooks:
         if sid is None or _SESSION_ID.fullmatch(sid) is None:
             raise _refuse("malformed_webhook", "the event's data.id is not a session id")
         key = self._ledger.delivery_key(event.webhook_id)
+        now = (self.clock or time.time)()
         async with self._deliveries:  # check-and-mark is atomic in this process
             record = await self._ledger.get(key)
-            if record is not None and record.get("state") in ("running", "done"):
+            state = record.get("state") if record is not None else None
+            since = record.get("since") if record is not None else None
+            if state == "running" and isinstance(since, int | float):
+                # A process that died mid-delivery leaves "running" behind: after the lease
+                # it counts as failed, so the host's retry is not refused forever.
+                state = "running" if now - since <= self.running_lease else "failed"
+            if state in ("running", "done"):
                 return WebhookOutcome(
                     status="duplicate",
                     webhook_id=event.webhook_id,
                     event_type=event.type,
                     session_id=sid,
                 )
-            await self._ledger.put(key, {"state": "running", "session_id": sid})
+            await self._ledger.put(key, {"state": "running", "session_id": sid, "since": now})
         return None
 
     async def _process(self, event: WebhookEvent) -> WebhookOutcome:

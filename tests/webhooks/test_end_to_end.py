@@ -4,6 +4,7 @@ twice; a failed delivery loses nothing and its retry does not re-run the tool.""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 from typing import Any
@@ -11,6 +12,8 @@ from typing import Any
 import anthropic
 import anyio
 import pytest
+from anthropic.types.beta import BetaWebhookEvent
+from standardwebhooks import Webhook
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from tests.webhooks.conftest import (
@@ -31,6 +34,7 @@ from managedloop.testing import ClaudeEmulator
 
 pytestmark = pytest.mark.anyio
 
+SECRET = "whsec_c2VjcmV0LWtleS1mb3ItdGVzdHM="
 NOW = 1_900_000_000.0  # the receiver's and the emulator's clock: no wall-clock in these tests
 
 
@@ -54,7 +58,7 @@ async def test_a_signed_webhook_drives_a_parked_session_to_its_end(
     hooks = mw.app(
         provider_for(client),
         agent=spec,
-        secret="whsec_" + "c2VjcmV0LWtleS1mb3ItdGVzdHM=",
+        secret=SECRET,
         store=MemoryStore(),
         clock=_clock,
         on_outcome=outcomes.append,
@@ -62,7 +66,7 @@ async def test_a_signed_webhook_drives_a_parked_session_to_its_end(
     site = Starlette(routes=[Mount("/hooks", app=hooks)])  # mounted in a real framework
     emu.webhooks.clock = _clock
     async with serve(asgi_bridge(site, "/hooks/claude")) as url:
-        emu.webhooks.subscribe(f"{url}/hooks/claude", secret="whsec_c2VjcmV0LWtleS1mb3ItdGVzdHM=")
+        emu.webhooks.subscribe(f"{url}/hooks/claude", secret=SECRET)
         run = await client.beta.deployments.run(dep_id)
         sid = run.session_id
         assert sid is not None
@@ -72,6 +76,13 @@ async def test_a_signed_webhook_drives_a_parked_session_to_its_end(
         await hooks.drain()
 
     assert [d.status for d in deliveries] == [202, 202, 202]
+    for d in deliveries:  # the SDK's own types and verifier accept every delivery
+        assert BetaWebhookEvent.model_validate_json(d.body).data.id == sid
+        assert d.headers["webhook-id"] == json.loads(d.body)["id"]
+        # standardwebhooks signs it the same (its verify() reads the wall clock: not used).
+        stamp = dt.datetime.fromtimestamp(NOW, tz=dt.UTC)
+        theirs = Webhook(SECRET).sign(d.webhook_id, stamp, d.body.decode())
+        assert d.headers["webhook-signature"] == theirs
     assert {d.event_type for d in deliveries} == {"session.requires_action", "session.status_idled"}
     uses = tool_uses(emu, sid)
     assert len(uses) == 1
@@ -282,6 +293,16 @@ async def test_events_that_run_nothing(
         None,
     )
     assert calls.log == []
+    # A delivery left "running" by a worker that died counts as failed after the lease.
+    store = MemoryStore()
+    hooks = mw.app(provider_for(client), agent=spec, secret=b"k", store=store, clock=_clock)
+    for wid, since, expected in (
+        ("w1", NOW - 10, "duplicate"),
+        ("w2", NOW - 3601, "nothing_pending"),
+    ):
+        store.put(f"{mw.STORE_PREFIX}delivery:{wid}", {"state": "running", "since": since})
+        body, headers = _signed(wid, session.id, "session.status_idled", b"k")
+        assert (await hooks.handle(body, headers)).status == expected
     with pytest.raises(ml.ManagedLoopError) as info:  # a handled type needs a session id
         await hooks.handle(*_signed("msg_4", "../x", "session.requires_action", b"k"))
     assert info.value.code == "malformed_webhook"
