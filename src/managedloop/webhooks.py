@@ -48,8 +48,8 @@ did not get a 2xx in time, and one idle can raise two event types. So:
   ``failed`` one is processed again: that is the host's retry; so is a ``running`` one
   older than ``running_lease``, :data:`RUNNING_LEASE`, left by a worker that died);
 * deliveries for one session are handled one at a time in this process (a lock per
-  session id), so two event types for one idle cannot run its tools twice: the second
-  finds them answered in the host's history;
+  session id, shared by every receiver on the event loop), so two event types for one
+  idle cannot run its tools twice: the second finds them answered in the host's history;
 * every result is written to the store, keyed by session and tool-use id, *before* it is
   sent; a later delivery that finds that use still pending on the host (the send failed,
   the process died) sends the stored result and does not run the tool again;
@@ -57,12 +57,17 @@ did not get a 2xx in time, and one idle can raise two event types. So:
   finds it still pending with no stored result (the process died mid-tool) answers it
   with an error result saying so rather than running it a second time. After a run that
   returns normally, marks of uses that were never run (a ``max_turns`` stop) are removed.
+  Uses answered this way are listed in :attr:`WebhookOutcome.from_store` (and appear in
+  the result's ``custom_tool_uses`` with an ``input_error`` saying so: they did not run).
 
 The store is any :class:`managedloop.stores.Store` (default: one process-wide
-:class:`~managedloop.stores.MemoryStore`). The ``Store`` protocol has no compare-and-set,
-so the checks above are atomic within one process (a lock), not across processes sharing
-a persistent store: two processes receiving the same delivery at the same instant could
-both run it. Route one session's webhooks to one process, or put a lock in front.
+:class:`~managedloop.stores.MemoryStore`); records older than ``retention``
+(:data:`RETENTION`, a week) are swept at most once an hour, so the dedupe stays small.
+Each read-decide-write on it runs under one process-wide lock, so the checks are atomic
+within one process; the ``Store`` protocol has no compare-and-set, so two *processes*
+sharing a persistent store and receiving the same delivery at the same instant could both
+run it. Route one session's webhooks to one process, or put a lock in front. A receiver
+serves one event loop (its per-session locks are the loop's).
 
 **Answer fast, work after.** The ASGI app verifies and de-duplicates before answering,
 then (``background=True``, the default) answers ``202`` at once and does the work after
@@ -94,6 +99,7 @@ import inspect
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
@@ -137,6 +143,10 @@ rotation); a header with more is malformed rather than a CPU sink."""
 HANDLED_EVENTS = frozenset({"session.requires_action", "session.status_idled"})
 """The event types that attach and run pending tools; any other is acknowledged."""
 STORE_PREFIX = "managedloop:webhooks:"
+RETENTION = 7 * 24 * 3600.0
+"""Seconds a delivery or tool-use record is kept: longer than a host's retry schedule
+(Standard Webhooks senders retry for a day or so), so a late redelivery is still caught."""
+PRUNE_INTERVAL = 3600.0  # seconds between two sweeps of the store for expired records
 RUNNING_LEASE = 3600.0
 """Seconds a delivery may stay ``running`` before a redelivery of it is processed again:
 an hour covers long tool runs; past it the worker most likely died."""
@@ -146,6 +156,10 @@ _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _SECRET_PREFIX = "whsec_"  # noqa: S105 - the key format's prefix, not a key
 _STARTED = "started"
+_GUARD = threading.Lock()
+"""Makes each store read-decide-write atomic within the process (see _Ledger)."""
+_SESSION_LOCKS: dict[str, anyio.Lock] = {}
+"""One delivery at a time per session id, for every receiver on the process's loop."""
 
 
 # -- verification ------------------------------------------------------------------------
@@ -332,11 +346,14 @@ class WebhookOutcome:
 
 # -- the at-most-once bookkeeping ----------------------------------------------------------
 class _Ledger:
-    """The store records of deliveries and tool uses (see the module docstring)."""
+    """The store records of deliveries and tool uses (see the module docstring). Every
+    read-decide-write runs in one worker-thread call under :data:`_GUARD`, so it is atomic
+    for every receiver in this process, whichever event loop serves it."""
 
-    def __init__(self, store: Store, prefix: str) -> None:
+    def __init__(self, store: Store, prefix: str, clock: Callable[[], float]) -> None:
         self.store = store
         self.prefix = prefix
+        self.clock = clock
 
     def delivery_key(self, webhook_id: str) -> str:
         return f"{self.prefix}delivery:{webhook_id}"
@@ -348,10 +365,61 @@ class _Ledger:
         return await anyio.to_thread.run_sync(self.store.get, key)
 
     async def put(self, key: str, value: Mapping[str, Any]) -> None:
-        await anyio.to_thread.run_sync(self.store.put, key, value)
+        stamped = {**value, "at": self.clock()}
+        await anyio.to_thread.run_sync(self.store.put, key, stamped)
 
     async def delete(self, key: str) -> None:
         await anyio.to_thread.run_sync(self.store.delete, key)
+
+    async def admit(self, key: str, session_id: str, lease: float) -> bool:
+        """Mark a delivery ``running`` unless it is running (within ``lease``) or done."""
+
+        def decide() -> bool:
+            now = self.clock()
+            with _GUARD:
+                record = self.store.get(key)
+                state = record.get("state") if record is not None else None
+                since = record.get("since") if record is not None else None
+                if state == "running" and isinstance(since, int | float) and now - since > lease:
+                    # A worker that died mid-delivery leaves "running" behind: after the
+                    # lease it counts as failed, so the host's retry is not refused forever.
+                    state = "failed"
+                if state in ("running", "done"):
+                    return False
+                value = {"state": "running", "session_id": session_id, "since": now, "at": now}
+                self.store.put(key, value)
+                return True
+
+        return await anyio.to_thread.run_sync(decide)
+
+    async def claim(self, key: str, webhook_id: str) -> bool:
+        """Mark a tool use ``started`` if nothing is recorded for it yet."""
+
+        def decide() -> bool:
+            with _GUARD:
+                if self.store.get(key) is not None:
+                    return False
+                value = {"state": _STARTED, "webhook_id": webhook_id, "at": self.clock()}
+                self.store.put(key, value)
+                return True
+
+        return await anyio.to_thread.run_sync(decide)
+
+    async def prune(self, retention: float) -> int:
+        """Delete records older than ``retention`` seconds; returns how many."""
+
+        def sweep() -> int:
+            cutoff = self.clock() - retention
+            old = [
+                k
+                for k, v in self.store.scan(self.prefix).items()
+                if isinstance(v.get("at"), int | float) and v["at"] < cutoff
+            ]
+            for k in old:
+                self.store.delete(k)
+            return len(old)
+
+        return await anyio.to_thread.run_sync(sweep)
 
 
 _INTERRUPTED = (
@@ -416,8 +484,7 @@ class _Attached:
             if not use.id or use.id in self.claimed or use.id in self.recorded:
                 continue
             key = self.ledger.tool_key(self.session_id, use.id)
-            if await self.ledger.get(key) is None:
-                await self.ledger.put(key, {"state": _STARTED, "webhook_id": self.webhook_id})
+            if await self.ledger.claim(key, self.webhook_id):
                 self.claimed.add(use.id)
 
     async def record(self, results: ToolResults) -> ToolResults:
@@ -489,6 +556,11 @@ class Webhooks:
     after use. ``agent`` is what ``ml.run`` takes (an ``AgentSpec`` whose tools serve the
     calls, or a handle with ``handler=``). ``secret`` is the signing key (``whsec_...``).
     ``run_options`` go to ``ml.run`` (``timeout``, ``max_turns``, ``tool_timeout``...).
+    ``store`` holds the dedupe records (see the module docstring; ``store_prefix`` starts
+    their keys, ``retention`` is how long they are kept, ``running_lease`` how long a
+    ``running`` delivery blocks its redeliveries); ``tolerance`` and ``clock`` are
+    :func:`verify`'s; ``background`` chooses when the ASGI app answers; ``on_outcome`` is
+    called (sync or async) with each outcome the ASGI app produced.
     """
 
     def __init__(
@@ -506,6 +578,7 @@ class Webhooks:
         on_outcome: Callable[[WebhookOutcome], Any] | None = None,
         store_prefix: str = STORE_PREFIX,
         running_lease: float = RUNNING_LEASE,
+        retention: float = RETENTION,
     ) -> None:
         if not (hasattr(provider, "open") or callable(provider)):
             raise InvalidOptionsError(
@@ -515,6 +588,7 @@ class Webhooks:
             raise InvalidOptionsError("agent= is required (the tools that serve the calls)")
         _validate.duration("tolerance", tolerance, allow_none=False, allow_zero=True)
         _validate.duration("running_lease", running_lease, allow_none=False)
+        _validate.duration("retention", retention, allow_none=False)
         if store is not None and not isinstance(store, Store):
             raise InvalidOptionsError("store must be a managedloop.stores.Store", option="store")
         if clock is not None and not callable(clock):
@@ -531,9 +605,11 @@ class Webhooks:
         self.run_options = dict(run_options or {})
         self.on_outcome = on_outcome
         self.running_lease = float(running_lease)
-        self._ledger = _Ledger(store if store is not None else _default_store(), store_prefix)
-        self._deliveries = anyio.Lock()
-        self._sessions: MutableMapping[str, anyio.Lock] = {}
+        self._ledger = _Ledger(
+            store if store is not None else _default_store(), store_prefix, clock or time.time
+        )
+        self.retention = float(retention)
+        self._pruned_at: float | None = None
         self._busy = 0
         self._idle: anyio.Event | None = None
 
@@ -567,30 +643,20 @@ class Webhooks:
         if sid is None or _SESSION_ID.fullmatch(sid) is None:
             raise _refuse("malformed_webhook", "the event's data.id is not a session id")
         key = self._ledger.delivery_key(event.webhook_id)
-        now = (self.clock or time.time)()
-        async with self._deliveries:  # check-and-mark is atomic in this process
-            record = await self._ledger.get(key)
-            state = record.get("state") if record is not None else None
-            since = record.get("since") if record is not None else None
-            if state == "running" and isinstance(since, int | float):
-                # A process that died mid-delivery leaves "running" behind: after the lease
-                # it counts as failed, so the host's retry is not refused forever.
-                state = "running" if now - since <= self.running_lease else "failed"
-            if state in ("running", "done"):
-                return WebhookOutcome(
-                    status="duplicate",
-                    webhook_id=event.webhook_id,
-                    event_type=event.type,
-                    session_id=sid,
-                )
-            await self._ledger.put(key, {"state": "running", "session_id": sid, "since": now})
+        if not await self._ledger.admit(key, sid, self.running_lease):
+            return WebhookOutcome(
+                status="duplicate",
+                webhook_id=event.webhook_id,
+                event_type=event.type,
+                session_id=sid,
+            )
         return None
 
     async def _process(self, event: WebhookEvent) -> WebhookOutcome:
         sid = event.subject_id
         assert sid is not None
         key = self._ledger.delivery_key(event.webhook_id)
-        lock = self._sessions.setdefault(sid, anyio.Lock())
+        lock = _SESSION_LOCKS.setdefault(sid, anyio.Lock())
         try:
             async with lock:
                 outcome = await self._attach_and_run(event, sid)
@@ -603,9 +669,19 @@ class Webhooks:
             raise
         finally:
             if not lock.locked() and lock.statistics().tasks_waiting == 0:
-                self._sessions.pop(sid, None)
+                _SESSION_LOCKS.pop(sid, None)
         await self._ledger.put(key, {"state": "done", "session_id": sid, "status": outcome.status})
+        await self._maybe_prune()
         return outcome
+
+    async def _maybe_prune(self) -> None:
+        """Keep the dedupe small: at most once per :data:`PRUNE_INTERVAL`, drop records
+        older than ``retention``."""
+        now = self._ledger.clock()
+        if self._pruned_at is not None and now - self._pruned_at < PRUNE_INTERVAL:
+            return
+        self._pruned_at = now
+        await self._ledger.prune(self.retention)
 
     async def _attach_and_run(self, event: WebhookEvent, sid: str) -> WebhookOutcome:
         provider, owned = await self._provider_for_delivery()
@@ -809,7 +885,7 @@ async def handle(
 ) -> WebhookOutcome:
     """One delivery from any framework: :meth:`Webhooks.handle` on a receiver built for
     this call. De-duplication holds across calls through the store (by default the
-    process-wide :class:`~managedloop.stores.MemoryStore`); the per-session lock holds
-    only within one receiver, so a long-lived :func:`app` is the better fit for a server.
+    process-wide :class:`~managedloop.stores.MemoryStore`) and the process-wide locks; a
+    long-lived :func:`app` (or :class:`Webhooks`) saves re-checking the options per call.
     """
     return await Webhooks(provider, agent=agent, secret=secret, **options).handle(body, headers)

@@ -308,7 +308,9 @@ async def test_events_that_run_nothing(
     assert info.value.code == "malformed_webhook"
 
 
-def _signed(webhook_id: str, subject: str, kind: str, key: bytes) -> tuple[bytes, dict[str, str]]:
+def _signed(
+    webhook_id: str, subject: str, kind: str, key: bytes, now: float = NOW
+) -> tuple[bytes, dict[str, str]]:
     payload = {
         "id": webhook_id,
         "type": "event",
@@ -316,9 +318,81 @@ def _signed(webhook_id: str, subject: str, kind: str, key: bytes) -> tuple[bytes
         "data": {"id": subject, "type": kind, "organization_id": "o", "workspace_id": "w"},
     }
     body = json.dumps(payload).encode()
-    stamp = int(NOW)
+    stamp = int(now)
     return body, {
         "webhook-id": webhook_id,
         "webhook-timestamp": str(stamp),
         "webhook-signature": mw.sign(key, webhook_id, stamp, body),
     }
+
+
+async def test_two_deliveries_for_one_idle_at_once_run_the_tool_once(
+    emu: ClaudeEmulator, client: anthropic.AsyncAnthropic
+) -> None:
+    calls = Calls()
+    gate = anyio.Event()
+
+    @ml.tool
+    async def get_weather(city: str) -> str:
+        """Current weather for a city."""
+        calls.log.append(city)
+        await gate.wait()
+        return f"Sunny in {city}"
+
+    spec = ml.AgentSpec(name="weather", system_prompt="Use tools.", tools=[get_weather])
+    dep_id, _ = await deployment(client, spec)
+    run = await client.beta.deployments.run(dep_id)
+    sid = run.session_id
+    assert sid is not None
+    await _parked(emu, sid)
+    store = MemoryStore()
+    outcomes: list[mw.WebhookOutcome] = []
+
+    async def deliver(wid: str, kind: str) -> None:
+        body, headers = _signed(wid, sid, kind, b"k")
+        outcomes.append(  # the plain function, called twice at once (two receivers)
+            await mw.handle(
+                body,
+                headers,
+                provider=provider_for(client),
+                agent=spec,
+                secret=b"k",
+                store=store,
+                clock=_clock,
+            )
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(deliver, "w-a", "session.requires_action")
+        tg.start_soon(deliver, "w-b", "session.status_idled")
+        with anyio.fail_after(30):
+            while not calls.log:
+                await anyio.sleep(0.005)
+        gate.set()
+    assert calls.log == ["Paris"]
+    assert sorted(o.status for o in outcomes) == ["completed", "nothing_pending"]
+    assert tool_results(emu, sid) == tool_uses(emu, sid)
+
+
+async def test_old_records_are_swept(emu: ClaudeEmulator, client: anthropic.AsyncAnthropic) -> None:
+    now = [NOW]
+    store = MemoryStore()
+    _, spec = await deployment(client, weather_spec(Calls()))
+    hooks = mw.app(
+        provider_for(client),
+        agent=spec,
+        secret=b"k",
+        store=store,
+        clock=lambda: now[0],
+        retention=100.0,
+    )
+    handle = await ml.provision(provider_for(client), spec)
+    session = await client.beta.sessions.create(
+        agent=handle.agent_id, environment_id=handle.environment_id
+    )
+    store.put("unrelated", {"at": 0})  # not ours: never touched
+    await hooks.handle(*_signed("w-old", session.id, "session.status_idled", b"k"))
+    assert f"{mw.STORE_PREFIX}delivery:w-old" in store.scan(mw.STORE_PREFIX)
+    now[0] += mw.PRUNE_INTERVAL + 1  # past the retention, and time for the next sweep
+    await hooks.handle(*_signed("w-new", session.id, "session.status_idled", b"k", now[0]))
+    assert sorted(store.scan("")) == [f"{mw.STORE_PREFIX}delivery:w-new", "unrelated"]
