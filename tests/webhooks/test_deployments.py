@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo
 import anthropic
 import anyio
 import pytest
+from anthropic.types import ErrorResponse
 from anthropic.types.beta import BetaManagedAgentsDeployment, BetaManagedAgentsDeploymentRun
 from tests.webhooks.conftest import Calls, deployment, tool_uses, weather_spec
 
@@ -76,25 +77,32 @@ async def test_every_deployment_route_passes_strict_validation(emu: ClaudeEmulat
         for record in emu.deployments.runs.values():
             BetaManagedAgentsDeploymentRun.model_validate(record)
         # Refusals use the API's error envelope.
-        with pytest.raises(anthropic.NotFoundError):
-            await strict.beta.deployments.retrieve("depl_missing")
-        with pytest.raises(anthropic.BadRequestError):
-            await strict.beta.deployments.create(
-                agent=agent.id, environment_id=env.id, initial_events=[], name="x"
-            )
-        with pytest.raises(anthropic.BadRequestError):
-            await strict.beta.deployments.create(
-                agent=agent.id,
-                environment_id=env.id,
-                initial_events=HELLO,  # type: ignore[arg-type]
-                name="x",
-                schedule={"type": "cron", "expression": "61 * * * *", "timezone": "UTC"},  # type: ignore[typeddict-unknown-key]
-            )
         archived = next(iter(emu.deployments.records))
-        with pytest.raises(anthropic.ConflictError):
-            await strict.beta.deployments.run(archived)
-        with pytest.raises(anthropic.NotFoundError):
-            await strict.beta.deployment_runs.retrieve("drun_missing")
+        refusals = [
+            (anthropic.NotFoundError, strict.beta.deployments.retrieve("depl_missing")),
+            (
+                anthropic.BadRequestError,
+                strict.beta.deployments.create(
+                    agent=agent.id, environment_id=env.id, initial_events=[], name="x"
+                ),
+            ),
+            (
+                anthropic.BadRequestError,
+                strict.beta.deployments.create(
+                    agent=agent.id,
+                    environment_id=env.id,
+                    initial_events=HELLO,  # type: ignore[arg-type]
+                    name="x",
+                    schedule={"type": "cron", "expression": "61 * * * *", "timezone": "UTC"},  # type: ignore[typeddict-unknown-key]
+                ),
+            ),
+            (anthropic.ConflictError, strict.beta.deployments.run(archived)),
+            (anthropic.NotFoundError, strict.beta.deployment_runs.retrieve("drun_missing")),
+        ]
+        for kind, call in refusals:
+            with pytest.raises(kind) as info:
+                await call
+            ErrorResponse.model_validate(info.value.body)
 
 
 async def test_a_manual_run_parks_its_session_on_the_custom_tool(
