@@ -396,3 +396,30 @@ async def test_old_records_are_swept(emu: ClaudeEmulator, client: anthropic.Asyn
     now[0] += mw.PRUNE_INTERVAL + 1  # past the retention, and time for the next sweep
     await hooks.handle(*_signed("w-new", session.id, "session.status_idled", b"k", now[0]))
     assert sorted(store.scan("")) == [f"{mw.STORE_PREFIX}delivery:w-new", "unrelated"]
+
+
+async def test_a_scheduled_run_is_driven_by_its_webhook_too(
+    emu: ClaudeEmulator, client: anthropic.AsyncAnthropic
+) -> None:
+    calls = Calls()
+    start = dt.datetime(2030, 1, 7, 8, 59, tzinfo=dt.UTC)
+    emu.deployments.clock = lambda: start
+    _, spec = await deployment(
+        client,
+        weather_spec(calls),
+        schedule={"type": "cron", "expression": "0 9 * * *", "timezone": "UTC"},
+    )
+    hooks = mw.app(
+        provider_for(client), agent=spec, secret=SECRET, store=MemoryStore(), clock=_clock
+    )
+    emu.webhooks.clock = _clock
+    async with serve(asgi_bridge(hooks)) as url:
+        emu.webhooks.subscribe(url, secret=SECRET, events=["session.requires_action"])
+        (fired,) = emu.deployments.tick(start + dt.timedelta(minutes=1))
+        (delivery,) = await emu.webhooks.delivered(1)
+        await hooks.drain()
+    sid = fired["session_id"]
+    assert (delivery.status, delivery.session_id) == (202, sid)
+    assert calls.log == ["Paris"]
+    assert tool_results(emu, sid) == tool_uses(emu, sid)
+    assert emu.events(sid)[-1]["stop_reason"] == {"type": "end_turn"}
