@@ -44,6 +44,7 @@ ROOT = "managedloop"
 _RANKS: dict[str, tuple[int, str]] = {
     "cli": (110, "cli"),
     "__main__": (120, "entry point"),  # `python -m managedloop`: runs the cli
+    "webhooks": (85, "webhooks"),  # above session (it runs ml.run) and testing, as DESIGN.md
     "testing": (80, "testing"),
     "session": (70, "session"),
     "hosts": (50, "host contract"),  # managedloop.hosts; providers.base is its alias

@@ -22,6 +22,7 @@ exception the library raises derives from :class:`ManagedLoopError` and carries 
     │   └── HostStreamError               harness_stream_error, command_stream_error, session_error
     ├── ProvisioningError                 harness_ready_timeout, endpoint_failed, name conflicts
     ├── StoreError                        invalid_key, not_json, store_unavailable, store_corrupt
+    ├── WebhookVerificationError          bad_signature, stale_webhook, malformed_webhook
     └── ArtifactError                     not_found, invalid_name, command_failed, bad_base64, ...
 
 Messages and context never contain secrets: values that are secret are wrapped in
@@ -51,6 +52,7 @@ __all__ = [
     "ToolError",
     "TransportError",
     "UnsupportedError",
+    "WebhookVerificationError",
 ]
 
 
@@ -178,3 +180,11 @@ class ArtifactError(ManagedLoopError):
     """A session artifact operation failed or was refused."""
 
     default_code = "artifact_error"
+
+
+class WebhookVerificationError(ManagedLoopError):
+    """A webhook delivery was refused (``managedloop.webhooks``): its signature does not
+    match, its timestamp is outside the tolerance, or its headers or body are malformed.
+    Nothing was run or changed."""
+
+    default_code = "bad_signature"

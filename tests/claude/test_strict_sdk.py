@@ -17,6 +17,7 @@ from typing import Any
 import anthropic
 import pytest
 from anthropic.types import ErrorResponse
+from tests.webhooks.test_deployments import strict_deployment_round_trip
 
 from managedloop.testing import ClaudeEmulator, ClaudeFaults, call, say
 from managedloop.testing._claude.resources import RESOURCES, RefusedError, new_record
@@ -117,6 +118,7 @@ async def test_every_route_passes_strict_sdk_validation() -> None:
             assert (await files.delete(upload.id)).id == upload.id
             assert (await sessions.archive(session.id)).archived_at is not None
             assert (await sessions.delete(session.id)).type == "session_deleted"
+            await strict_deployment_round_trip(strict, emu, agent.id, env.id)
             assert (await agents.archive(agent.id)).archived_at is not None
             assert (await envs.archive(env.id)).archived_at is not None
             assert (await envs.delete(env.id)).type == "environment_deleted"

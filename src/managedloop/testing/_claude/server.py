@@ -30,6 +30,7 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
+from managedloop.testing._claude.deployments import Deployments
 from managedloop.testing._claude.faults import ClaudeFaults
 from managedloop.testing._claude.resources import (
     RESOURCES,
@@ -39,6 +40,7 @@ from managedloop.testing._claude.resources import (
     update_record,
 )
 from managedloop.testing._claude.session import CLOSE, DROP, EmuSession, now_iso
+from managedloop.testing._claude.webhooks import WebhookSender
 from managedloop.testing._loopback import MAX_BODY, LoopbackServer
 from managedloop.testing.script import ScriptedAgent, Step
 
@@ -211,6 +213,8 @@ class ClaudeEmulator(LoopbackServer):
         self.requests: list[RecordedRequest] = []
         self.state = _State()
         self._ids = itertools.count(1)
+        self.deployments = Deployments(self)  # testing/_claude/deployments.py
+        self.webhooks = WebhookSender(self)  # testing/_claude/webhooks.py
 
     # -- lifecycle (start, stop, ``with``, ``async with``: see testing/_loopback.py) ----
     @property
@@ -223,6 +227,7 @@ class ClaudeEmulator(LoopbackServer):
             if session.run_task is not None:
                 session.run_task.cancel()
             session.close_streams()
+        await self.webhooks.aclose()
 
     def call(self, fn: Any, *args: Any) -> Any:
         """Run ``fn(*args)`` on the emulator's loop and return its result (thread-safe)."""
@@ -329,6 +334,7 @@ class ClaudeEmulator(LoopbackServer):
         r.add_get("/v1/files/{id}", self._get_file)
         r.add_get("/v1/files/{id}/content", self._download_file)
         r.add_delete("/v1/files/{id}", self._delete_file)
+        self.deployments.add_routes(r)
         return app
 
     def _authorized(self, secret: str | None, bearer: bool) -> bool:
