@@ -1,7 +1,7 @@
 """The full Claude Managed Agents lifecycle: provision, run with a local tool, read, tear down.
 
 The Python counterpart of the specification's ``examples/claude_managed_agents.exs``. It
-runs offline as written, against :class:`managedloop.testing.ClaudeEmulator`: a real HTTP
+runs offline as written, against ``managedloop.testing.ClaudeEmulator``: a real HTTP
 server on 127.0.0.1 that speaks the Managed Agents REST + SSE API, driven through the real
 ``anthropic`` SDK. Every line marked ``REAL SERVICE`` says what changes for the real API.
 

@@ -3,7 +3,7 @@
 The Python counterpart of the specification's ``examples/provider_agnostic.exs``: the same
 agent and the same handler run on Local, Claude Managed Agents and Bedrock AgentCore; only
 the provider changes, and each result has the same fields. Runs offline as written,
-against each host's loopback emulator in :mod:`managedloop.testing` (the real ``anthropic``
+against each host's loopback emulator in ``managedloop.testing`` (the real ``anthropic``
 SDK and real botocore over 127.0.0.1); ``REAL SERVICE`` lines say what changes.
 
     python examples/one_handler_every_host.py
