@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: demo demo-model model test test-model test-oldest lint typecheck pytest fuzz bench bench-quality clean
+.PHONY: demo demo-model model test test-model test-oldest lint typecheck pytest fuzz bench bench-quality docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,8 +41,8 @@ demo-model: $(STAMP_RUN) $(STAMP_MODEL)
 	$(BIN)/managedloop demo --local-model
 
 lint: $(STAMP_DEV)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
 
 typecheck: $(STAMP_DEV)
 	$(BIN)/mypy --strict src/managedloop
@@ -88,5 +88,15 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"
 	touch $@
 
+# The documentation site (mkdocs.yml) into site/: offline, and --strict turns every warning
+# (a broken link, a docstring mkdocstrings cannot render) into a failure. The API reference
+# is read from the source by griffe, statically. NO_MKDOCS_2_WARNING silences a banner.
+$(VENV)/.installed-docs: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	touch $@
+
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) $(VENV_OLD) .coverage .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV_OLD) site .coverage .mypy_cache .ruff_cache

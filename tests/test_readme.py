@@ -31,31 +31,20 @@ def test_readme_opens_with_the_two_commands() -> None:
     assert "make test" in text.split("## Quickstart")[0]
 
 
-def test_agentcore_snippet_runs_against_the_emulator() -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-    snippet = next(b for b in blocks if "AgentCoreEmulator" in b)
-    namespace: dict[str, object] = {}
-    with contextlib.redirect_stdout(io.StringIO()):
-        exec(compile(blocks[0], "README quickstart", "exec"), namespace)
-    exec(compile(snippet, "README agentcore", "exec"), namespace)
-    result = namespace["result"]
-    assert getattr(result, "terminal", None) == "end_turn"
-    assert [u.name for u in getattr(result, "custom_tool_uses", [])] == ["get_weather"]
+def test_the_readme_blocks_run_in_order_and_do_what_they_say() -> None:
+    """The quickstart, the live session, the Claude block (written for the real service,
+    run against an emulator: see tests/test_docs_blocks.py) and the AgentCore block, as
+    one chain in one namespace."""
+    from test_docs_blocks import CHAINS, run_chain
 
-
-def test_claude_snippet_runs_against_the_emulator() -> None:
-    import managedloop as ml
-    from managedloop.testing import ClaudeEmulator
-
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-    snippet = next(b for b in blocks if "ClaudeManagedAgents()" in b)
-    namespace: dict[str, object] = {}
-    with contextlib.redirect_stdout(io.StringIO()):
-        exec(compile(blocks[0], "README quickstart", "exec"), namespace)
-    with ClaudeEmulator() as emu:
-        ml.configure(api_key=emu.api_key, bearer_token_file=None, base_url=emu.base_url)
-        exec(compile(snippet, "README claude", "exec"), namespace)
-    result = namespace["result"]
-    assert getattr(result, "terminal", None) == "end_turn"
-    assert [u.name for u in getattr(result, "custom_tool_uses", [])] == ["get_weather"]
+    (chain,) = [c for c in CHAINS if c[0].path == README]
+    assert len(chain) == 4
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        namespace = run_chain(chain)
+    assert out.getvalue().splitlines()[5] == "Hello! / Sunny tomorrow too."
     assert getattr(namespace["handle"], "agent_id", "").startswith("agent_")
+    result = namespace["result"]  # the last block's: AgentCore
+    assert getattr(result, "terminal", None) == "end_turn"
+    assert [u.name for u in getattr(result, "custom_tool_uses", [])] == ["get_weather"]
+    assert len(getattr(result, "session_id", "")) >= 33  # an AgentCore runtime session id
