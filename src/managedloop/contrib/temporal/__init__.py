@@ -51,7 +51,33 @@ from ._activities import SessionActivities
 from ._wire import SessionStart
 from ._workflow import WORKFLOW_NAME, SessionWorkflow
 
-__all__ = ["SessionWorkflow", "run", "worker"]
+__all__ = ["SessionWorker", "SessionWorkflow", "run", "worker"]
+
+
+class SessionWorker:
+    """A Temporal ``Worker`` serving managedloop sessions, which also closes the providers
+    it built when it stops. ``async with`` it, or ``await run()`` it."""
+
+    def __init__(self, worker: Worker, activities: SessionActivities) -> None:
+        self.worker = worker
+        """The underlying ``temporalio.worker.Worker``."""
+        self._activities = activities
+
+    async def run(self) -> None:
+        try:
+            await self.worker.run()
+        finally:
+            await self._activities.aclose()
+
+    async def __aenter__(self) -> SessionWorker:
+        await self.worker.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        try:
+            await self.worker.__aexit__(*exc)
+        finally:
+            await self._activities.aclose()
 
 
 def worker(
@@ -63,8 +89,8 @@ def worker(
     tools: Iterable[Any] = (),
     store: Store | None = None,
     **worker_options: Any,
-) -> Worker:
-    """A Temporal ``Worker`` serving managedloop sessions on ``task_queue``.
+) -> SessionWorker:
+    """A :class:`SessionWorker` serving managedloop sessions on ``task_queue``.
 
     ``providers`` map a name to a factory called once per worker (so each worker builds
     its own clients and credentials); ``agents`` map a name to its spec, whose tool
@@ -100,13 +126,14 @@ def worker(
             restrictions=SandboxRestrictions.default.with_passthrough_modules("managedloop")
         ),
     )
-    return Worker(
+    made = Worker(
         client,
         task_queue=task_queue,
         workflows=[SessionWorkflow],
         activities=activities.all(),
         **worker_options,
     )
+    return SessionWorker(made, activities)
 
 
 async def run(

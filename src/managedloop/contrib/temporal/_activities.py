@@ -180,5 +180,15 @@ class SessionActivities:
             [result] = await run_tool_calls(self._tools, [use], info, timeout=call.timeout)
         return result.to_dict()
 
+    async def aclose(self) -> None:
+        """Close the providers this worker built (their clients and connection pools)."""
+        made, self._providers = list(self._providers.values()), {}
+        for provider in made:
+            close = getattr(provider, "aclose", None)
+            if close is not None:
+                await close()
+            elif callable(getattr(provider, "close", None)):
+                provider.close()  # type: ignore[attr-defined]
+
     def all(self) -> list[Callable[..., Any]]:
         return [self.open, self.turn, self.tool]
