@@ -44,19 +44,28 @@ async def test_a_claude_session_runs_as_a_workflow(temporal_address: str) -> Non
             handle = await ml.provision(ClaudeManagedAgents(client=c), SPEC)
 
         def make() -> ClaudeManagedAgents:
-            return ClaudeManagedAgents(base_url=emu.base_url, api_key=emu.api_key,
-                                       agent=handle, environment=handle,
-                                       reconnect_backoff=0.0)
+            return ClaudeManagedAgents(
+                base_url=emu.base_url,
+                api_key=emu.api_key,
+                agent=handle,
+                environment=handle,
+                reconnect_backoff=0.0,
+            )
 
-        async with mlt.worker(client, task_queue=queue, providers={"claude": make},
-                              agents={"weather": SPEC}):
-            result = await mlt.run(client, provider="claude", agent="weather",
-                                   prompt="Paris?", task_queue=queue)
+        async with mlt.worker(
+            client, task_queue=queue, providers={"claude": make}, agents={"weather": SPEC}
+        ):
+            result = await mlt.run(
+                client, provider="claude", agent="weather", prompt="Paris?", task_queue=queue
+            )
     assert result.terminal == ml.Terminal.END_TURN, result
     assert sorted(u.name for u in result.custom_tool_uses) == ["get_time", "get_weather"]
     assert result.session_id is not None
-    sent = [e["custom_tool_use_id"] for e in emu.sent_events(result.session_id)
-            if e["type"] == "user.custom_tool_result"]
+    sent = [
+        e["custom_tool_use_id"]
+        for e in emu.sent_events(result.session_id)
+        if e["type"] == "user.custom_tool_result"
+    ]
     assert sorted(sent) == sorted(u.id for u in result.custom_tool_uses)  # each once
     prompts = [e for e in emu.sent_events(result.session_id) if e["type"] == "user.message"]
     assert len(prompts) == 1
@@ -71,13 +80,16 @@ async def test_an_agentcore_session_runs_as_a_workflow(
     with AgentCoreEmulator() as emu:
 
         def make() -> BedrockAgentCore:
-            return BedrockAgentCore(harness_arn=emu.harness_arn, retry_backoff=0.0,
-                                    **emu.client_kwargs)  # type: ignore[arg-type]
+            return BedrockAgentCore(
+                harness_arn=emu.harness_arn, retry_backoff=0.0, **emu.client_kwargs
+            )  # type: ignore[arg-type]
 
-        async with mlt.worker(client, task_queue=queue, providers={"agentcore": make},
-                              agents={"weather": SPEC}):
-            result = await mlt.run(client, provider="agentcore", agent="weather",
-                                   prompt="Paris?", task_queue=queue)
+        async with mlt.worker(
+            client, task_queue=queue, providers={"agentcore": make}, agents={"weather": SPEC}
+        ):
+            result = await mlt.run(
+                client, provider="agentcore", agent="weather", prompt="Paris?", task_queue=queue
+            )
     assert result.terminal == ml.Terminal.END_TURN, result
     assert sorted(u.name for u in result.custom_tool_uses) == ["get_time", "get_weather"]
     assert result.session_id is not None

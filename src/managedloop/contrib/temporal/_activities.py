@@ -99,7 +99,13 @@ class SessionActivities:
             raise KeyError(f"this worker has no agent named {name!r}")
         return spec
 
-    def _request(self, call_agent: str, session_id: str | None, transcript: Any) -> OpenRequest:
+    def _request(
+        self,
+        call_agent: str,
+        session_id: str | None,
+        transcript: Any,
+        replay_from: str | None = None,
+    ) -> OpenRequest:
         spec = self._agent(call_agent)
         return OpenRequest(
             spec=spec,
@@ -107,6 +113,7 @@ class SessionActivities:
             tools=spec.tool_definitions(),
             session_id=session_id,
             transcript=transcript,
+            replay_from=replay_from,
         )
 
     def _load(self, key: str | None) -> list[dict[str, Any]] | None:
@@ -147,7 +154,13 @@ class SessionActivities:
     async def turn(self, call: TurnCall) -> TurnDone:
         provider = self._provider(call.provider)
         transcript = await anyio.to_thread.run_sync(self._load, call.transcript_in)
-        request = self._request(call.agent, call.session_id, transcript)
+        # A first attempt follows a finished turn: the history holds nothing new. A retry
+        # follows a dead attempt, which may have sent the input and seen part of the turn:
+        # the host replays what came after the last event the workflow holds.
+        retry = activity.info().attempt > 1 and call.session_id is not None
+        request = self._request(
+            call.agent, call.session_id, transcript, call.last_event_id if retry else None
+        )
         input = decode_input(call.input)
         async with _heartbeating():
             conn = await provider.open(request)

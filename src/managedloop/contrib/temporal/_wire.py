@@ -83,6 +83,9 @@ class TurnCall:
     transcript_in: str | None
     transcript_out: str
     input: dict[str, Any]
+    last_event_id: str = ""
+    """The id of the last raw event the workflow holds (``""``: none yet): a retried turn
+    replays the host's history after it (``OpenRequest.replay_from``)."""
 
 
 @dataclass(kw_only=True)

@@ -48,6 +48,14 @@ _RETRY = RetryPolicy(
 )
 
 
+def _last_id(events: Any, default: str) -> str:
+    for event in reversed(list(events)):
+        eid = event.get("id") if isinstance(event, dict) else None
+        if isinstance(eid, str) and eid:
+            return eid
+    return default
+
+
 @workflow.defn(name=WORKFLOW_NAME)
 class SessionWorkflow:
     """One agent session request, durable: survives its workers."""
@@ -90,6 +98,7 @@ class SessionWorkflow:
         )
         session_id, transcript = opened.session_id, opened.transcript_key
         next_input: TurnInput = UserMessage(start.prompt)
+        last_event_id = ""
         seq = 0
         while True:
             seq += 1
@@ -103,6 +112,7 @@ class SessionWorkflow:
                     transcript_in=transcript,
                     transcript_out=f"{base}:{seq}",
                     input=encode_input(machine.before_turn(next_input)),
+                    last_event_id=last_event_id,
                 ),
                 result_type=TurnDone,
                 task_queue=start.task_queue,
@@ -111,6 +121,7 @@ class SessionWorkflow:
                 retry_policy=_RETRY,
             )
             session_id, transcript = done.session_id, done.transcript_key
+            last_event_id = _last_id(done.turn.get("events") or (), last_event_id)
             self._turns = seq
             action = machine.on_turn(TurnResult.from_dict(done.turn), session_id)
             if isinstance(action, Finish):
