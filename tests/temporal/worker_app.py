@@ -1,14 +1,17 @@
 """A managedloop Temporal worker as its own process, for the kill tests.
 
 Run as ``python worker_app.py``; configured by environment variables (the test sets
-them): ``ML_TEMPORAL``, ``ML_QUEUE``, ``ML_BASE_URL``, ``ML_API_KEY``, ``ML_STORE`` (a
-directory: the workers' shared store) and ``ML_MARKS`` (a directory the tools write
-their progress to). Prints ``ready`` once it polls its queue; runs until killed.
+them): ``ML_TEMPORAL``, ``ML_QUEUE``, ``ML_HOST`` (``local``, ``claude``, ``agentcore``),
+``ML_HOST_CONFIG`` (JSON: what the host's emulator needs — URL and key, the Claude agent
+handle, the AgentCore client keywords), ``ML_STORE`` (a directory: the workers' shared
+store) and ``ML_MARKS`` (a directory the tools write their progress to). Prints ``ready``
+once it polls its queue; runs until killed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import time
@@ -21,7 +24,8 @@ from temporalio.client import Client
 
 import managedloop as ml
 from managedloop.contrib import temporal as mlt
-from managedloop.providers import Local
+from managedloop.hosts import Provider
+from managedloop.providers import BedrockAgentCore, ClaudeManagedAgents, Local
 
 MARKS = Path(os.environ["ML_MARKS"])
 TOOL_WAIT_BOUND = 120.0  # the test releases the tool long before; a bound, not a margin
@@ -43,18 +47,28 @@ def slow_add(a: int, b: int) -> str:
 SPEC = ml.AgentSpec(name="calc", system_prompt="Use tools.", tools=[slow_add], model="m")
 
 
+def make() -> Provider:
+    host = os.environ["ML_HOST"]
+    config = json.loads(os.environ["ML_HOST_CONFIG"])
+    if host == "local":
+        return Local(model="m", base_url=config["base_url"], api_key=config["api_key"])
+    if host == "claude":
+        return ClaudeManagedAgents(
+            base_url=config["base_url"],
+            api_key=config["api_key"],
+            agent=config["handle"],
+            environment=config["handle"],
+            reconnect_backoff=0.0,
+        )
+    return BedrockAgentCore(retry_backoff=0.0, **config)
+
+
 async def main() -> None:
     client = await Client.connect(os.environ["ML_TEMPORAL"])
-
-    def make() -> Local:
-        return Local(
-            model="m", base_url=os.environ["ML_BASE_URL"], api_key=os.environ["ML_API_KEY"]
-        )
-
     async with mlt.worker(
         client,
         task_queue=os.environ["ML_QUEUE"],
-        providers={"local": make},
+        providers={"host": make},
         agents={"calc": SPEC},
         store=DirStore(Path(os.environ["ML_STORE"])),
     ):
