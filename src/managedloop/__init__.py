@@ -32,8 +32,12 @@ from managedloop.outcome import Outcome
 from managedloop.provisioning.facade import provision, teardown
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
 from managedloop.results import (
+    ApprovalRequest,
+    Approve,
     Artifact,
     CommandResult,
+    Deny,
+    Pending,
     SessionInfo,
     SessionResult,
     Terminal,
@@ -53,6 +57,8 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "APIStatusError",
     "AgentSpec",
+    "ApprovalRequest",
+    "Approve",
     "Artifact",
     "ArtifactError",
     "ArtifactStore",
@@ -60,6 +66,7 @@ __all__ = [
     "AuthenticationError",
     "CommandResult",
     "ConfigError",
+    "Deny",
     "EnvironmentSpec",
     "GuardInput",
     "Handler",
@@ -69,6 +76,7 @@ __all__ = [
     "MalformedResponseError",
     "ManagedLoopError",
     "Outcome",
+    "Pending",
     "ProviderError",
     "ProvisioningError",
     "Secret",

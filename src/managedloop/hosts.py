@@ -48,13 +48,16 @@ the budget allows no model call after this one (Local then tells the model), and
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from managedloop.errors import UnsupportedError
 from managedloop.outcome import Outcome
 from managedloop.results import (
+    Approve,
+    Deny,
+    Pending,
     RawEvent,
     Terminal,
     ToolResult,
@@ -112,6 +115,9 @@ class ToolResults:
     results: Sequence[ToolResult]
     final_turn: bool = False
     """The loop's turn budget (``max_turns``) allows no model call after this one."""
+    decisions: Mapping[str, Approve | Deny] = field(default_factory=dict)
+    """Decisions on the host-run tool uses the host held (``TurnResult.host_approvals``),
+    by tool-use id; empty on hosts that hold none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +185,10 @@ class OpenRequest:
     it."""
     metadata: dict[str, Any] = field(default_factory=dict)
     """Caller telemetry tags, for the events the connection emits itself."""
+    pending: Pending | None = None
+    """The parked state being resumed (``resume=`` a result with ``pending``): a host that
+    needs more than the session id to answer its tool uses reads ``pending.host_state``
+    (what its connection's ``pending_state()`` returned)."""
 
 
 @runtime_checkable
@@ -210,11 +220,23 @@ class Connection(Protocol):
 
 class ConnectionBase:
     """Defaults for the optional parts of :class:`Connection`: no pending tool uses, no
-    client-held transcript, no interrupts, nothing to close."""
+    client-held transcript, no interrupts, nothing to close.
+
+    Optional parts the loop looks for (``getattr``), so a host from outside needs none:
+
+    * ``interrupts_by_cancel = True``: the host's work is this process's own request (a
+      request/response host), so the loop interrupts by cancelling the in-flight turn and
+      tool calls itself (the request ends ``terminated``, reason ``interrupted``) and then
+      calls ``interrupted()`` so the host can make its state consistent (Local answers
+      every open tool call in its history). Otherwise ``interrupt()`` asks the host.
+    * ``pending_state() -> dict | None``: what the host needs, besides the session id, to
+      answer its tool uses from another process (kept in ``Pending.host_state``).
+    """
 
     session_id: str | None = None
     resumed: bool = False
     pending_tool_uses: list[ToolUse]
+    interrupts_by_cancel: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.pending_tool_uses = []
@@ -224,6 +246,13 @@ class ConnectionBase:
 
     async def interrupt(self) -> None:
         raise UnsupportedError("this host does not support interrupts")
+
+    def interrupted(self) -> None:
+        """The loop cancelled a turn for an interrupt (``interrupts_by_cancel`` hosts)."""
+        return
+
+    def pending_state(self) -> dict[str, Any] | None:
+        return None
 
     async def aclose(self) -> None:
         return None

@@ -18,8 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 __all__ = [
+    "ApprovalRequest",
+    "Approve",
     "Artifact",
     "CommandResult",
+    "Deny",
+    "Pending",
     "SessionInfo",
     "SessionResult",
     "Terminal",
@@ -85,6 +89,8 @@ def _load(annotation: Any, value: Any) -> Any:
             return kind.from_dict(value)
     if text.startswith("Terminal") and isinstance(value, str):
         return Terminal(value)
+    if text.startswith("dict[str, Approve | Deny]") and isinstance(value, Mapping):
+        return {k: decision_from_dict(v) for k, v in value.items()}
     return value
 
 
@@ -154,6 +160,9 @@ class TurnResult(_Json):
     host_answered: bool = False
     """``requires_action`` whose calls the host answered itself (Local: every call repeated
     an earlier one): nothing to run, and the loop asks the model again (another turn)."""
+    host_approvals: list[ApprovalRequest] = field(default_factory=list)
+    """Host-run tool uses the host holds for a decision (Claude: a permission policy said
+    ``ask``), answered with :attr:`~managedloop.hosts.ToolResults.decisions`."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -179,6 +188,94 @@ class SessionResult(_Json):
     """Every raw event of this request, exactly once, in arrival order."""
     transcript: list[dict[str, Any]] | None = None
     """Client-held history (Local) for reattaching; ``None`` on server-held hosts."""
+    pending: Pending | None = None
+    """With ``reason="approval_required"``: the decisions the session waits on and what
+    it needs to carry on (``resume=result, approvals={...}``), else ``None``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Approve(_Json):
+    """A decision: run this tool use (custom tool) or let the host run it (host tool)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"decision": "approve"}
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Deny(_Json):
+    """A decision: do not run this tool use. The model gets an error result saying so,
+    with ``message`` (a host tool: the host's ``deny_message``)."""
+
+    message: str = ""
+
+    def __init__(self, message: str = "") -> None:
+        # Positional on purpose: ``ml.Deny("why")`` reads as what it is.
+        object.__setattr__(self, "message", message)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"decision": "deny", "message": self.message}
+
+
+Decision = Approve | Deny
+
+
+def decision_from_dict(data: Any) -> Approve | Deny:
+    """An :class:`Approve` or :class:`Deny` from its ``to_dict`` form (or itself)."""
+    if isinstance(data, Approve | Deny):
+        return data
+    if isinstance(data, Mapping):
+        kind = data.get("decision")
+        if kind == "approve":
+            return Approve()
+        if kind == "deny":
+            message = data.get("message")
+            return Deny(message if isinstance(message, str) else "")
+    raise ValueError(f"not a decision: {data!r}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApprovalRequest(_Json):
+    """One tool use waiting for a decision (``Approve()`` or ``Deny("why")``).
+
+    ``source`` says who holds it: ``"tool"`` -- a custom tool of this process
+    (``@tool(requires_approval=...)`` or the handler's ``needs_approval``); ``"host"`` -- a
+    host-run tool the host's permission policy holds (Claude ``always_ask``, or ``auto``
+    when its evaluation says ask).
+    """
+
+    tool_use: ToolUse
+    source: str = "tool"
+    reason: str | None = None
+    """Why a decision is needed: the tool's or handler's reason; for a host tool the
+    evaluation's ``reason_code`` (``auto``) or the policy's name (``always_ask``)."""
+    verdict: str | None = None
+    """The host's evaluated permission (``"ask"``); ``None`` for a custom tool."""
+    evaluation: dict[str, Any] | None = None
+    """The host's ``evaluation`` object, verbatim (Claude), else ``None``."""
+
+    @property
+    def id(self) -> str:
+        return self.tool_use.id or ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Pending(_Json):
+    """What a session parked on ``approval_required`` waits on; JSON round-trippable, so
+    another process resumes it (``ml.run(..., resume=result.to_dict(), approvals=...)``)."""
+
+    approvals: list[ApprovalRequest] = field(default_factory=list)
+    """The decisions needed, one per tool use id."""
+    tool_uses: list[ToolUse] = field(default_factory=list)
+    """Every custom tool use the host waits on, in the host's order (those held for a
+    decision and the others)."""
+    results: list[ToolResult] = field(default_factory=list)
+    """Results already computed for the other uses of the turn: sent with the decisions,
+    never computed again."""
+    decisions: dict[str, Approve | Deny] = field(default_factory=dict)
+    """Host-tool decisions already made (by ``confirm=``) while others were still open."""
+    host_state: dict[str, Any] | None = None
+    """What the host needs to answer the uses from another process (AgentCore: the
+    assistant message's text and reasoning blocks), else ``None``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -211,4 +308,12 @@ class CommandResult(_Json):
     exit_code: int | None = None
 
 
-_NESTED.update({"ToolUse": ToolUse, "Usage": Usage})
+_NESTED.update(
+    {
+        "ToolUse": ToolUse,
+        "ToolResult": ToolResult,
+        "Usage": Usage,
+        "ApprovalRequest": ApprovalRequest,
+        "Pending": Pending,
+    }
+)

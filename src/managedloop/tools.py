@@ -33,6 +33,10 @@ __all__ = ["Tool", "ToolDefinition", "Toolset", "tool"]
 P = ParamSpec("P")
 R = TypeVar("R")
 
+ApprovalRule = bool | Callable[[dict[str, Any]], bool | str | None]
+"""``@tool(requires_approval=...)``: always, never, or a predicate on the call's input
+(a string it returns is the reason shown with the pending decision)."""
+
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
@@ -75,6 +79,7 @@ class Tool(Generic[P, R]):
         "function",
         "inline",
         "is_async",
+        "requires_approval",
         "timeout",
     )
 
@@ -86,9 +91,17 @@ class Tool(Generic[P, R]):
         description: str | None = None,
         timeout: float | None = None,
         inline: bool = False,
+        requires_approval: ApprovalRule = False,
     ) -> None:
         if not callable(function):
             raise ToolDefinitionError(f"{function!r} is not callable")
+        if not isinstance(requires_approval, bool) and not callable(requires_approval):
+            raise ToolDefinitionError(
+                "requires_approval must be True, False or a predicate on the input, got "
+                f"{requires_approval!r}",
+                tool=name,
+            )
+        self.requires_approval = requires_approval
         if timeout is not None and (
             isinstance(timeout, bool)
             or not isinstance(timeout, int | float)
@@ -226,6 +239,7 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     inline: bool = False,
+    requires_approval: ApprovalRule = False,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -237,6 +251,7 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     inline: bool = False,
+    requires_approval: ApprovalRule = False,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Expose a function (sync or async) to the model as a custom tool.
 
@@ -254,15 +269,40 @@ def tool(
         inline: Run a *sync* function directly on the event loop instead of in a worker
             thread. Saves the ~90 µs thread hop; only for fast functions that never block
             (nothing can interrupt a function running on the event loop, not even a timeout).
+        requires_approval: ``True``, or a predicate on the call's input (``True`` or a
+            reason string: hold it): the call does not run until someone decides. The
+            request ends ``requires_action`` with reason ``approval_required`` and the
+            pending decision in ``result.pending`` (unless ``confirm=`` decides at once);
+            resume with ``approvals={tool_use_id: ml.Approve() | ml.Deny("why")}``.
     """
 
     def wrap(fn: Callable[P, R]) -> Tool[P, R]:
-        return Tool(fn, name=name, description=description, timeout=timeout, inline=inline)
+        return Tool(
+            fn,
+            name=name,
+            description=description,
+            timeout=timeout,
+            inline=inline,
+            requires_approval=requires_approval,
+        )
 
     return wrap(function) if function is not None else wrap
 
 
 ToolLike = Tool[..., Any] | Callable[..., Any]
+
+
+def approval_reason(rule: ApprovalRule, arguments: Mapping[str, Any]) -> str | None:
+    """Why a call needs a decision under ``rule`` (``None``: it does not). A predicate's
+    ``True`` reads ``"requires_approval"``; a string it returns is the reason itself."""
+    if rule is False:
+        return None
+    if rule is True:
+        return "requires_approval"
+    verdict = rule(dict(arguments))
+    if isinstance(verdict, str):
+        return verdict or "requires_approval"
+    return "requires_approval" if verdict else None
 
 
 def as_tool(value: ToolLike) -> Tool[..., Any]:
@@ -296,6 +336,14 @@ class Toolset:
 
     def definitions(self) -> list[ToolDefinition]:
         return [t.definition for t in self._tools.values()]
+
+    def needs_approval(self, name: str, input: dict[str, Any], info: SessionInfo) -> str | None:
+        """Why this call must wait for a decision (the tool's ``requires_approval``), or
+        ``None`` to run it now (an unknown tool: ``None``, it gets its error result)."""
+        t = self._tools.get(name)
+        if t is None or t.requires_approval is False:
+            return None
+        return approval_reason(t.requires_approval, input)
 
     async def handle_tool_call(self, name: str, input: dict[str, Any], info: SessionInfo) -> Any:
         """Validate and run one call (the handler protocol); errors propagate and become

@@ -503,9 +503,12 @@ async def test_tool_confirmation_round_trip(emu: ClaudeEmulator, client: Any, al
         assert [u.id for u in held.server_tool_uses] == [ask["id"]]
         assert held.custom_tool_uses == []
         # The host waits on a confirmation only the caller can give: still requires_action,
-        # with the reason saying what is needed; the live session stays open for it.
+        # with the pending decision in the result; the live session stays open for it.
         assert held.terminal is ml.Terminal.REQUIRES_ACTION
-        assert held.reason == "tool_confirmation_required"
+        assert held.reason == "approval_required"
+        assert held.pending is not None
+        (request,) = held.pending.approvals
+        assert (request.id, request.source, request.verdict) == (ask["id"], "host", "ask")
         await live.send_event(tool_confirmation(ask["id"], allow=allow, deny_message="not now"))
         done = await live.result()
     assert done.terminal is ml.Terminal.END_TURN

@@ -48,11 +48,19 @@ class AgentSpec:
     """The tool that finishes the agent's work (see ``require_terminal_tool``)."""
     description: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    host_tools: Sequence[dict[str, Any]] = ()
+    """Host-run toolsets with their permission policies, sent to the host verbatim (Claude:
+    ``managedloop.providers.claude.agent_toolset(...)`` / ``mcp_toolset(...)``)."""
 
     def __post_init__(self) -> None:
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
             raise InvalidOptionsError("AgentSpec.name must be a non-empty string", option="name")
         object.__setattr__(self, "tools", tuple(self.tools))
+        if not all(isinstance(t, dict) and isinstance(t.get("type"), str) for t in self.host_tools):
+            raise InvalidOptionsError(
+                "AgentSpec.host_tools takes toolset dicts with a 'type'", option="host_tools"
+            )
+        object.__setattr__(self, "host_tools", tuple(self.host_tools))
         defs = definitions_of(self._tools)  # fails early on bad or duplicate tools
         if self.terminal_tool is not None and self.terminal_tool not in {d.name for d in defs}:
             raise InvalidOptionsError(
@@ -75,14 +83,18 @@ class AgentSpec:
         return Toolset([t for t in self._tools if not isinstance(t, ToolDefinition)])
 
     def identity(self) -> dict[str, Any]:
-        """The content the digest covers."""
-        return {
+        """The content the digest covers (``host_tools`` only when there are some, so a
+        spec without them keeps the digest it always had)."""
+        identity: dict[str, Any] = {
             "system_prompt": self.system_prompt,
             "tools": [d.to_dict() for d in self.tool_definitions()],
             "terminal_tool": self.terminal_tool,
             "model": self.model,
             "model_config": self.model_config,
         }
+        if self.host_tools:
+            identity["host_tools"] = list(self.host_tools)
+        return identity
 
     @property
     def digest(self) -> str:

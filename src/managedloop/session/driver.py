@@ -75,13 +75,17 @@ from managedloop.hosts import (
 )
 from managedloop.outcome import Outcome
 from managedloop.results import (
+    ApprovalRequest,
+    Pending,
     RawEvent,
     SessionInfo,
     SessionResult,
+    Terminal,
     ToolResult,
     ToolUse,
     TurnResult,
 )
+from managedloop.session import approvals as _approvals
 from managedloop.session.machine import Finish, Machine, RunTools
 from managedloop.session.options import Prepared, SessionOptions, coerce_outcome, prepare
 
@@ -121,6 +125,9 @@ class _Driver:
         self._resent: set[str] = set()  # ids answered from ``done`` in the current request
         self.buffer: list[RawEvent] = []
         self.subscribers: list[MemoryObjectSendStream[RawEvent]] = []
+        # Interrupts by cancellation (hosts with ``interrupts_by_cancel``): the scope of
+        # the request in flight; only interrupt() cancels it.
+        self._scope: anyio.CancelScope | None = None
         handler = prepared.handler
         self._on_event: Callable[..., Any] | None = getattr(handler, "handle_event", None)
         self._info = self._make_info()
@@ -280,31 +287,97 @@ class _Driver:
                 self._ran.add(use.id)
         return results
 
-    async def request(self, first: TurnInput | None) -> SessionResult:
-        """One request: from ``first`` (``None``: redrive pending tool uses) to a terminal."""
+    async def _answer(
+        self,
+        uses: Sequence[ToolUse],
+        host_held: Sequence[ApprovalRequest] = (),
+        carried: Pending | None = None,
+    ) -> ToolResults | SessionResult:
+        """The next input answering ``uses`` (and the host's held tool uses), or the
+        ``approval_required`` result when a decision is still open
+        (:mod:`managedloop.session.approvals`)."""
+        p = self.p
+        if not host_held and carried is None and getattr(p.handler, "needs_approval", None) is None:
+            return await self._run_tools(uses)  # nothing can be held: the plain path
+        answer, answered = await _approvals.answer(
+            uses,
+            host_held,
+            handler=p.handler,
+            info=self.info,
+            run=self._run_tools,
+            approvals=p.approvals if carried is not None else {},
+            confirm=p.confirm,
+            carried=carried,
+            host_state=getattr(self.conn, "pending_state", None),
+        )
+        if carried is not None:
+            self.machine.add_tool_uses(answered)  # the calls answered in this process
+        if isinstance(answer, ToolResults):
+            return answer
+        answered_ids = {u.id for u in answered if u.id}
+        self.machine.unlist({u.id for u in uses if u.id and u.id not in answered_ids})
+        result = self.machine.result(
+            self.conn.session_id, Terminal.REQUIRES_ACTION, reason=_approvals.APPROVAL_REQUIRED
+        )
+        return dataclasses.replace(result, pending=answer)
+
+    async def request(self, first: TurnInput | Pending | None) -> SessionResult:
+        """One request: from ``first`` to a terminal (``None``: redrive pending tool uses;
+        a :class:`Pending`: answer a parked request with ``approvals=`` / ``confirm=``)."""
         self.machine.begin_request()
         self._ran, self._resent = set(), set()
         try:
-            if first is None:
-                pending = list(self.conn.pending_tool_uses)
-                self.conn.pending_tool_uses = []
-                self.machine.add_tool_uses(pending)
-                next_input: TurnInput = await self._run_tools(pending)
-            else:
-                next_input = first
-            while True:
-                turn = _bounded(await self._turn(self.machine.before_turn(next_input)))
-                action = self.machine.on_turn(turn, self.conn.session_id)
-                if isinstance(action, RunTools):
-                    next_input = await self._run_tools(action.tool_uses)
-                elif isinstance(action, Finish):
-                    return self._finish(action.result)
-                else:
-                    next_input = action.input
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                try:
+                    return await self._drive(first)
+                finally:
+                    self._scope = None
+            # Only an interrupt cancels this scope (a timeout cancels an outer one).
+            repair = getattr(self.conn, "interrupted", None)
+            if repair is not None:
+                repair()  # the host makes its state consistent (Local: answers open calls)
+            return self._finish(
+                dataclasses.replace(
+                    self.partial(), terminal=Terminal.TERMINATED, reason="interrupted"
+                )
+            )
         except ManagedLoopError as exc:
             if exc.partial_result is None:
                 exc.partial_result = self.partial()
             raise
+
+    def interrupt(self) -> bool:
+        """Cancel the request in flight for an interrupt; ``False`` when none is."""
+        if self._scope is None:
+            return False
+        self._scope.cancel()
+        return True
+
+    async def _drive(self, first: TurnInput | Pending | None) -> SessionResult:
+        step: ToolResults | SessionResult | TurnInput
+        if isinstance(first, Pending):
+            self.conn.pending_tool_uses = []  # answered from the parked state, not redriven
+            held = [a for a in first.approvals if a.source == "host"]
+            step = await self._answer(first.tool_uses, held, first)
+        elif first is None:
+            pending = list(self.conn.pending_tool_uses)
+            self.conn.pending_tool_uses = []
+            self.machine.add_tool_uses(pending)
+            step = await self._answer(pending)
+        else:
+            step = first
+        while True:
+            if isinstance(step, SessionResult):
+                return self._finish(step)
+            turn = _bounded(await self._turn(self.machine.before_turn(step)))
+            action = self.machine.on_turn(turn, self.conn.session_id)
+            if isinstance(action, RunTools):
+                step = await self._answer(action.tool_uses, action.host_approvals)
+            elif isinstance(action, Finish):
+                return self._finish(action.result)
+            else:
+                step = action.input
 
     def _finish(self, result: SessionResult) -> SessionResult:
         result = self._ran_only(result)
@@ -381,9 +454,14 @@ async def _aclose(conn: Connection) -> None:
         await conn.aclose()
 
 
-def _kickoff(conn: Connection, prompt: str | None, outcome: Outcome | None) -> Any:
-    """The first request's input: ``None`` redrives the tool uses a resumed host is waiting
-    on (the prompt is not injected); :data:`_NOTHING` when neither prompt nor outcome."""
+def _kickoff(
+    conn: Connection, prompt: str | None, outcome: Outcome | None, pending: Pending | None = None
+) -> Any:
+    """The first request's input: the parked state of ``resume=`` when it has one (answered
+    with ``approvals=``); ``None`` redrives the tool uses a resumed host is waiting on (the
+    prompt is not injected); :data:`_NOTHING` when neither prompt nor outcome."""
+    if pending is not None:
+        return pending
     if conn.resumed and conn.pending_tool_uses:
         return None
     if outcome is not None:
@@ -393,8 +471,12 @@ def _kickoff(conn: Connection, prompt: str | None, outcome: Outcome | None) -> A
     return _NOTHING
 
 
-def _first_input(driver: _Driver, prompt: str | None, outcome: Outcome | None) -> TurnInput | None:
-    first: TurnInput | None = _kickoff(driver.conn, prompt, outcome)
+def _first_input(
+    driver: _Driver, prompt: str | None, outcome: Outcome | None
+) -> TurnInput | Pending | None:
+    first: TurnInput | Pending | None = _kickoff(
+        driver.conn, prompt, outcome, driver.p.open_request.pending
+    )
     if first is not _NOTHING:
         return first
     if driver.conn.resumed:
@@ -511,7 +593,10 @@ class LiveSession:
                 )
             self._stack.push_async_callback(self._close_connection)
             self._stack.callback(tg.cancel_scope.cancel)
-            tg.start_soon(self._serve, _kickoff(self._driver.conn, self._first, self._outcome))
+            first = _kickoff(
+                self._driver.conn, self._first, self._outcome, self._prepared.open_request.pending
+            )
+            tg.start_soon(self._serve, first)
         except BaseException:
             await self.close()  # unwinds what was entered and closes every stream
             raise
@@ -576,7 +661,7 @@ class LiveSession:
             self._fatal = exc
             await self._end(exc)
 
-    async def _one(self, driver: _Driver, command: TurnInput | None) -> bool:
+    async def _one(self, driver: _Driver, command: TurnInput | Pending | None) -> bool:
         """Serve one request; ``False`` when it timed out and the session is over."""
         result: SessionResult | BaseException
         with _deadline(self._timeout) as scope:
@@ -619,10 +704,22 @@ class LiveSession:
         await self._inbox_send.send(RawInput([event]))
 
     async def interrupt(self) -> None:
-        """Ask the host to stop the agent's current work."""
+        """Stop the agent's current work, on every host.
+
+        Claude: the host is asked (``user.interrupt``); its turn ends at the host's idle.
+        Local and AgentCore (the work is this process's own request): the in-flight model
+        call (AgentCore: the invoke stream) and tool calls are cancelled and the request
+        ends ``terminated`` with reason ``interrupted``; Local answers every open tool call
+        in its transcript, so the session takes a follow-up ``send``. With nothing in
+        flight there is nothing to stop (no error).
+        """
         self._check_open()
         assert self._driver is not None
-        await self._driver.conn.interrupt()
+        conn = self._driver.conn
+        if getattr(conn, "interrupts_by_cancel", False):
+            self._driver.interrupt()
+            return
+        await conn.interrupt()
 
     async def result(self) -> SessionResult:
         """Wait for the next terminal; raises the error if that request failed.

@@ -23,14 +23,16 @@ the turn that hit a limit are not run and not listed).
 Order of checks after each turn (the first that applies wins):
 
 1. the turn guard (``turn_guard`` and the token budgets) may halt → ``terminated``;
-2. ``requires_action`` with tool uses → run them, unless ``max_turns`` is used up
-   (→ ``terminated``, reason ``max_turns``);
+2. ``requires_action`` with tool uses (or host-run tool uses the host holds for a
+   decision) → run / decide them, unless ``max_turns`` is used up (→ ``terminated``,
+   reason ``max_turns``); a call still waiting for a decision after that ends the request
+   ``requires_action``, reason ``approval_required`` (:mod:`managedloop.session.approvals`);
 3. ``requires_action`` the host answered itself (``host_answered``) → ask again with an
    empty resume, unless ``max_turns`` is used up (→ ``terminated``, reason ``max_turns``);
 4. ``requires_action`` with none → ``terminated``, reason ``unresolved_requires_action``
-   (an empty tool-result resume is never sent) — unless the turn holds server tool uses,
-   which the host waits to have confirmed: ``requires_action``, reason
-   ``tool_confirmation_required``;
+   (an empty tool-result resume is never sent) — unless the turn holds server tool uses
+   the host did not name as held (a host from outside that reports no
+   ``host_approvals``): ``requires_action``, reason ``tool_confirmation_required``;
 5. ``end_turn`` while terminal-tool enforcement is on and the tool was not called: re-prompt
    (a :class:`UserMessage` with ``reprompt=True``) while re-prompts and turns remain, else
    finish with reason ``no_terminal_tool``;
@@ -53,7 +55,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from managedloop.hosts import ToolResults, TurnInput, UserMessage
-from managedloop.results import RawEvent, SessionResult, Terminal, ToolUse, TurnResult, Usage
+from managedloop.results import (
+    ApprovalRequest,
+    RawEvent,
+    SessionResult,
+    Terminal,
+    ToolUse,
+    TurnResult,
+    Usage,
+)
 
 __all__ = ["Finish", "GuardInput", "LoopOptions", "Machine", "RunTools", "Send", "reprompt_text"]
 
@@ -83,6 +93,8 @@ class LoopOptions:
 @dataclass(frozen=True, slots=True)
 class RunTools:
     tool_uses: Sequence[ToolUse]
+    host_approvals: Sequence[ApprovalRequest] = ()
+    """Host-run tool uses the host holds for a decision (answered with the results)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +176,13 @@ class Machine:
             if use.name == self.options.terminal_tool:
                 req.terminal_tool_called = True
 
+    def unlist(self, ids: set[str]) -> None:
+        """Drop tool uses that did not run after all (held for a decision) from the
+        request's ``custom_tool_uses``."""
+        req = self._req
+        req.custom_tool_uses = [u for u in req.custom_tool_uses if u.id not in ids]
+        req.custom_ids -= ids
+
     def on_turn(self, turn: TurnResult, session_id: str | None) -> Action:
         req = self._req
         opts = self.options
@@ -185,13 +204,14 @@ class Machine:
                 return Finish(self.result(session_id, Terminal.TERMINATED, reason=str(halt)))
 
         if turn.terminal is Terminal.REQUIRES_ACTION:
-            if turn.custom_tool_uses or turn.host_answered:
+            if turn.custom_tool_uses or turn.host_answered or turn.host_approvals:
                 if req.turns >= opts.max_turns:  # not run, so not listed as run
                     return Finish(self.result(session_id, Terminal.TERMINATED, reason="max_turns"))
-                if not turn.custom_tool_uses:  # the host answered every call: ask again
+                if not turn.custom_tool_uses and not turn.host_approvals:
+                    # the host answered every call: ask again
                     return Send(ToolResults(tool_uses=[], results=[]))
                 self.add_tool_uses(turn.custom_tool_uses)
-                return RunTools(turn.custom_tool_uses)
+                return RunTools(turn.custom_tool_uses, turn.host_approvals)
             if turn.server_tool_uses:
                 # The host holds its own (server) tools for a confirmation only the caller
                 # can give (``send_event``): still waiting, but not on anything we can run.

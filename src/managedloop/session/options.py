@@ -12,7 +12,8 @@ from managedloop.errors import InvalidOptionsError
 from managedloop.hosts import OpenRequest, Provider
 from managedloop.outcome import Outcome
 from managedloop.provisioning.specs import AgentSpec
-from managedloop.results import SessionResult
+from managedloop.results import Approve, Deny, Pending, SessionResult
+from managedloop.session.approvals import Confirm, check_approvals
 from managedloop.session.machine import GuardInput, LoopOptions, TurnGuard
 from managedloop.tools import ToolDefinition, Toolset
 
@@ -29,6 +30,8 @@ class Prepared:
     tool_timeout: float | None
     caller: dict[str, Any] = field(default_factory=dict)
     info_metadata: dict[str, Any] = field(default_factory=dict)
+    approvals: Mapping[str, Approve | Deny] = field(default_factory=dict)
+    confirm: Confirm | None = None
 
 
 # What ``isinstance(x, Provider)`` checks, without a runtime-checkable Protocol's ~10 µs
@@ -76,8 +79,13 @@ class SessionOptions(TypedDict, total=False):
 
     handler: Any
     """Serves tool calls: any object with ``handle_tool_call`` (default: the agent's tools)."""
-    resume: SessionResult | str | None
-    """A previous result (or a session id) to reattach to."""
+    resume: SessionResult | Mapping[str, Any] | str | None
+    """A previous result (or its ``to_dict()``, or a session id) to reattach to."""
+    approvals: Mapping[str, Approve | Deny] | None
+    """Decisions for the pending approvals of ``resume=``, by tool-use id."""
+    confirm: Confirm | None
+    """Called with each :class:`~managedloop.ApprovalRequest` as it comes up (sync or
+    async): ``ml.Approve()``, ``ml.Deny("why")``, or ``None`` to leave it pending."""
     outcome: Outcome | Mapping[str, Any] | None
     """Kick off with an outcome instead of a prompt (hosts with outcome support)."""
     max_turns: int
@@ -96,6 +104,8 @@ class SessionOptions(TypedDict, total=False):
 DEFAULTS: SessionOptions = {
     "handler": None,
     "resume": None,
+    "approvals": None,
+    "confirm": None,
     "outcome": None,
     "max_turns": 50,
     "turn_guard": None,
@@ -127,15 +137,20 @@ def _check_agent(agent: Any) -> None:
         )
 
 
-def _check_resume(resume: Any) -> tuple[str | None, list[dict[str, Any]] | None]:
+def _check_resume(
+    resume: Any,
+) -> tuple[str | None, list[dict[str, Any]] | None, Pending | None]:
     if resume is None:
-        return None, None
+        return None, None, None
+    if isinstance(resume, Mapping):  # a result's to_dict(), e.g. read back from JSON
+        resume = _result_from_dict(resume)
     if isinstance(resume, SessionResult):
         if resume.session_id is None and resume.transcript is None:
             raise InvalidOptionsError(
                 "resume= needs a result with a session_id or a transcript", option="resume"
             )
-        return resume.session_id, resume.transcript
+        pending = resume.pending if isinstance(resume.pending, Pending) else None
+        return resume.session_id, resume.transcript, pending
     if isinstance(resume, str):
         if not resume.strip():  # '' must not silently start a new session
             raise InvalidOptionsError(
@@ -143,10 +158,34 @@ def _check_resume(resume: Any) -> tuple[str | None, list[dict[str, Any]] | None]
                 code="invalid_session_id",
                 option="resume",
             )
-        return resume, None
+        return resume, None, None
     raise InvalidOptionsError(
-        "resume= takes a SessionResult or a session id string", option="resume"
+        "resume= takes a SessionResult (or its to_dict()) or a session id string",
+        option="resume",
     )
+
+
+def _result_from_dict(data: Mapping[str, Any]) -> SessionResult:
+    """A :class:`SessionResult` from its ``to_dict()``; what resuming reads is checked."""
+    try:
+        result = SessionResult.from_dict(data)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise InvalidOptionsError(
+            f"resume= got a mapping that is not a SessionResult.to_dict(): {exc}",
+            option="resume",
+        ) from None
+    sid, transcript, pending = result.session_id, result.transcript, result.pending
+    if (
+        (sid is not None and not isinstance(sid, str))
+        or (transcript is not None and not isinstance(transcript, list))
+        or (pending is not None and not isinstance(pending, Pending))
+    ):
+        raise InvalidOptionsError(
+            "resume= got a mapping whose session_id, transcript or pending is not what a "
+            "SessionResult.to_dict() holds",
+            option="resume",
+        )
+    return result
 
 
 def prepare(
@@ -179,7 +218,8 @@ def prepare(
     _validate.duration("timeout", timeout)
     _check_telemetry_metadata(o.telemetry_metadata)
     handler, tools = _handler_and_tools(o.handler, spec)
-    session_id, transcript = _check_resume(o.resume)
+    session_id, transcript, pending = _check_resume(o.resume)
+    approvals = check_approvals(o.approvals, o.confirm, pending)
 
     info_metadata = _info_metadata(o.telemetry_metadata, spec)
     loop = LoopOptions(
@@ -198,6 +238,7 @@ def prepare(
         session_id=session_id,
         transcript=transcript,
         metadata=info_metadata,
+        pending=pending,
     )
     prepared = Prepared(
         provider=provider,
@@ -209,6 +250,8 @@ def prepare(
         # Library keys win over caller tags: the host's name rides on every loop event.
         caller={**info_metadata, "provider": provider.name},
         info_metadata=info_metadata,
+        approvals=approvals,
+        confirm=o.confirm,
     )
     return prepared, outcome
 

@@ -12,7 +12,13 @@ Protocol invariants this connection relies on (``agentcore-wire.md``, reference 
   loop to drop the failed attempt's events (``RESTART``);
 * the harness keeps the conversation server-side per runtime session id; resuming after
   inline tools re-sends the assistant ``toolUse`` message plus the user ``toolResult``
-  message.
+  message. The harness does not keep that partial turn, so a session parked on an
+  approval keeps the assistant message's text and reasoning blocks in
+  ``Pending.host_state`` (:meth:`AgentCoreConnection.pending_state`): another process
+  answers the pending ``toolUse`` s on its next invoke with the same runtime session id;
+* an interrupt is the loop cancelling the in-flight turn (``interrupts_by_cancel``): the
+  invoke stream is closed (invariant 6 of :mod:`managedloop.hosts`) and the request ends
+  ``terminated`` with reason ``interrupted``.
 
 The connection reads its retry and timeout settings from :class:`InvokeSettings` (the
 provider) at every turn; it never imports the provider.
@@ -65,7 +71,11 @@ class AgentCoreConnection(ConnectionBase):
 
     ``params``: the ``invoke_harness`` keyword arguments every turn of this session shares
     (harness, session id, qualifier, tools, budgets...); a turn adds its ``messages``.
+    ``pending_state``: what :meth:`pending_state` returned in the process that parked the
+    session (resuming it answers the pending tool uses).
     """
+
+    interrupts_by_cancel = True
 
     def __init__(
         self,
@@ -73,6 +83,7 @@ class AgentCoreConnection(ConnectionBase):
         *,
         params: Mapping[str, Any],
         resumed: bool,
+        pending_state: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.settings = settings
@@ -84,6 +95,17 @@ class AgentCoreConnection(ConnectionBase):
         self._inflight: set[Callable[[], None]] = set()
         self._http_held = False  # this loop's HTTP session, acquired on the first turn
         self._base = dict(params)
+        content = pending_state.get("assistant_content") if pending_state else None
+        if isinstance(content, list):
+            blocks = [dict(b) for b in content if isinstance(b, Mapping)]
+            self._parsed = _converse.ParsedTurn(assistant_content=blocks)
+
+    def pending_state(self) -> dict[str, Any] | None:
+        """The last turn's assistant text and reasoning blocks (echoed with the toolUse
+        blocks when the pending uses are answered, possibly from another process)."""
+        if self._parsed is None:
+            return None
+        return {"assistant_content": [dict(b) for b in self._parsed.assistant_content]}
 
     def __repr__(self) -> str:
         return f"AgentCoreConnection(session_id={self.session_id!r})"

@@ -293,7 +293,8 @@ class BedrockAgentCore:
         if system is MISSING:
             system = request.spec.system_prompt if request.spec is not None else None
         params = self._session_params(arn, sid, tools=tools, allowed=allowed, system=system)
-        return AgentCoreConnection(self, params=params, resumed=resumed)
+        pending = request.pending.host_state if request.pending is not None else None
+        return AgentCoreConnection(self, params=params, resumed=resumed, pending_state=pending)
 
     def _session_params(
         self,

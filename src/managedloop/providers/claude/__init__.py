@@ -14,6 +14,7 @@ from managedloop.providers.claude._artifacts import (
     output_path,
     outputs_dir,
 )
+from managedloop.providers.claude._permissions import agent_toolset, mcp_toolset
 from managedloop.providers.claude._provider import ClaudeManagedAgents
 from managedloop.providers.claude._provision import (
     DEFAULT_ENVIRONMENT_CONFIG,
@@ -30,7 +31,9 @@ __all__ = [
     "ClaudeArtifactStore",
     "ClaudeHandle",
     "ClaudeManagedAgents",
+    "agent_toolset",
     "interrupt_event",
+    "mcp_toolset",
     "normalize_model_id",
     "output_path",
     "outputs_dir",

@@ -244,6 +244,10 @@ class ClaudeConnection(ConnectionBase):
         """Keys (``_wire.event_key``) of every event yielded: each is yielded once."""
         self._backlog: collections.deque[RawEvent] = collections.deque()
         self._tool_uses: dict[str, RawEvent] = {}
+        self._host_uses: dict[str, RawEvent] = {}
+        """Built-in and MCP tool uses seen, by id (a ``requires_action`` may hold them)."""
+        self._decided: set[str] = set()
+        """Host tool uses we sent a ``user.tool_confirmation`` for (never sent twice)."""
         self._answered: set[str] = set()
         """Tool uses with a result: sent by us (the POST was accepted) or seen landed."""
         self._confirmed: set[str] = set()
@@ -338,7 +342,9 @@ class ClaudeConnection(ConnectionBase):
             yield event
             if final:
                 self._attempts = 0  # a real terminal resets the reconnect backoff
-                yield _wire.normalize(yielded, self._tool_uses, self._answered)
+                yield _wire.normalize(
+                    yielded, self._tool_uses, self._answered | self._decided, self._host_uses
+                )
                 return
 
     # -- inputs and sends ----------------------------------------------------------------
@@ -377,11 +383,15 @@ class ClaudeConnection(ConnectionBase):
                 if r.tool_use_id in self._replayed_results
             ]
             # Never answer a tool use twice (a redrive after a drop may repeat results).
-            return [
+            events = [
                 _wire.result_event(r)
                 for r in input.results
                 if r.tool_use_id not in self._answered and r.tool_use_id not in self._results
             ]
+            for tid, decision in input.decisions.items():
+                if tid not in self._decided:
+                    events.append(_wire.confirmation_event(tid, decision))
+            return events
         if isinstance(input, DefineOutcome):
             return [_wire.define_outcome(input.outcome)]
         if isinstance(input, RawInput):
@@ -421,6 +431,8 @@ class ClaudeConnection(ConnectionBase):
         for event in events:
             if event.get("type") == _wire.CUSTOM_TOOL_RESULT:
                 self._answered.add(event["custom_tool_use_id"])
+            elif event.get("type") == "user.tool_confirmation":
+                self._decided.add(event["tool_use_id"])
         self._arm_echo_deadline()
         return ids
 
@@ -537,6 +549,10 @@ class ClaudeConnection(ConnectionBase):
         kind = event.get("type")
         if kind == _wire.CUSTOM_TOOL_USE and isinstance(eid, str):
             self._tool_uses[eid] = event
+        elif kind in _wire.SERVER_TOOL_USES and isinstance(eid, str):
+            self._host_uses[eid] = event
+        elif kind == "user.tool_confirmation" and isinstance(event.get("tool_use_id"), str):
+            self._decided.add(event["tool_use_id"])
         elif kind == _wire.CUSTOM_TOOL_RESULT:
             tid = event.get("custom_tool_use_id")
             if isinstance(tid, str):
@@ -554,11 +570,13 @@ class ClaudeConnection(ConnectionBase):
         if not isinstance(stop, Mapping) or stop.get("type") != "requires_action":
             return True
         ids = [i for i in stop.get("event_ids") or [] if isinstance(i, str)]
-        if any(i not in self._tool_uses for i in ids):
-            # Unknown ids: maybe tool uses we missed, maybe server tools awaiting confirmation.
+        if any(i not in self._tool_uses and i not in self._host_uses for i in ids):
+            # Unknown ids: tool uses we missed (custom ones, or host tools held for a
+            # confirmation): the history has them.
             await self._catch_up()
         if not ids:
             return True
+        ids = [i for i in ids if i not in self._decided]  # a confirmation is final
         if not all(i in self._tool_uses and i in self._answered for i in ids):
             return True  # something is really awaited: the loop answers it
         unconfirmed = [i for i in ids if i not in self._confirmed]
@@ -578,6 +596,8 @@ class ClaudeConnection(ConnectionBase):
             pid = past.get("id")
             if past.get("type") == _wire.CUSTOM_TOOL_USE and isinstance(pid, str):
                 self._tool_uses[pid] = past
+            elif past.get("type") in _wire.SERVER_TOOL_USES and isinstance(pid, str):
+                self._host_uses[pid] = past
         return history
 
     def _queue_unseen(self, history: Sequence[RawEvent]) -> list[RawEvent]:

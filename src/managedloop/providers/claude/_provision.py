@@ -203,6 +203,7 @@ def _agent_body(spec: AgentSpec, agent_name: str, digest: str) -> dict[str, Any]
         }
         for d in spec.tool_definitions()
     ]
+    tools += [dict(t) for t in spec.host_tools]  # toolsets and their permission policies
     body: dict[str, Any] = {
         "name": agent_name,
         "model": normalize_model_id(model),

@@ -22,10 +22,22 @@ from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from managedloop.outcome import Outcome
-from managedloop.results import RawEvent, Terminal, ToolResult, ToolUse, TurnResult, Usage
+from managedloop.results import (
+    ApprovalRequest,
+    Approve,
+    Deny,
+    RawEvent,
+    Terminal,
+    ToolResult,
+    ToolUse,
+    TurnResult,
+    Usage,
+)
 
 __all__ = [
     "BOUNDARY_TYPES",
+    "approval_request",
+    "confirmation_event",
     "custom_tool_result",
     "define_outcome",
     "ends_turn",
@@ -98,6 +110,35 @@ def tool_confirmation(
     if not allow and deny_message:
         event["deny_message"] = deny_message
     return event
+
+
+def confirmation_event(tool_use_id: str, decision: Approve | Deny) -> dict[str, Any]:
+    """``user.tool_confirmation`` for one decision (a deny carries its message)."""
+    if isinstance(decision, Deny):
+        return tool_confirmation(tool_use_id, False, decision.message or None)
+    return tool_confirmation(tool_use_id, True)
+
+
+def approval_request(event: Mapping[str, Any]) -> ApprovalRequest:
+    """What ``confirm=`` sees of a host tool use held for confirmation: the use, the
+    host's verdict (``evaluated_permission``) and its ``evaluation`` verbatim; the reason
+    is the ``auto`` judgement's ``reason_code``, else the policy's type (``always_ask``)."""
+    evaluation = event.get("evaluation")
+    evaluation = dict(evaluation) if isinstance(evaluation, Mapping) else None
+    reason: str | None = None
+    if evaluation is not None:
+        judged = evaluation.get("evaluated_permission")
+        code = judged.get("reason_code") if isinstance(judged, Mapping) else None
+        kind = evaluation.get("type")
+        reason = code if isinstance(code, str) else kind if isinstance(kind, str) else None
+    verdict = event.get("evaluated_permission")
+    return ApprovalRequest(
+        tool_use=tool_use_of(event),
+        source="host",
+        reason=reason,
+        verdict=verdict if isinstance(verdict, str) else None,
+        evaluation=evaluation,
+    )
 
 
 def interrupt(thread_id: str | None = None) -> dict[str, Any]:
@@ -228,21 +269,29 @@ def normalize(
     events: Sequence[RawEvent],
     known_tool_uses: Mapping[str, Mapping[str, Any]] | None = None,
     answered: Iterable[str] = (),
+    known_host_uses: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> TurnResult:
     """One turn's :class:`TurnResult`; ``events`` are kept verbatim.
 
     ``known_tool_uses`` maps every custom tool-use id the connection has seen (any batch)
-    to its event; ids in ``answered`` already have a result and are not surfaced again.
+    to its event; ids in ``answered`` already have a result (or a confirmation) and are
+    not surfaced again. ``known_host_uses`` does the same for built-in and MCP tool uses:
+    one a ``requires_action`` names is held for a confirmation (``host_approvals``).
     """
     lookup: dict[str, Mapping[str, Any]] = dict(known_tool_uses or {})
+    hosted: dict[str, Mapping[str, Any]] = dict(known_host_uses or {})
     for event in events:
-        if event.get("type") == CUSTOM_TOOL_USE and isinstance(event.get("id"), str):
+        kind = event.get("type")
+        if kind == CUSTOM_TOOL_USE and isinstance(event.get("id"), str):
             lookup.setdefault(event["id"], event)
+        elif kind in SERVER_TOOL_USES and isinstance(event.get("id"), str):
+            hosted.setdefault(event["id"], event)
     done = set(answered)
     boundary = next((e for e in reversed(events) if ends_turn(e)), None)
     terminal = Terminal.TERMINATED
     stop_reason: Any = None
     custom: list[ToolUse] = []
+    held: list[ApprovalRequest] = []
     if boundary is not None:
         stop_reason = stop_reason_of(boundary)
         if boundary.get("type") == "session.status_idle" and isinstance(stop_reason, Mapping):
@@ -250,8 +299,13 @@ def normalize(
             if terminal is Terminal.REQUIRES_ACTION:
                 ids = stop_reason.get("event_ids")
                 for eid in ids if isinstance(ids, list) else []:
-                    if isinstance(eid, str) and eid in lookup and eid not in done:
+                    if not isinstance(eid, str) or eid in done:
+                        continue
+                    if eid in lookup:
                         custom.append(tool_use_of(lookup[eid]))
+                        done.add(eid)
+                    elif eid in hosted:
+                        held.append(approval_request(hosted[eid]))
                         done.add(eid)
     if terminal is Terminal.END_TURN:
         # An outcome's verdict decides a graded turn: "failed"/"interrupted" end it badly.
@@ -274,4 +328,5 @@ def normalize(
         server_tool_uses=[tool_use_of(e) for e in events if e.get("type") in SERVER_TOOL_USES],
         usage=_usage(events),
         events=list(events),
+        host_approvals=held,
     )

@@ -108,6 +108,8 @@ DUPLICATE = "local.duplicate_tool_call"
 DIRECTIVE = "local.directive"
 
 
+INTERRUPTED_CALL = "the session was interrupted before this call's result was sent"
+ABANDONED_CALL = "no result was sent for this call: a new user message came first"
 TRUNCATED_CALL = (
     "the answer was cut off (finish_reason=length) before this call's arguments were complete"
 )
@@ -177,7 +179,15 @@ def _key(name: str, arguments: dict[str, Any]) -> tuple[str, str]:
 
 
 class LocalConnection(ConnectionBase):
-    """A client-held conversation on one chat function."""
+    """A client-held conversation on one chat function.
+
+    Interrupts (``interrupts_by_cancel``): the loop cancels the in-flight model call or
+    tool calls, then :meth:`interrupted` answers every tool call of the history still
+    open with an error tool message, so the history stays one a server accepts (every
+    ``tool_call`` answered) and the session takes a follow-up message.
+    """
+
+    interrupts_by_cancel = True
 
     def __init__(
         self,
@@ -220,8 +230,10 @@ class LocalConnection(ConnectionBase):
         self._used_ids: set[str] = set()
         self._wire: dict[str, Any] = {}
         self._minted = 0
+        self._open: list[ToolUse] = []  # calls of the last answer not answered in history
         if resumed:
             self.pending_tool_uses = self._resume(history)
+            self._open = list(self.pending_tool_uses)
 
     # -- the Connection protocol -------------------------------------------------------
 
@@ -230,6 +242,8 @@ class LocalConnection(ConnectionBase):
         if isinstance(input, UserMessage):
             if not input.reprompt:  # a new request; a re-prompt stays inside this one
                 self._reset_guards()
+            if self._open:  # calls left unanswered (parked on an approval): never dangling
+                self._answer_open(ABANDONED_CALL)
             self.history.append({"role": "user", "content": input.text})
         elif isinstance(input, ToolResults):
             events.extend(self._apply_results(input))
@@ -289,6 +303,7 @@ class LocalConnection(ConnectionBase):
         self.history.append(message)
         for answer in answers:
             self.history.append(answer)
+        self._open = list(uses)
         for event in duplicates:
             yield event
         events.extend(duplicates)
@@ -331,6 +346,17 @@ class LocalConnection(ConnectionBase):
     def transcript(self) -> list[dict[str, Any]]:
         return list(self.history)
 
+    def interrupted(self) -> None:
+        """Answer each tool call still open in the history (the loop cancelled them)."""
+        self._answer_open(INTERRUPTED_CALL)
+
+    def _answer_open(self, text: str) -> None:
+        open_calls, self._open = self._open, []
+        for use in open_calls:
+            wire_id = self._wire.get(use.id or "", use.id)
+            content = error_payload(text)
+            self.history.append({"role": "tool", "tool_call_id": wire_id, "content": content})
+
     async def aclose(self) -> None:
         if self._closed:
             return
@@ -345,6 +371,7 @@ class LocalConnection(ConnectionBase):
         self._errors = {}
 
     def _apply_results(self, input: ToolResults) -> list[RawEvent]:
+        self._open = []
         by_id = {r.tool_use_id: r for r in input.results}
         failed: list[tuple[str, str]] = []
         for use in input.tool_uses:

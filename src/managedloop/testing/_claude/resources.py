@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from managedloop.testing._claude.permissions import resolve_tools
+
 __all__ = [
     "AGENTS",
     "ENVIRONMENTS",
@@ -114,7 +116,7 @@ AGENTS = Resource(
         "model": _model,
         "system": _given,
         "description": _given,
-        "tools": _list,
+        "tools": resolve_tools,  # toolsets resolved as the API returns them
         "mcp_servers": _list,
         "skills": _list,
         "multiagent": _given,

@@ -9,7 +9,11 @@ emitted event against them):
   (``end_turn``, ``requires_action{event_ids}``, ``retries_exhausted``) or
   ``session.status_terminated``;
 * sent user events are echoed onto the stream and into the history, with server ids;
-* the stream does not replay: a connection sees only events emitted after it opened.
+* the stream does not replay: a connection sees only events emitted after it opened;
+* a built-in tool use is evaluated against the agent's permission policies
+  (:mod:`managedloop.testing._claude.permissions`): ``always_ask`` / ``auto`` hold it for a
+  ``user.tool_confirmation`` (``allow`` runs it, ``deny`` answers it with an error
+  ``agent.tool_result`` carrying the deny message).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 
 from managedloop.results import ToolResult
 from managedloop.testing._claude.faults import ClaudeFaults
+from managedloop.testing._claude.permissions import evaluate
 from managedloop.testing.script import (
     Fail,
     Grade,
@@ -373,13 +378,17 @@ class EmuSession:
             await self._pause()
         custom: list[str] = []
         for call in step.tool_calls:
+            verdict, evaluation = evaluate(self.agent.get("tools"), call.name)
             if call.server and call.name in self.confirm_tools:
+                verdict, evaluation = "ask", {"type": "always_ask"}
+            if call.server and verdict == "ask":
                 ask = self.emit(
                     {
                         "type": "agent.tool_use",
                         "name": call.name,
                         "input": dict(call.input),
                         "evaluated_permission": "ask",
+                        "evaluation": evaluation,
                     }
                 )
                 custom.append(ask["id"])  # blocks the run like a custom call
@@ -391,6 +400,7 @@ class EmuSession:
                         "name": call.name,
                         "input": dict(call.input),
                         "evaluated_permission": "allow",
+                        "evaluation": evaluation,
                     }
                 )
                 await self._pause()
