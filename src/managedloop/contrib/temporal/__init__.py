@@ -26,15 +26,17 @@ cross.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
+from managedloop import _validate
 from managedloop.errors import InvalidOptionsError
 from managedloop.hosts import Provider
 from managedloop.provisioning.specs import AgentSpec
-from managedloop.results import SessionResult
+from managedloop.results import ApprovalRequest, Approve, Deny, SessionResult
 from managedloop.stores import MemoryStore, Store
 from managedloop.tools import Toolset, as_tool
 
@@ -49,9 +51,21 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ._activities import SessionActivities
 from ._wire import SessionStart
-from ._workflow import WORKFLOW_NAME, SessionWorkflow
+from ._workflow import PENDING_MEMO, WORKFLOW_NAME, SessionWorkflow
 
-__all__ = ["SessionWorker", "SessionWorkflow", "run", "worker"]
+__all__ = [
+    "SessionWorker",
+    "SessionWorkflow",
+    "close",
+    "decide",
+    "events",
+    "pending",
+    "result",
+    "run",
+    "send",
+    "start",
+    "worker",
+]
 
 
 class SessionWorker:
@@ -136,7 +150,22 @@ def worker(
     return SessionWorker(made, activities)
 
 
-async def run(
+def _options(**given: Any) -> dict[str, Any]:
+    for name in ("provider", "agent", "task_queue"):
+        value = given[name]
+        if not isinstance(value, str) or not value:
+            raise InvalidOptionsError(f"{name} must be a non-empty str", option=name)
+    if not isinstance(given["prompt"], str):
+        raise InvalidOptionsError("prompt must be a str", option="prompt")
+    _validate.integer("max_turns", given["max_turns"], minimum=1)
+    _validate.integer("requests_per_run", given["requests_per_run"], minimum=1, allow_none=True)
+    _validate.duration("tool_timeout", given["tool_timeout"])
+    _validate.duration("turn_timeout", given["turn_timeout"], allow_none=False)
+    _validate.duration("heartbeat_timeout", given["heartbeat_timeout"], allow_none=False)
+    return given
+
+
+async def start(
     client: Client,
     *,
     provider: str,
@@ -144,7 +173,8 @@ async def run(
     prompt: str,
     task_queue: str,
     workflow_id: str | None = None,
-    store: Store | None = None,
+    live: bool = False,
+    requests_per_run: int | None = None,
     tool_queues: Mapping[str, str] | None = None,
     resume: str | None = None,
     max_turns: int = 50,
@@ -153,46 +183,104 @@ async def run(
     tool_timeout: float | None = None,
     turn_timeout: float = 1800.0,
     heartbeat_timeout: float = 10.0,
-) -> SessionResult:
-    """Run one session request durably and return its :class:`~managedloop.SessionResult`.
+) -> str:
+    """Start a durable session and return its workflow id (at once; nothing waits).
 
-    ``workflow_id`` makes the call idempotent (Temporal refuses a second running workflow
-    with the same id); by default a fresh id is minted. With ``store`` (the workers'
-    store), a Local result carries its transcript; otherwise the transcript stays in the
-    store (``result`` has ``transcript=None``).
+    Any process can then follow it by id: :func:`result`, :func:`pending`,
+    :func:`decide`, :func:`events`, and for a ``live`` session :func:`send` and
+    :func:`close`. Options are checked here, before anything reaches Temporal.
     """
-    for name, value in (("provider", provider), ("agent", agent), ("task_queue", task_queue)):
-        if not isinstance(value, str) or not value:
-            raise InvalidOptionsError(f"{name} must be a non-empty str", option=name)
-    if not isinstance(prompt, str):
-        raise InvalidOptionsError("prompt must be a str", option="prompt")
-    start = SessionStart(
+    opts = _options(
         provider=provider,
         agent=agent,
         prompt=prompt,
         task_queue=task_queue,
-        tool_queues=dict(tool_queues or {}),
-        resume=resume,
         max_turns=max_turns,
-        terminal_tool=terminal_tool,
-        require_terminal_tool=require_terminal_tool,
         tool_timeout=tool_timeout,
         turn_timeout=turn_timeout,
         heartbeat_timeout=heartbeat_timeout,
+        requests_per_run=requests_per_run,
     )
-    data: dict[str, Any] = await client.execute_workflow(
-        WORKFLOW_NAME,
-        start,
-        id=workflow_id or f"managedloop-{uuid.uuid4().hex}",
-        task_queue=task_queue,
-        result_type=dict,
+    session = SessionStart(
+        **opts,
+        tool_queues=dict(tool_queues or {}),
+        resume=resume,
+        terminal_tool=terminal_tool,
+        require_terminal_tool=require_terminal_tool,
+        live=live,
     )
+    wid = workflow_id or f"managedloop-{uuid.uuid4().hex}"
+    await client.start_workflow(WORKFLOW_NAME, session, id=wid, task_queue=task_queue)
+    return wid
+
+
+def _session_result(data: dict[str, Any], store: Store | None) -> SessionResult:
+    data = dict(data)
     key = data.pop("transcript_key", None)
     result = SessionResult.from_dict(data)
     if store is not None and key is not None:
         stored = store.get(key)
         if stored is not None:
-            import dataclasses
-
             result = dataclasses.replace(result, transcript=stored["messages"])
     return result
+
+
+async def result(
+    client: Client, workflow_id: str, *, request: int = 1, store: Store | None = None
+) -> SessionResult:
+    """The result of request ``request`` of a session (1: its prompt's), once it is there.
+
+    With ``store`` (the workers' store), a Local result carries its transcript.
+    """
+    handle = client.get_workflow_handle(workflow_id)
+    data = await handle.execute_update("managedloop.result", request, result_type=dict)
+    return _session_result(data, store)
+
+
+async def run(client: Client, *, store: Store | None = None, **options: Any) -> SessionResult:
+    """:func:`start` a session and wait for its first result (the options of :func:`start`)."""
+    wid = await start(client, **options)
+    return await result(client, wid, store=store)
+
+
+async def pending(client: Client, workflow_id: str) -> list[ApprovalRequest]:
+    """The tool calls the session waits on a decision for (also while no worker runs)."""
+    # From the workflow's memo: it needs no running worker (a query would).
+    described = await client.get_workflow_handle(workflow_id).describe()
+    data = await described.memo_value(PENDING_MEMO, default=[])
+    return [ApprovalRequest.from_dict(d) for d in data]
+
+
+async def decide(client: Client, workflow_id: str, decisions: Mapping[str, Approve | Deny]) -> None:
+    """Send decisions (``{tool_use_id: ml.Approve() | ml.Deny("why")}``); from any process,
+    any time later: the session waits durably."""
+    if not isinstance(decisions, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, Approve | Deny) for k, v in decisions.items()
+    ):
+        raise InvalidOptionsError(
+            "decisions map tool-use ids to ml.Approve() or ml.Deny('why')", option="decisions"
+        )
+    handle = client.get_workflow_handle(workflow_id)
+    await handle.signal("managedloop.decide", {k: v.to_dict() for k, v in decisions.items()})
+
+
+async def send(
+    client: Client, workflow_id: str, text: str, *, store: Store | None = None
+) -> SessionResult:
+    """A follow-up message to a ``live`` session; returns its request's result."""
+    if not isinstance(text, str):
+        raise InvalidOptionsError("text must be a str", option="text")
+    handle = client.get_workflow_handle(workflow_id)
+    data = await handle.execute_update("managedloop.send", text, result_type=dict)
+    return _session_result(data, store)
+
+
+async def events(client: Client, workflow_id: str, since: int = 0) -> list[Any]:
+    """The current request's raw events from offset ``since`` (poll to stream them)."""
+    handle = client.get_workflow_handle(workflow_id)
+    return list(await handle.query("managedloop.events", since, result_type=list))
+
+
+async def close(client: Client, workflow_id: str) -> None:
+    """End a ``live`` session once its current request is served."""
+    await client.get_workflow_handle(workflow_id).signal("managedloop.close")

@@ -39,6 +39,7 @@ from managedloop.handler import run_tool_calls
 from managedloop.hosts import OpenRequest, Provider
 from managedloop.provisioning.specs import AgentSpec
 from managedloop.results import SessionInfo, ToolUse, TurnResult
+from managedloop.session.approvals import hold_reason
 from managedloop.stores import Store
 from managedloop.tools import Toolset
 
@@ -183,15 +184,21 @@ class SessionActivities:
 
     @activity.defn(name="managedloop.tool")
     async def tool(self, call: ToolCall) -> dict[str, Any]:
+        """``{"result": ToolResult}``, or ``{"hold": reason}`` when the tool's approval rule
+        holds the call for a person (asked only for a call not yet ``decided``)."""
         use = ToolUse.from_dict(call.use)
         info = SessionInfo(
             session_id=call.session_id,
             provider=call.provider,
             metadata={"tool_use_id": use.id, "attempt": activity.info().attempt},
         )
+        if not call.decided:
+            reason = await hold_reason(self._tools, use, info)
+            if reason is not None:
+                return {"hold": reason}
         async with _heartbeating():
             [result] = await run_tool_calls(self._tools, [use], info, timeout=call.timeout)
-        return result.to_dict()
+        return {"result": result.to_dict()}
 
     async def aclose(self) -> None:
         """Close the providers this worker built (their clients and connection pools)."""

@@ -24,6 +24,7 @@ from managedloop.hosts import ToolResults, TurnInput, UserMessage
 from managedloop.results import ToolResult, ToolUse
 
 __all__ = [
+    "Carry",
     "OpenCall",
     "Opened",
     "SessionStart",
@@ -56,6 +57,29 @@ class SessionStart:
     """Start-to-close bound of one host-turn activity; above the host's own budget."""
     heartbeat_timeout: float = 10.0
     """How soon a dead worker's activity is retried elsewhere (activities heartbeat)."""
+    live: bool = False
+    """Keep the session after its first request: follow-ups arrive as the
+    ``managedloop.send`` update, until the ``managedloop.close`` signal."""
+    requests_per_run: int | None = None
+    """Continue as new after this many requests of a live session (besides whenever
+    Temporal suggests it): bounds the history of a session that lives for weeks."""
+    carry: Carry | None = None
+    """State carried over a continue-as-new (``None`` on a fresh start)."""
+
+
+@dataclass(kw_only=True)
+class Carry:
+    """What a live session needs after a continue-as-new: where the host session is,
+    what the workflow has seen, and the follow-ups not yet served."""
+
+    session_id: str | None
+    transcript_key: str | None
+    last_event_id: str
+    inbox: list[str] = field(default_factory=list)
+    requests: int = 0
+    """Requests served before (the ``managedloop.result`` update numbers them)."""
+    last: dict[str, Any] | None = None
+    """The last request's result: the workflow's result if it is closed straight away."""
 
 
 @dataclass(kw_only=True)
@@ -103,6 +127,8 @@ class ToolCall:
     session_id: str | None
     provider: str
     timeout: float | None = None
+    decided: bool = False
+    """Approved by a person: run it without asking the approval rule again."""
 
 
 def encode_input(value: TurnInput) -> dict[str, Any]:
