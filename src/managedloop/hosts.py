@@ -175,6 +175,14 @@ class OpenRequest:
     """Reattach to this existing session instead of creating one."""
     transcript: list[dict[str, Any]] | None = None
     """Client-held history to reattach (hosts that keep history client-side)."""
+    replay_from: str | None = None
+    """On reattach (``session_id``) to a host that keeps the history: the id of the last
+    raw event the caller already holds (``""``: none). The next turn then yields the
+    history's events after it first, and does not send again an input it finds among
+    them — how a durable turn retried after its worker died picks up a turn the dead
+    attempt started, without a second prompt or result on the wire. ``None`` (the
+    default): the history is old news, as for any reattach. Hosts with no history ignore
+    it."""
     metadata: dict[str, Any] = field(default_factory=dict)
     """Caller telemetry tags, for the events the connection emits itself."""
     pending: Pending | None = None

@@ -194,6 +194,21 @@ class _Stream:
             await self._stack.aclose()
 
 
+def _replay_cut(history: Sequence[RawEvent], replay_from: str | None) -> int:
+    """How many leading history events are old news (``OpenRequest.replay_from``)."""
+    if replay_from is None:
+        return len(history)
+    if replay_from == "":
+        return 0
+    for i, event in enumerate(history):
+        if event.get("id") == replay_from:
+            return i + 1
+    raise InvalidOptionsError(
+        f"replay_from {replay_from!r} is not an event of this session's history",
+        option="replay_from",
+    )
+
+
 class ClaudeConnection(ConnectionBase):
     """A session on Claude Managed Agents (see the module docstring for the invariants)."""
 
@@ -206,8 +221,18 @@ class ClaudeConnection(ConnectionBase):
         metadata: Mapping[str, Any],
         resumed: bool = False,
         lease: Lease | None = None,
+        replay_from: str | None = None,
     ) -> None:
         super().__init__()
+        self._replay_from = replay_from
+        self._replayed_messages: list[tuple[str, str]] = []
+        """(text, event id) of user messages in the replayed history: already sent, so a
+        turn whose input is one of them sends nothing (``OpenRequest.replay_from``)."""
+        self._replayed_results: dict[str, str] = {}
+        """Tool-use id → event id of the results in the replayed history (already sent)."""
+        self._replay_ids: list[str] = []
+        """Event ids of the replayed echoes of this turn's input: the turn's gate opens at
+        them, as at the echo of a send."""
         self.api = api
         self._lease = lease
         self.session_id = session_id
@@ -248,8 +273,13 @@ class ClaudeConnection(ConnectionBase):
         self._stream = await self._open_stream()
         if self.resumed:
             history = await self.history()
-            for event in history:
+            cut = _replay_cut(history, self._replay_from)
+            for event in history[:cut]:
                 self._remember(event)
+            for event in history[cut:]:
+                # Replayed on the next turn; what we find we sent is never sent again.
+                self._note_sent(event)
+                self._backlog.append(event)
             self.pending_tool_uses = [
                 u for u in _wire.unanswered_tool_uses(history) if u.id not in self._answered
             ]
@@ -275,8 +305,8 @@ class ClaudeConnection(ConnectionBase):
     async def turn(self, input: TurnInput) -> AsyncIterator[TurnItem]:
         yielded: list[RawEvent] = []  # this turn's events, for its TurnResult
         events = self._input_events(input)
-        self._turn_ids = set()
-        self._gate_open = not events
+        self._turn_ids = set(self._replay_ids)
+        self._gate_open = not events and not self._replay_ids
         if events:
             ids = await self.send(events)
             if not ids:
@@ -318,10 +348,40 @@ class ClaudeConnection(ConnectionBase):
                 return
 
     # -- inputs and sends ----------------------------------------------------------------
+    def _note_sent(self, event: RawEvent) -> None:
+        kind = event.get("type")
+        eid = event.get("id")
+        if kind == _wire.CUSTOM_TOOL_USE and isinstance(eid, str):
+            self._tool_uses[eid] = event
+        elif kind == _wire.CUSTOM_TOOL_RESULT:
+            tid = event.get("custom_tool_use_id")
+            if isinstance(tid, str):
+                self._answered.add(tid)
+                self._confirmed.add(tid)
+                if isinstance(eid, str):
+                    self._replayed_results[tid] = eid
+        elif kind == "user.message" and isinstance(eid, str):
+            content = event.get("content")
+            if isinstance(content, list) and content and isinstance(content[0], Mapping):
+                text = content[0].get("text")
+                if isinstance(text, str):
+                    self._replayed_messages.append((text, eid))
+
     def _input_events(self, input: TurnInput) -> list[dict[str, Any]]:
+        self._replay_ids = []
         if isinstance(input, UserMessage):
+            for i, (text, eid) in enumerate(self._replayed_messages):
+                if text == input.text:  # the dead attempt sent it: never twice
+                    del self._replayed_messages[i]
+                    self._replay_ids = [eid]
+                    return []
             return [_wire.user_message(input.text)]
         if isinstance(input, ToolResults):
+            self._replay_ids = [
+                self._replayed_results.pop(r.tool_use_id)
+                for r in input.results
+                if r.tool_use_id in self._replayed_results
+            ]
             # Never answer a tool use twice (a redrive after a drop may repeat results).
             events = [
                 _wire.result_event(r)

@@ -340,6 +340,7 @@ class ClaudeManagedAgents:
                 metadata=request.metadata,
                 resumed=True,
                 lease=lease,
+                replay_from=request.replay_from,
             )
             try:
                 await conn.start()

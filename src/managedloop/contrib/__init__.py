@@ -1,0 +1,1 @@
+"""Integrations with other systems, each behind its own optional extra."""

@@ -1,0 +1,286 @@
+"""Durable sessions on Temporal (extra ``managedloop[temporal]``).
+
+A session request runs as a Temporal workflow (:class:`SessionWorkflow`): the loop's
+decisions inside the workflow, every host turn and tool call as an activity on the
+user's own workers (see ``_workflow`` and ``_activities`` for the invariants)::
+
+    from temporalio.client import Client
+    from managedloop.contrib import temporal as mlt
+
+    client = await Client.connect("127.0.0.1:7233")
+    # on each worker machine: the providers and agents by name, built there
+    async with mlt.worker(client, task_queue="agents",
+                          providers={"local": lambda: Local(model=..., base_url=...)},
+                          agents={"calc": calc_spec}, store=SQLiteStore("ml.sqlite3")):
+        ...
+    # anywhere: start a session and wait for its SessionResult
+    result = await mlt.run(client, provider="local", agent="calc",
+                           prompt="What is 2 + 2?", task_queue="agents")
+
+Providers and agents cross the workflow boundary by *name*, so credentials never enter a
+workflow history. Local transcripts are kept in the workers' shared
+:class:`~managedloop.stores.Store` (one every worker of the queue can read: a
+``SQLiteStore`` on one machine, a ``RedisStore`` across machines) and only their keys
+cross.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from managedloop import _validate
+from managedloop.errors import InvalidOptionsError
+from managedloop.hosts import Provider
+from managedloop.provisioning.specs import AgentSpec
+from managedloop.results import ApprovalRequest, Approve, Deny, SessionResult
+from managedloop.stores import MemoryStore, Store
+from managedloop.tools import Toolset, as_tool
+
+try:
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "managedloop.contrib.temporal needs the temporal extra: pip install 'managedloop[temporal]'"
+    ) from exc
+
+from ._activities import SessionActivities
+from ._wire import SessionStart
+from ._workflow import PENDING_MEMO, WORKFLOW_NAME, SessionWorkflow
+
+__all__ = [
+    "SessionWorker",
+    "SessionWorkflow",
+    "close",
+    "decide",
+    "events",
+    "pending",
+    "result",
+    "run",
+    "send",
+    "start",
+    "worker",
+]
+
+
+class SessionWorker:
+    """A Temporal ``Worker`` serving managedloop sessions, which also closes the providers
+    it built when it stops. ``async with`` it, or ``await run()`` it."""
+
+    def __init__(self, worker: Worker, activities: SessionActivities) -> None:
+        self.worker = worker
+        """The underlying ``temporalio.worker.Worker``."""
+        self._activities = activities
+
+    async def run(self) -> None:
+        try:
+            await self.worker.run()
+        finally:
+            await self._activities.aclose()
+
+    async def __aenter__(self) -> SessionWorker:
+        await self.worker.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        try:
+            await self.worker.__aexit__(*exc)
+        finally:
+            await self._activities.aclose()
+
+
+def worker(
+    client: Client,
+    *,
+    task_queue: str,
+    providers: Mapping[str, Callable[[], Provider]] | None = None,
+    agents: Mapping[str, AgentSpec] | None = None,
+    tools: Iterable[Any] = (),
+    store: Store | None = None,
+    **worker_options: Any,
+) -> SessionWorker:
+    """A :class:`SessionWorker` serving managedloop sessions on ``task_queue``.
+
+    ``providers`` map a name to a factory called once per worker (so each worker builds
+    its own clients and credentials); ``agents`` map a name to its spec, whose tool
+    implementations this worker runs. A worker that only runs pinned tools (a GPU
+    machine, say) passes ``tools=`` and no providers. ``store`` holds Local transcripts
+    and must be shared by every worker of the queue (default: in-process, one worker).
+    Use the result as ``async with worker(...):`` or ``await worker(...).run()``.
+    """
+    agents = dict(agents or {})
+    implementations = [as_tool(t) for t in tools]
+    for spec in agents.values():
+        implementations.extend(t for t in spec.toolset())
+    seen: dict[str, Any] = {}
+    for t in implementations:
+        seen.setdefault(t.name, t)
+    activities = SessionActivities(
+        providers=providers or {},
+        agents=agents,
+        store=store if store is not None else MemoryStore(),
+        tools=Toolset(list(seen.values())),
+    )
+    worker_options.setdefault(
+        # A dead worker's sticky queue otherwise delays the workflow task ~10 s.
+        "sticky_queue_schedule_to_start_timeout",
+        timedelta(seconds=2),
+    )
+    # managedloop's modules do no I/O at import and keep no state the workflow shares, so
+    # the sandbox passes them through instead of re-importing them for every workflow run
+    # (re-importing also breaks on their enum and dataclass subclasses).
+    worker_options.setdefault(
+        "workflow_runner",
+        SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("managedloop")
+        ),
+    )
+    made = Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[SessionWorkflow],
+        activities=activities.all(),
+        **worker_options,
+    )
+    return SessionWorker(made, activities)
+
+
+def _options(**given: Any) -> dict[str, Any]:
+    for name in ("provider", "agent", "task_queue"):
+        value = given[name]
+        if not isinstance(value, str) or not value:
+            raise InvalidOptionsError(f"{name} must be a non-empty str", option=name)
+    if not isinstance(given["prompt"], str):
+        raise InvalidOptionsError("prompt must be a str", option="prompt")
+    _validate.integer("max_turns", given["max_turns"], minimum=1)
+    _validate.integer("requests_per_run", given["requests_per_run"], minimum=1, allow_none=True)
+    _validate.duration("tool_timeout", given["tool_timeout"])
+    _validate.duration("turn_timeout", given["turn_timeout"], allow_none=False)
+    _validate.duration("heartbeat_timeout", given["heartbeat_timeout"], allow_none=False)
+    return given
+
+
+async def start(
+    client: Client,
+    *,
+    provider: str,
+    agent: str,
+    prompt: str,
+    task_queue: str,
+    workflow_id: str | None = None,
+    live: bool = False,
+    requests_per_run: int | None = None,
+    tool_queues: Mapping[str, str] | None = None,
+    resume: str | None = None,
+    max_turns: int = 50,
+    terminal_tool: str | None = None,
+    require_terminal_tool: bool = False,
+    tool_timeout: float | None = None,
+    turn_timeout: float = 1800.0,
+    heartbeat_timeout: float = 10.0,
+) -> str:
+    """Start a durable session and return its workflow id (at once; nothing waits).
+
+    Any process can then follow it by id: :func:`result`, :func:`pending`,
+    :func:`decide`, :func:`events`, and for a ``live`` session :func:`send` and
+    :func:`close`. Options are checked here, before anything reaches Temporal.
+    """
+    opts = _options(
+        provider=provider,
+        agent=agent,
+        prompt=prompt,
+        task_queue=task_queue,
+        max_turns=max_turns,
+        tool_timeout=tool_timeout,
+        turn_timeout=turn_timeout,
+        heartbeat_timeout=heartbeat_timeout,
+        requests_per_run=requests_per_run,
+    )
+    session = SessionStart(
+        **opts,
+        tool_queues=dict(tool_queues or {}),
+        resume=resume,
+        terminal_tool=terminal_tool,
+        require_terminal_tool=require_terminal_tool,
+        live=live,
+    )
+    wid = workflow_id or f"managedloop-{uuid.uuid4().hex}"
+    await client.start_workflow(WORKFLOW_NAME, session, id=wid, task_queue=task_queue)
+    return wid
+
+
+def _session_result(data: dict[str, Any], store: Store | None) -> SessionResult:
+    data = dict(data)
+    key = data.pop("transcript_key", None)
+    result = SessionResult.from_dict(data)
+    if store is not None and key is not None:
+        stored = store.get(key)
+        if stored is not None:
+            result = dataclasses.replace(result, transcript=stored["messages"])
+    return result
+
+
+async def result(
+    client: Client, workflow_id: str, *, request: int = 1, store: Store | None = None
+) -> SessionResult:
+    """The result of request ``request`` of a session (1: its prompt's), once it is there.
+
+    With ``store`` (the workers' store), a Local result carries its transcript.
+    """
+    handle = client.get_workflow_handle(workflow_id)
+    data = await handle.execute_update("managedloop.result", request, result_type=dict)
+    return _session_result(data, store)
+
+
+async def run(client: Client, *, store: Store | None = None, **options: Any) -> SessionResult:
+    """:func:`start` a session and wait for its first result (the options of :func:`start`)."""
+    wid = await start(client, **options)
+    return await result(client, wid, store=store)
+
+
+async def pending(client: Client, workflow_id: str) -> list[ApprovalRequest]:
+    """The tool calls the session waits on a decision for (also while no worker runs)."""
+    # From the workflow's memo: it needs no running worker (a query would).
+    described = await client.get_workflow_handle(workflow_id).describe()
+    data = await described.memo_value(PENDING_MEMO, default=[])
+    return [ApprovalRequest.from_dict(d) for d in data]
+
+
+async def decide(client: Client, workflow_id: str, decisions: Mapping[str, Approve | Deny]) -> None:
+    """Send decisions (``{tool_use_id: ml.Approve() | ml.Deny("why")}``); from any process,
+    any time later: the session waits durably."""
+    if not isinstance(decisions, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, Approve | Deny) for k, v in decisions.items()
+    ):
+        raise InvalidOptionsError(
+            "decisions map tool-use ids to ml.Approve() or ml.Deny('why')", option="decisions"
+        )
+    handle = client.get_workflow_handle(workflow_id)
+    await handle.signal("managedloop.decide", {k: v.to_dict() for k, v in decisions.items()})
+
+
+async def send(
+    client: Client, workflow_id: str, text: str, *, store: Store | None = None
+) -> SessionResult:
+    """A follow-up message to a ``live`` session; returns its request's result."""
+    if not isinstance(text, str):
+        raise InvalidOptionsError("text must be a str", option="text")
+    handle = client.get_workflow_handle(workflow_id)
+    data = await handle.execute_update("managedloop.send", text, result_type=dict)
+    return _session_result(data, store)
+
+
+async def events(client: Client, workflow_id: str, since: int = 0) -> list[Any]:
+    """The current request's raw events from offset ``since`` (poll to stream them)."""
+    handle = client.get_workflow_handle(workflow_id)
+    return list(await handle.query("managedloop.events", since, result_type=list))
+
+
+async def close(client: Client, workflow_id: str) -> None:
+    """End a ``live`` session once its current request is served."""
+    await client.get_workflow_handle(workflow_id).signal("managedloop.close")

@@ -1,0 +1,214 @@
+"""The I/O of a durable session, as Temporal activities run by the user's workers.
+
+Three activities, each one step the workflow cannot do itself:
+
+* ``managedloop.open`` — open a new host session (or reattach to ``resume``);
+* ``managedloop.turn`` — one host turn: reattach by session id (or by stored transcript on
+  Local), send one input, read the turn to its :class:`~managedloop.TurnResult`, close;
+* ``managedloop.tool`` — run one custom tool call with the worker's own implementation.
+
+Every activity heartbeats while it works, so a worker that dies (SIGKILL, a redeploy) has
+its activity retried on another worker after the workflow's ``heartbeat_timeout``.
+
+Exactly-once on the wire, per host (the workflow retries a turn only when its activity
+failed or its worker died):
+
+* **Local** holds no server state: a retried turn re-sends the same chat request, read
+  from stored transcript *n* (see :mod:`._wire`), so no result is ever appended twice.
+* **Claude** keeps the session: a retried turn reattaches by session id, and when the
+  tool results it carries are no longer pending on the host (the dead worker's attempt
+  delivered them), it sends nothing and reads the turn from the session instead.
+* **AgentCore** answers tool uses on the next invoke of the same runtime session id;
+  one invoke is one activity whose timeout exceeds the harness's own budget.
+
+A tool call retried after its worker died runs the tool again (it never finished, so no
+result was recorded or sent): tools that act on the world should be idempotent per
+``info.metadata["tool_use_id"]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import anyio
+from temporalio import activity
+
+from managedloop.handler import run_tool_calls
+from managedloop.hosts import OpenRequest, Provider
+from managedloop.provisioning.specs import AgentSpec
+from managedloop.results import SessionInfo, ToolUse, TurnResult
+from managedloop.session.approvals import hold_reason
+from managedloop.stores import Store
+from managedloop.tools import Toolset
+
+from ._wire import OpenCall, Opened, ToolCall, TurnCall, TurnDone, decode_input
+
+__all__ = ["HEARTBEAT_EVERY", "SessionActivities"]
+
+HEARTBEAT_EVERY = 1.0
+"""Seconds between heartbeats of a working activity; well under any heartbeat timeout."""
+
+
+@contextlib.asynccontextmanager
+async def _heartbeating() -> AsyncIterator[None]:
+    """Heartbeat every :data:`HEARTBEAT_EVERY` seconds while the body runs."""
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await anyio.sleep(HEARTBEAT_EVERY)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(beat)
+        try:
+            yield
+        finally:
+            tg.cancel_scope.cancel()
+
+
+class SessionActivities:
+    """The activities, bound to one worker's providers, agents, tools and store."""
+
+    def __init__(
+        self,
+        *,
+        providers: Mapping[str, Callable[[], Provider]],
+        agents: Mapping[str, AgentSpec],
+        store: Store,
+        tools: Toolset,
+    ) -> None:
+        self._factories = dict(providers)
+        self._providers: dict[str, Provider] = {}
+        self._agents = dict(agents)
+        self._store = store
+        self._tools = tools
+
+    def _provider(self, name: str) -> Provider:
+        made = self._providers.get(name)
+        if made is None:
+            factory = self._factories.get(name)
+            if factory is None:
+                raise KeyError(f"this worker has no provider named {name!r}")
+            made = self._providers[name] = factory()
+        return made
+
+    def _agent(self, name: str) -> AgentSpec:
+        spec = self._agents.get(name)
+        if spec is None:
+            raise KeyError(f"this worker has no agent named {name!r}")
+        return spec
+
+    def _request(
+        self,
+        call_agent: str,
+        session_id: str | None,
+        transcript: Any,
+        replay_from: str | None = None,
+    ) -> OpenRequest:
+        spec = self._agent(call_agent)
+        return OpenRequest(
+            spec=spec,
+            agent=spec,
+            tools=spec.tool_definitions(),
+            session_id=session_id,
+            transcript=transcript,
+            replay_from=replay_from,
+        )
+
+    def _load(self, key: str | None) -> list[dict[str, Any]] | None:
+        if key is None:
+            return None
+        stored = self._store.get(key)
+        if stored is None:
+            raise LookupError(f"transcript {key!r} is not in the worker's store")
+        messages = stored["messages"]
+        assert isinstance(messages, list)
+        return messages
+
+    def _save(self, key: str, transcript: list[dict[str, Any]] | None) -> str | None:
+        if transcript is None:
+            return None
+        self._store.put(key, {"messages": transcript})
+        return key
+
+    @activity.defn(name="managedloop.open")
+    async def open(self, call: OpenCall) -> Opened:
+        provider = self._provider(call.provider)
+        async with _heartbeating():
+            conn = await provider.open(self._request(call.agent, call.session_id, None))
+            try:
+                key = await anyio.to_thread.run_sync(
+                    self._save, call.transcript_key, conn.transcript()
+                )
+                return Opened(
+                    session_id=conn.session_id,
+                    transcript_key=key,
+                    pending=[u.to_dict() for u in conn.pending_tool_uses],
+                )
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await conn.aclose()
+
+    @activity.defn(name="managedloop.turn")
+    async def turn(self, call: TurnCall) -> TurnDone:
+        provider = self._provider(call.provider)
+        transcript = await anyio.to_thread.run_sync(self._load, call.transcript_in)
+        # A first attempt follows a finished turn: the history holds nothing new. A retry
+        # follows a dead attempt, which may have sent the input and seen part of the turn:
+        # the host replays what came after the last event the workflow holds.
+        retry = activity.info().attempt > 1 and call.session_id is not None
+        request = self._request(
+            call.agent, call.session_id, transcript, call.last_event_id if retry else None
+        )
+        input = decode_input(call.input)
+        async with _heartbeating():
+            conn = await provider.open(request)
+            try:
+                result: TurnResult | None = None
+                async for item in conn.turn(input):
+                    if isinstance(item, TurnResult):
+                        result = item
+                if result is None:
+                    raise RuntimeError("the host's turn ended without a TurnResult")
+                key = await anyio.to_thread.run_sync(
+                    self._save, call.transcript_out, conn.transcript()
+                )
+                return TurnDone(
+                    turn=result.to_dict(), session_id=conn.session_id, transcript_key=key
+                )
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await conn.aclose()
+
+    @activity.defn(name="managedloop.tool")
+    async def tool(self, call: ToolCall) -> dict[str, Any]:
+        """``{"result": ToolResult}``, or ``{"hold": reason}`` when the tool's approval rule
+        holds the call for a person (asked only for a call not yet ``decided``)."""
+        use = ToolUse.from_dict(call.use)
+        info = SessionInfo(
+            session_id=call.session_id,
+            provider=call.provider,
+            metadata={"tool_use_id": use.id, "attempt": activity.info().attempt},
+        )
+        if not call.decided:
+            reason = await hold_reason(self._tools, use, info)
+            if reason is not None:
+                return {"hold": reason}
+        async with _heartbeating():
+            [result] = await run_tool_calls(self._tools, [use], info, timeout=call.timeout)
+        return {"result": result.to_dict()}
+
+    async def aclose(self) -> None:
+        """Close the providers this worker built (their clients and connection pools)."""
+        made, self._providers = list(self._providers.values()), {}
+        for provider in made:
+            close = getattr(provider, "aclose", None)
+            if close is not None:
+                await close()
+            elif callable(getattr(provider, "close", None)):
+                provider.close()  # type: ignore[attr-defined]
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [self.open, self.turn, self.tool]

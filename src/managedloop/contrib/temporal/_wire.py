@@ -1,0 +1,159 @@
+"""What crosses Temporal: the JSON payloads of the session workflow and its activities.
+
+Everything here is plain data (dicts of JSON values), so Temporal's default converter
+carries it unchanged and a workflow history stays readable in the Temporal UI. Secrets
+never cross: a workflow names its provider and agent (``provider="claude-prod"``,
+``agent="support"``), and the worker that runs the activity builds them from what it
+registered — API keys and AWS credentials stay on the worker's machine and out of every
+payload and history.
+
+Local transcripts never cross either (Temporal caps a payload at 2 MB and the history of
+a long session grows past it): the host-turn activity keeps them in a
+:class:`managedloop.stores.Store` under a key made from the workflow id and the turn
+number, and only the key crosses. A turn reads transcript *n* and writes transcript
+*n + 1*, so a retried turn starts again from the same history and can never append a tool
+result twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from managedloop.hosts import ToolResults, TurnInput, UserMessage
+from managedloop.results import ToolResult, ToolUse
+
+__all__ = [
+    "Carry",
+    "OpenCall",
+    "Opened",
+    "SessionStart",
+    "ToolCall",
+    "TurnCall",
+    "TurnDone",
+    "decode_input",
+    "encode_input",
+]
+
+
+@dataclass(kw_only=True)
+class SessionStart:
+    """The workflow's argument: which provider and agent (by name), the prompt, options."""
+
+    provider: str
+    agent: str
+    prompt: str
+    task_queue: str
+    """Where the host activities (open, turn) run; tools run here too unless pinned."""
+    tool_queues: dict[str, str] = field(default_factory=dict)
+    """Tool name → task queue, for tools that must run on particular machines."""
+    resume: str | None = None
+    """A host session id to reattach to instead of opening a new session."""
+    max_turns: int = 50
+    terminal_tool: str | None = None
+    require_terminal_tool: bool = False
+    tool_timeout: float | None = None
+    turn_timeout: float = 1800.0
+    """Start-to-close bound of one host-turn activity; above the host's own budget."""
+    heartbeat_timeout: float = 10.0
+    """How soon a dead worker's activity is retried elsewhere (activities heartbeat)."""
+    live: bool = False
+    """Keep the session after its first request: follow-ups arrive as the
+    ``managedloop.send`` update, until the ``managedloop.close`` signal."""
+    requests_per_run: int | None = None
+    """Continue as new after this many requests of a live session (besides whenever
+    Temporal suggests it): bounds the history of a session that lives for weeks."""
+    carry: Carry | None = None
+    """State carried over a continue-as-new (``None`` on a fresh start)."""
+
+
+@dataclass(kw_only=True)
+class Carry:
+    """What a live session needs after a continue-as-new: where the host session is,
+    what the workflow has seen, and the follow-ups not yet served."""
+
+    session_id: str | None
+    transcript_key: str | None
+    last_event_id: str
+    inbox: list[str] = field(default_factory=list)
+    requests: int = 0
+    """Requests served before (the ``managedloop.result`` update numbers them)."""
+    last: dict[str, Any] | None = None
+    """The last request's result: the workflow's result if it is closed straight away."""
+
+
+@dataclass(kw_only=True)
+class OpenCall:
+    provider: str
+    agent: str
+    session_id: str | None
+    transcript_key: str
+
+
+@dataclass(kw_only=True)
+class Opened:
+    session_id: str | None
+    transcript_key: str | None
+    """The key the opening transcript was stored under (``None``: the host holds history)."""
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    """Tool uses a reattached session still waits on (``ToolUse.to_dict()`` each)."""
+
+
+@dataclass(kw_only=True)
+class TurnCall:
+    provider: str
+    agent: str
+    session_id: str | None
+    transcript_in: str | None
+    transcript_out: str
+    input: dict[str, Any]
+    last_event_id: str = ""
+    """The id of the last raw event the workflow holds (``""``: none yet): a retried turn
+    replays the host's history after it (``OpenRequest.replay_from``)."""
+
+
+@dataclass(kw_only=True)
+class TurnDone:
+    turn: dict[str, Any]
+    """``TurnResult.to_dict()``."""
+    session_id: str | None
+    transcript_key: str | None
+
+
+@dataclass(kw_only=True)
+class ToolCall:
+    agent: str
+    use: dict[str, Any]
+    session_id: str | None
+    provider: str
+    timeout: float | None = None
+    decided: bool = False
+    """Approved by a person: run it without asking the approval rule again."""
+
+
+def encode_input(value: TurnInput) -> dict[str, Any]:
+    if isinstance(value, UserMessage):
+        return {
+            "kind": "message",
+            "text": value.text,
+            "reprompt": value.reprompt,
+            "final_turn": value.final_turn,
+        }
+    if isinstance(value, ToolResults):
+        return {
+            "kind": "tool_results",
+            "tool_uses": [u.to_dict() for u in value.tool_uses],
+            "results": [r.to_dict() for r in value.results],
+            "final_turn": value.final_turn,
+        }
+    raise TypeError(f"a durable session does not carry {type(value).__name__} inputs")
+
+
+def decode_input(data: dict[str, Any]) -> TurnInput:
+    if data["kind"] == "message":
+        return UserMessage(data["text"], reprompt=data["reprompt"], final_turn=data["final_turn"])
+    return ToolResults(
+        tool_uses=[ToolUse.from_dict(u) for u in data["tool_uses"]],
+        results=[ToolResult.from_dict(r) for r in data["results"]],
+        final_turn=data["final_turn"],
+    )

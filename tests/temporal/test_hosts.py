@@ -1,0 +1,95 @@
+"""Durable sessions on the managed hosts (Claude Managed Agents, AgentCore), through
+their loopback emulators and the production clients, on a real Temporal dev server."""
+
+from __future__ import annotations
+
+import uuid
+
+import anthropic
+import pytest
+from temporalio.client import Client
+
+import managedloop as ml
+from managedloop.contrib import temporal as mlt
+from managedloop.providers import BedrockAgentCore, ClaudeManagedAgents
+from managedloop.testing import AgentCoreEmulator, ClaudeEmulator
+
+pytestmark = pytest.mark.anyio
+
+
+@ml.tool
+def get_weather(city: str) -> str:
+    """Current weather for a city."""
+    return f"Sunny in {city}"
+
+
+@ml.tool
+def get_time(city: str) -> str:
+    """Local time in a city."""
+    return f"Noon in {city}"
+
+
+SPEC = ml.AgentSpec(name="weather", system_prompt="Use tools.", tools=[get_weather, get_time])
+
+
+def _queue() -> str:
+    return f"q-{uuid.uuid4().hex[:8]}"
+
+
+async def test_a_claude_session_runs_as_a_workflow(temporal_address: str) -> None:
+    client = await Client.connect(temporal_address)
+    queue = _queue()
+    with ClaudeEmulator() as emu:
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as c:
+            handle = await ml.provision(ClaudeManagedAgents(client=c), SPEC)
+
+        def make() -> ClaudeManagedAgents:
+            return ClaudeManagedAgents(
+                base_url=emu.base_url,
+                api_key=emu.api_key,
+                agent=handle,
+                environment=handle,
+                reconnect_backoff=0.0,
+            )
+
+        async with mlt.worker(
+            client, task_queue=queue, providers={"claude": make}, agents={"weather": SPEC}
+        ):
+            result = await mlt.run(
+                client, provider="claude", agent="weather", prompt="Paris?", task_queue=queue
+            )
+    assert result.terminal == ml.Terminal.END_TURN, result
+    assert sorted(u.name for u in result.custom_tool_uses) == ["get_time", "get_weather"]
+    assert result.session_id is not None
+    sent = [
+        e["custom_tool_use_id"]
+        for e in emu.sent_events(result.session_id)
+        if e["type"] == "user.custom_tool_result"
+    ]
+    assert sorted(sent) == sorted(u.id for u in result.custom_tool_uses)  # each once
+    prompts = [e for e in emu.sent_events(result.session_id) if e["type"] == "user.message"]
+    assert len(prompts) == 1
+
+
+async def test_an_agentcore_session_runs_as_a_workflow(
+    temporal_address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    client = await Client.connect(temporal_address)
+    queue = _queue()
+    with AgentCoreEmulator() as emu:
+
+        def make() -> BedrockAgentCore:
+            return BedrockAgentCore(
+                harness_arn=emu.harness_arn, retry_backoff=0.0, **emu.client_kwargs
+            )  # type: ignore[arg-type]
+
+        async with mlt.worker(
+            client, task_queue=queue, providers={"agentcore": make}, agents={"weather": SPEC}
+        ):
+            result = await mlt.run(
+                client, provider="agentcore", agent="weather", prompt="Paris?", task_queue=queue
+            )
+    assert result.terminal == ml.Terminal.END_TURN, result
+    assert sorted(u.name for u in result.custom_tool_uses) == ["get_time", "get_weather"]
+    assert result.session_id is not None
