@@ -25,6 +25,7 @@ PUBLIC = [
     "LiveSession",
     "MalformedResponseError",
     "ManagedLoopError",
+    "McpError",
     "Outcome",
     "ProviderError",
     "ProvisioningError",

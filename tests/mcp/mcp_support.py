@@ -1,0 +1,55 @@
+"""Helpers for the MCP tests: the server scripts beside this file, and process checks."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+WEATHER = str(HERE / "weather_server.py")
+HOSTILE = str(HERE / "hostile_server.py")
+RAW = str(HERE / "raw_server.py")
+PYTHON = sys.executable
+START_TIMEOUT = 30.0  # seconds for a server to listen: a Python start on a loaded 2-core box
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is still a process (a zombie counts: nobody reaped it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def pids(path: Path) -> list[int]:
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+@dataclass
+class Pidfile:
+    """Where the stdio weather servers write their pids (one line each, appended)."""
+
+    path: Path
+    seen: int = 0  # pids before this mark belong to earlier checks
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"MCP_TEST_PIDFILE": str(self.path)}
+
+    def mark(self) -> None:
+        self.seen = len(pids(self.path))
+
+    def new(self) -> list[int]:
+        """The pids of the servers started since the last mark."""
+        return pids(self.path)[self.seen :]
+
+    def assert_all_gone(self, at_least: int = 1) -> list[int]:
+        """Every server started since the last mark has exited (and been reaped)."""
+        found = self.new()
+        assert len(found) >= at_least, f"expected {at_least}+ server processes, saw {found}"
+        assert [p for p in found if alive(p)] == [], "an MCP server process outlived its session"
+        self.mark()
+        return found
