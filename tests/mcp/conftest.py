@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from mcp_support import PYTHON, START_TIMEOUT, WEATHER, Pidfile
+from mcp_support import PYTHON, START_TIMEOUT, WEATHER, Pidfile, Weather
 
 import managedloop as ml
 
@@ -25,32 +25,22 @@ def pidfile(tmp_path: Path) -> Pidfile:
     return Pidfile(tmp_path / "pids")
 
 
-@dataclass
-class Weather:
-    """The weather server's tools, listed once per module (``from_mcp_sync``: a Python
-    start of an MCP server takes seconds on a loaded machine), and where its pids go."""
-
-    tools: ml.Toolset
-    pidfile: Pidfile
-
-    def only(self, *names: str) -> ml.Toolset:
-        picked = [self.tools.get(n) for n in names]
-        assert all(picked)
-        return ml.Toolset(t for t in picked if t is not None)
-
-
 @pytest.fixture(scope="module")
 def weather_tools(tmp_path_factory: pytest.TempPathFactory) -> Weather:
-    pidfile = Pidfile(tmp_path_factory.mktemp("weather") / "pids")
-    tools = ml.Toolset.from_mcp_sync(PYTHON, args=[WEATHER], env=pidfile.env)
+    where = tmp_path_factory.mktemp("weather")
+    pidfile = Pidfile(where / "pids")
+    refuse = where / "refuse-start"
+    env = {**pidfile.env, "MCP_TEST_REFUSE_START": str(refuse)}
+    tools = ml.Toolset.from_mcp_sync(PYTHON, args=[WEATHER], env=env)
     pidfile.assert_all_gone()  # the listing's own server
-    return Weather(tools, pidfile)
+    return Weather(tools, pidfile, refuse)
 
 
 @pytest.fixture
-def weather(weather_tools: Weather) -> Weather:
+def weather(weather_tools: Weather) -> Iterator[Weather]:
     weather_tools.pidfile.mark()
-    return weather_tools
+    yield weather_tools
+    weather_tools.refuse_start.unlink(missing_ok=True)
 
 
 @dataclass

@@ -7,6 +7,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import managedloop as ml
+
 HERE = Path(__file__).resolve().parent
 WEATHER = str(HERE / "weather_server.py")
 HOSTILE = str(HERE / "hostile_server.py")
@@ -53,3 +55,18 @@ class Pidfile:
         assert [p for p in found if alive(p)] == [], "an MCP server process outlived its session"
         self.mark()
         return found
+
+
+@dataclass
+class Weather:
+    """The weather server's tools, listed once per module (``from_mcp_sync``: a Python
+    start of an MCP server takes seconds on a loaded machine), and where its pids go."""
+
+    tools: ml.Toolset
+    pidfile: Pidfile
+    refuse_start: Path  # while this file exists, a new server process exits at once
+
+    def only(self, *names: str) -> ml.Toolset:
+        picked = [self.tools.get(n) for n in names]
+        assert all(picked)
+        return ml.Toolset(t for t in picked if t is not None)

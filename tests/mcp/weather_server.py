@@ -8,6 +8,8 @@ Over HTTP it binds a free port itself and prints ``PORT <n>`` on stdout once it 
 race on the port). With ``MCP_TEST_PIDFILE`` set it appends its pid there first, so a test can
 check that the process is gone afterwards. ``MCP_TEST_TOKEN``, when set, must come back as
 ``Authorization: Bearer <token>`` (HTTP) and is echoed by ``whoami`` (stdio: from its env).
+With ``MCP_TEST_REFUSE_START`` naming a file that exists, it exits at once (a server that
+lists its tools once and then fails to start for a session).
 """
 
 from __future__ import annotations
@@ -123,6 +125,9 @@ async def _serve_http() -> None:
 
 if __name__ == "__main__":
     _pidfile()
+    refuse_start = os.environ.get("MCP_TEST_REFUSE_START")  # a file: exit at once if it exists
+    if refuse_start and os.path.exists(refuse_start):
+        sys.exit(5)
     if sys.argv[1:] == ["http"]:
         anyio.run(_serve_http)
     else:
