@@ -286,8 +286,10 @@ class Connection:
         cancellation (a timeout of the library, the session ending) propagates."""
         sdk = _sdk()
         try:
+            # Never None: the SDK would fall back to its session-wide read timeout, which is
+            # our connect_timeout. The library's own bound (Tool.timeout) fires first anyway.
             result = await self._client.call_tool(
-                name, dict(arguments), read_timeout_seconds=timeout
+                name, dict(arguments), read_timeout_seconds=math.inf if timeout is None else timeout
             )
         except Exception as exc:
             raise ToolError(

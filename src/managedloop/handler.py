@@ -2,7 +2,11 @@
 
 A handler is any object with ``handle_tool_call(name, input, info)`` (sync or async,
 returning ``str`` or :class:`ToolResult`) and, optionally, ``handle_event(event, info)``
-(sync or async; observes every raw event). A :class:`~managedloop.Toolset` is one.
+(sync or async; observes every raw event). A :class:`~managedloop.Toolset` is one. A handler
+may also have ``lifespan()``, an async context manager that a session enters when it opens
+and leaves when it ends (on every path), yielding the handler that serves that session: a
+Toolset opens its MCP servers there (:meth:`~managedloop.Toolset.lifespan`), so a handler
+that wraps a Toolset should forward it.
 
 Rules every call obeys (:func:`run_tool_calls` never raises for a tool's failure):
 

@@ -450,7 +450,7 @@ class Toolset:
     this one); :meth:`from_mcp` makes one from an MCP server's tools.
     """
 
-    __slots__ = ("_tools",)
+    __slots__ = ("_servers", "_tools")
 
     # The sync face first: below, the class body's own ``from_mcp`` hides the function.
     from_mcp_sync = staticmethod(syncify(from_mcp))
@@ -459,11 +459,15 @@ class Toolset:
 
     def __init__(self, tools: Iterable[ToolLike | Toolset] = ()) -> None:
         self._tools: dict[str, Tool[..., Any]] = {}
+        # The MCP servers behind this toolset's tools, by identity: what lifespan() opens.
+        self._servers: dict[int, Server] = {}
         for item in tools:
             for t in item if isinstance(item, Toolset) else (as_tool(item),):
                 if t.name in self._tools:
                     raise _duplicate(t, self._tools[t.name])
                 self._tools[t.name] = t
+                if isinstance(t, _McpTool):
+                    self._servers.setdefault(id(t.server), t.server)
 
     def __iter__(self) -> Any:
         return iter(self._tools.values())
@@ -489,10 +493,9 @@ class Toolset:
         connection per server for that session (closed on leaving, a stdio server's process
         ended); other tools hold nothing, and the toolset itself is yielded.
         """
-        servers = {id(t.server): t.server for t in self._tools.values() if isinstance(t, _McpTool)}
-        if not servers:
+        if not self._servers:  # the common case: nothing to open, no generator to run
             return nullcontext(self)
-        return self._connected(list(servers.values()))
+        return self._connected(list(self._servers.values()))
 
     @asynccontextmanager
     async def _connected(self, servers: list[Server]) -> AsyncIterator[Toolset]:

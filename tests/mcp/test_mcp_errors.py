@@ -10,6 +10,8 @@ huge message; and how non-text content, structured content and long results are 
 from __future__ import annotations
 
 import base64
+import math
+from typing import Any
 
 import mcp.types as mt
 import pytest
@@ -170,3 +172,30 @@ async def test_max_result_chars_caps_a_real_servers_result() -> None:
     assert result.text.startswith("\x07\x1b[2J")  # control characters are text like any other
     assert result.text.endswith("\n[result cut: 5000 characters, the first 50 shown]")
     assert len(result.text) < 200
+
+
+class _RecordingClient:
+    def __init__(self) -> None:
+        self.timeouts: list[float | None] = []
+
+    async def call_tool(self, name: str, arguments: dict[str, object], **kw: Any) -> Any:
+        self.timeouts.append(kw["read_timeout_seconds"])
+        return mt.CallToolResult(content=[mt.TextContent(type="text", text="ok")])
+
+
+async def test_a_call_without_a_timeout_is_not_bounded_by_the_connect_timeout() -> None:
+    server = _mcp.server_from(
+        command=PYTHON,
+        args=[],
+        env=None,
+        cwd=None,
+        url=None,
+        headers=None,
+        connect_timeout=5.0,
+        max_result_chars=100,
+    )
+    client = _RecordingClient()
+    connection = _mcp.Connection(server, client)
+    assert await connection.call("t", {}, None) == ("ok", False)
+    assert await connection.call("t", {}, 7.0) == ("ok", False)
+    assert client.timeouts == [math.inf, 7.0]  # None would mean the SDK's 5 s read timeout
