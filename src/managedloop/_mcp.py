@@ -29,9 +29,15 @@ Invariants (pinned in ``tests/mcp/``):
   with no userinfo and no query; ``env`` values and ``headers`` never appear in a repr, an
   error or a result. The stdio server gets the SDK's minimal environment (``HOME``,
   ``PATH``...) plus ``env``, never the whole environment of this process.
+* **A dead server never takes the session down.** The SDK's client lives in a task of its
+  own: when its transport fails (an HTTP server that dies mid-call makes the SDK's task
+  group fail), the connection is marked lost and the calls in flight and all later ones are
+  answered with an error result at once; the agent session goes on. A reply that never
+  parses (the SDK logs and drops it) leaves its call to the call's timeout.
 * **Closing is complete.** Leaving :func:`connect` (on any path, cancellation included)
   closes the MCP session; for stdio the SDK closes the server's stdin, waits, then
-  terminates and kills it, each wait bounded, under a cancellation shield.
+  terminates and kills it, each wait bounded, under a cancellation shield. What the body
+  raised comes out as itself, never wrapped in an ``ExceptionGroup``.
 """
 
 from __future__ import annotations
@@ -229,11 +235,20 @@ def render(result: Any, max_chars: int) -> tuple[str, bool]:
 class Connection:
     """One open MCP session: list the tools, forward calls (each answered, see module docs)."""
 
-    __slots__ = ("_client", "server")
+    __slots__ = ("_client", "_lost", "lost", "server")
 
     def __init__(self, server: Server, client: Any) -> None:
         self.server = server
         self._client = client
+        self.lost: str | None = None
+        """Why the connection is gone (the transport failed, or it was closed), else None."""
+        self._lost = anyio.Event()
+
+    def lose(self, why: str) -> None:
+        """The connection is gone: calls in flight and later ones answer with ``why``."""
+        if self.lost is None:
+            self.lost = why
+        self._lost.set()
 
     async def list_tools(
         self, prefix: str = "", include: Collection[str] | None = None
@@ -285,16 +300,39 @@ class Connection:
         raises :class:`~managedloop.ToolError` (an error result for the model); a
         cancellation (a timeout of the library, the session ending) propagates."""
         sdk = _sdk()
-        try:
-            # Never None: the SDK would fall back to its session-wide read timeout, which is
-            # our connect_timeout. The library's own bound (Tool.timeout) fires first anyway.
-            result = await self._client.call_tool(
-                name, dict(arguments), read_timeout_seconds=math.inf if timeout is None else timeout
-            )
-        except Exception as exc:
+        if self.lost is not None:
             raise ToolError(
-                f"MCP {self.server.label} failed the call to {name!r}: {_why(exc, sdk)}"
+                f"MCP {self.server.label} is gone ({self.lost}); {name!r} was not called"
+            )
+        result: Any = None
+        failed: BaseException | None = None
+
+        async def forward() -> None:
+            nonlocal result, failed
+            try:
+                result = await self._call(name, arguments, timeout)
+            except Exception as exc:
+                failed = exc
+            tg.cancel_scope.cancel()
+
+        async def watch() -> None:
+            await self._lost.wait()
+            tg.cancel_scope.cancel()
+
+        # The call races the connection's loss: a call the SDK would leave waiting on a dead
+        # transport is answered as soon as the transport is known to be gone.
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(forward)
+            tg.start_soon(watch)
+        if failed is not None:
+            raise ToolError(
+                f"MCP {self.server.label} failed the call to {name!r}: {_why(failed, sdk)}"
             ) from None
+        if result is None:
+            raise ToolError(
+                f"MCP {self.server.label} failed the call to {name!r}: the connection was lost "
+                f"({self.lost})"
+            )
         try:
             return render(result, self.server.max_result_chars)
         except Exception as exc:
@@ -303,10 +341,20 @@ class Connection:
                 f"({type(exc).__name__})"
             ) from None
 
+    async def _call(self, name: str, arguments: Mapping[str, Any], timeout: float | None) -> Any:
+        # Never None: the SDK would fall back to its session-wide read timeout, which is our
+        # connect_timeout. The library's own bound (Tool.timeout) fires first anyway.
+        read_timeout = math.inf if timeout is None else timeout
+        return await self._client.call_tool(
+            name, dict(arguments), read_timeout_seconds=read_timeout
+        )
+
 
 def _why(exc: BaseException, sdk: Any) -> str:
     """A failure in words that hold no secret: the server's own JSON-RPC message (cut short),
     else only the exception's type (transport errors can quote URLs and headers)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # the SDK's task groups
+        exc = exc.exceptions[0]
     if isinstance(exc, sdk.MCPError):
         message = str(getattr(exc.error, "message", "") or "")
         if len(message) > MAX_ERROR_CHARS:
@@ -325,48 +373,88 @@ async def connect(server: Server) -> AsyncIterator[Connection]:
 
     A server that cannot be started, reached or initialised within ``connect_timeout``
     raises :class:`~managedloop.McpError` (``code="mcp_unavailable"``).
+
+    The SDK's client runs in a task of its own (``_own``): its task groups fail when the
+    transport does (an HTTP server that dies mid-call), and inside the session's task that
+    failure would cancel the whole agent session. Here it only marks the connection lost,
+    and every call, in flight or later, is answered with an error result.
     """
     sdk = _sdk()
+    connection = Connection(server, None)
+    ready = anyio.Event()
+    done = anyio.Event()
+    failure: list[BaseException] = []
     held: BaseException | None = None
-    async with AsyncExitStack() as stack:
-        if server.command is not None:
-            target: Any = sdk.StdioServerParameters(
-                command=server.command,
-                args=list(server.args),
-                env=dict(server.env) or None,
-                cwd=server.cwd,
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_own, connection, sdk, ready, done, failure)
+        await ready.wait()
+        if connection._client is None:  # the SDK did not get through its handshake
+            done.set()
+            why = _why(failure[0], sdk) if failure else "no reason given"
+            held = McpError(
+                f"MCP {server.label} could not be started or did not answer its handshake ({why})",
+                code="mcp_unavailable",
             )
         else:
-            import httpx2
-
-            http = await stack.enter_async_context(
-                httpx2.AsyncClient(
-                    headers=dict(server.headers),
-                    # The SDK's own defaults: 30 s to connect, 300 s of silence on a stream.
-                    timeout=httpx2.Timeout(30.0, read=300.0),
-                )
-            )
-            target = sdk.client.streamable_http.streamable_http_client(server.url, http_client=http)
-        client = sdk.Client(target, read_timeout_seconds=server.connect_timeout, cache=None)
-        try:
-            await stack.enter_async_context(client)
-        except Exception as exc:
-            raise McpError(
-                f"MCP {server.label} could not be started or did not answer its handshake "
-                f"({_why(exc, sdk)})",
-                code="mcp_unavailable",
-            ) from None
-        try:
-            yield Connection(server, client)
-        except anyio.get_cancelled_exc_class():
-            raise
-        except BaseException as exc:
-            # Raised below, once the SDK's task groups are closed: raised through them it
-            # would come out wrapped in an ExceptionGroup (a ProviderError, a tool's
-            # KeyboardInterrupt must reach the caller as themselves).
-            held = exc
+            try:
+                yield connection
+            except anyio.get_cancelled_exc_class():
+                raise
+            except BaseException as exc:
+                # Raised below, once the task group is closed: raised through it, it would
+                # come out wrapped in an ExceptionGroup (a ProviderError, a tool's
+                # KeyboardInterrupt must reach the caller as themselves).
+                held = exc
+            finally:
+                done.set()
     if held is not None:
         raise held
+
+
+async def _own(
+    connection: Connection,
+    sdk: Any,
+    ready: anyio.Event,
+    done: anyio.Event,
+    failure: list[BaseException],
+) -> None:
+    """Open the SDK's client, hold it until ``done``, close it: all in this one task."""
+    server = connection.server
+    try:
+        async with AsyncExitStack() as stack:
+            if server.command is not None:
+                target: Any = sdk.StdioServerParameters(
+                    command=server.command,
+                    args=list(server.args),
+                    env=dict(server.env) or None,
+                    cwd=server.cwd,
+                )
+            else:
+                import httpx2
+
+                http = await stack.enter_async_context(
+                    httpx2.AsyncClient(
+                        headers=dict(server.headers),
+                        # The SDK's own defaults: 30 s to connect, 300 s of silence on a stream.
+                        timeout=httpx2.Timeout(30.0, read=300.0),
+                    )
+                )
+                target = sdk.client.streamable_http.streamable_http_client(
+                    server.url, http_client=http
+                )
+            client = sdk.Client(target, read_timeout_seconds=server.connect_timeout, cache=None)
+            await stack.enter_async_context(client)
+            connection._client = client
+            ready.set()
+            await done.wait()
+    except anyio.get_cancelled_exc_class():
+        raise
+    except Exception as exc:  # the transport failed: the session goes on without it
+        failure.append(exc)
+        connection.lose(_why(exc, sdk))
+    finally:
+        connection.lose("the connection is closed")
+        ready.set()
 
 
 def seconds(name: str, value: Any) -> float:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,3 +74,51 @@ class Weather:
         picked = [self.tools.get(n) for n in names]
         assert all(picked)
         return ml.Toolset(t for t in picked if t is not None)
+
+
+@dataclass
+class HttpServer:
+    url: str
+    token: str
+    process: subprocess.Popen[str]
+
+
+def _read_port(process: subprocess.Popen[str]) -> int:
+    """The ``PORT <n>`` line, waited for at most START_TIMEOUT seconds."""
+    found: list[str] = []
+
+    def read() -> None:
+        assert process.stdout is not None
+        found.append(process.stdout.readline())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(START_TIMEOUT)
+    line = found[0] if found else ""
+    if not line.startswith("PORT "):
+        process.kill()
+        raise RuntimeError(f"the MCP HTTP server did not start: {line!r}")
+    return int(line.split()[1])
+
+
+@contextmanager
+def serve_http() -> Iterator[HttpServer]:
+    """The weather server over streamable HTTP (a subprocess), with a bearer token it checks;
+    stopped on leaving, every wait bounded."""
+    token = "tok-" + os.urandom(8).hex()
+    env = {**os.environ, "MCP_TEST_TOKEN": token}
+    process = subprocess.Popen(
+        [PYTHON, WEATHER, "http"], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        port = _read_port(process)
+        yield HttpServer(url=f"http://127.0.0.1:{port}/mcp", token=token, process=process)
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        if process.stdout is not None:
+            process.stdout.close()

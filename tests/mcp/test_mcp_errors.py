@@ -15,7 +15,7 @@ from typing import Any
 
 import mcp.types as mt
 import pytest
-from mcp_support import PYTHON, RAW, WEATHER, Weather
+from mcp_support import PYTHON, RAW, WEATHER, Weather, serve_http
 
 import managedloop as ml
 from managedloop import _mcp
@@ -111,6 +111,22 @@ async def test_protocol_failures_are_error_results(mode: str, expected: str) -> 
         (result,) = await run_tool_calls(live, [use("echo", "1", q="x")], INFO)
     assert result.is_error
     assert result.text.endswith(expected)
+
+
+async def test_an_http_server_that_dies_mid_call_answers_that_call_and_every_later_one() -> None:
+    # Its own server: this one is killed. Over HTTP the SDK's transport task fails; that
+    # must not cancel the session, only answer the calls.
+    with serve_http() as http:
+        headers = {"Authorization": f"Bearer {http.token}"}
+        tools = await ml.Toolset.from_mcp(url=http.url, headers=headers, tools=["crash", "add"])
+        async with tools.lifespan() as live:
+            (crashed,) = await run_tool_calls(live, [use("crash", "1")], INFO)
+            (later,) = await run_tool_calls(live, [use("add", "2", a=1, b=2)], INFO)
+        assert http.process.wait(10) == 3  # the server is gone: it exited mid-call
+    assert crashed.is_error
+    assert "failed the call to 'crash'" in crashed.text
+    assert later.is_error
+    assert "'add'" in later.text
 
 
 async def test_a_listing_that_does_not_validate_is_a_named_error() -> None:
