@@ -42,6 +42,7 @@ Invariants (pinned in ``tests/mcp/``):
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -368,11 +369,12 @@ def _why(exc: BaseException, sdk: Any) -> str:
 
 
 @asynccontextmanager
-async def connect(server: Server) -> AsyncIterator[Connection]:
+async def connect(server: Server, *, prime: bool = True) -> AsyncIterator[Connection]:
     """One MCP session to ``server`` for the ``async with`` block (see module docs).
 
     A server that cannot be started, reached or initialised within ``connect_timeout``
-    raises :class:`~managedloop.McpError` (``code="mcp_unavailable"``).
+    raises :class:`~managedloop.McpError` (``code="mcp_unavailable"``). ``prime`` lists
+    the tools once first (see ``_prime``); a connection that lists them itself skips it.
 
     The SDK's client runs in a task of its own (``_own``): its task groups fail when the
     transport does (an HTTP server that dies mid-call), and inside the session's task that
@@ -386,7 +388,7 @@ async def connect(server: Server) -> AsyncIterator[Connection]:
     failure: list[BaseException] = []
     held: BaseException | None = None
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_own, connection, sdk, ready, done, failure)
+        tg.start_soon(functools.partial(_own, connection, sdk, ready, done, failure, prime=prime))
         await ready.wait()
         if connection._client is None:  # the SDK did not get through its handshake
             done.set()
@@ -411,12 +413,29 @@ async def connect(server: Server) -> AsyncIterator[Connection]:
         raise held
 
 
+async def _prime(client: Any) -> None:
+    """List every page once on a new connection: the SDK keys per-tool state on the listing
+    (output schemas it validates results against, ``x-mcp-header`` arguments it mirrors
+    into headers on 2026-07-28 connections). A failure here is the calls' to report."""
+    cursor: str | None = None
+    for _ in range(MAX_PAGES):
+        try:
+            page = await client.list_tools(cursor=cursor)
+        except Exception:
+            return
+        cursor = page.next_cursor
+        if cursor is None:
+            return
+
+
 async def _own(
     connection: Connection,
     sdk: Any,
     ready: anyio.Event,
     done: anyio.Event,
     failure: list[BaseException],
+    *,
+    prime: bool,
 ) -> None:
     """Open the SDK's client, hold it until ``done``, close it: all in this one task."""
     server = connection.server
@@ -444,6 +463,8 @@ async def _own(
                 )
             client = sdk.Client(target, read_timeout_seconds=server.connect_timeout, cache=None)
             await stack.enter_async_context(client)
+            if prime:
+                await _prime(client)
             connection._client = client
             ready.set()
             await done.wait()

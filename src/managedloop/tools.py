@@ -430,7 +430,7 @@ async def from_mcp(
     if tools is not None and (isinstance(tools, str) or not all(isinstance(t, str) for t in tools)):
         raise ToolDefinitionError("tools= must be a collection of tool names", option="tools")
     call_timeout = None if timeout is None else _mcp.seconds("timeout", timeout)
-    async with _mcp.connect(server) as connection:
+    async with _mcp.connect(server, prime=False) as connection:
         listed = await connection.list_tools(prefix, None if tools is None else set(tools))
     return Toolset(
         _McpTool(

@@ -26,7 +26,9 @@ BAD_NAMES = ["evil\x1b[2Jname", "files.read", "n" * 65]
 BAD_OTHERWISE = ["control_description", "long_description", "deep_schema", "huge_schema"]
 
 
-async def test_a_paged_listing_is_read_whole_filtered_and_prefixed() -> None:
+async def test_a_paged_listing_is_read_whole_filtered_and_prefixed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     tools = await ml.Toolset.from_mcp(
         PYTHON, args=[HOSTILE, "all"], tools=["good", "last_good"], prefix="h_"
     )
@@ -40,6 +42,9 @@ async def test_a_paged_listing_is_read_whole_filtered_and_prefixed() -> None:
             live, [ml.ToolUse(id="1", name="h_last_good", input={"q": "hi"})], INFO
         )
     assert result.text == 'called last_good with {"q": "hi"}'  # the server's own name
+    # The session's connection listed every page before calling: the SDK knows the tool
+    # from page 3 (else it warns that it cannot check the tool's structured content).
+    assert "not listed by server" not in caplog.text
 
 
 async def test_a_hostile_listing_is_refused_with_a_named_error_that_forges_nothing() -> None:
