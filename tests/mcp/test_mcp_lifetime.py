@@ -160,3 +160,17 @@ def test_run_sync_closes_the_server(weather: Weather) -> None:
     result = ml.run_sync(provider, agent=_agent(weather.tools), prompt="2+3?")
     assert [u.name for u in result.custom_tool_uses] == ["add"]
     weather.pidfile.assert_all_gone()
+
+
+async def test_two_sessions_of_one_toolset_get_a_server_each(weather: Weather) -> None:
+    results: list[ml.SessionResult] = []
+
+    async def session(city: str) -> None:
+        provider, _ = _local([call("get_forecast", {"city": city}), say(city)])
+        results.append(await ml.run(provider, agent=_agent(weather.tools), prompt="?"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(session, "Paris")
+        tg.start_soon(session, "Rome")
+    assert sorted(r.text for r in results) == ["Paris", "Rome"]
+    assert len(set(weather.pidfile.assert_all_gone(at_least=2))) == 2
