@@ -55,6 +55,7 @@ _RANKS: dict[str, tuple[int, str]] = {
     "artifacts": (30, "artifacts"),
     "tools": (20, "tools"),
     "handler": (20, "tools"),
+    "_mcp": (20, "tools"),  # the MCP side of Toolset.from_mcp
 }
 _ROOT_RANK = (100, "package root")
 _FACADE_RANK = (65, "providers facade")

@@ -46,6 +46,7 @@ PUBLIC = [
     "LiveSession",
     "MalformedResponseError",
     "ManagedLoopError",
+    "McpError",
     "Outcome",
     "Pending",
     "ProviderError",

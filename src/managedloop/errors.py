@@ -11,6 +11,7 @@ exception the library raises derives from :class:`ManagedLoopError` and carries 
     │                                     invalid_session_id, invalid_name, ...
     ├── ToolDefinitionError (TypeError)   invalid_tool_definition
     ├── ToolError                         raised *by a tool* to return an error result
+    ├── McpError                          mcp_unavailable, mcp_protocol (an MCP server's tools)
     ├── SessionTimeoutError (TimeoutError) timeout   (carries .partial_result)
     ├── UnsupportedError                  unsupported, not_supported
     ├── ProviderError                     a host failed (after retries)
@@ -44,6 +45,7 @@ __all__ = [
     "InvalidOptionsError",
     "MalformedResponseError",
     "ManagedLoopError",
+    "McpError",
     "ProviderError",
     "ProvisioningError",
     "SessionTimeoutError",
@@ -109,6 +111,13 @@ class ToolError(ManagedLoopError):
     """Raise from a tool to hand the model an error result (``is_error=True``) with this text."""
 
     default_code = "tool_error"
+
+
+class McpError(ManagedLoopError):
+    """An MCP server could not be started, reached or listed (``Toolset.from_mcp``, or opening
+    its tools for a session). A failed *call* is an error result for the model instead."""
+
+    default_code = "mcp_error"
 
 
 class SessionTimeoutError(ManagedLoopError, TimeoutError):

@@ -5,7 +5,11 @@ returning ``str`` or :class:`ToolResult`) and, optionally, ``handle_event(event,
 (sync or async; observes every raw event) and ``needs_approval(name, input, info)`` (sync
 or async; a reason string or ``True`` holds the call for a decision instead of running
 it, see :mod:`managedloop.session.approvals`). A :class:`~managedloop.Toolset` is one (its
-``needs_approval`` reads each tool's ``requires_approval``).
+``needs_approval`` reads each tool's ``requires_approval``). A handler may also have
+``lifespan()``, an async context manager that a session enters when it opens and leaves
+when it ends (on every path), yielding the handler that serves that session: a Toolset
+opens its MCP servers there (:meth:`~managedloop.Toolset.lifespan`), so a handler that
+wraps a Toolset should forward it.
 
 Rules every call obeys (:func:`run_tool_calls` never raises for a tool's failure):
 

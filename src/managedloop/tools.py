@@ -7,6 +7,15 @@ type with no JSON schema, ``*args``/``**kwargs``, or two tools with one name in 
 
 What a host sees of a tool is only its :class:`ToolDefinition` (name, description, input
 schema); the function itself always runs in this process.
+
+Tools an MCP server serves come from :meth:`Toolset.from_mcp` (extra ``managedloop[mcp]``;
+the protocol side is :mod:`managedloop._mcp`, whose docstring gives the rules for names,
+schemas and results). Listing happens once, in ``from_mcp``, over a short connection of its
+own: the definitions are then fixed values like any other tool's (an ``AgentSpec``'s digest
+covers them). Each agent session opens its own connection per server through
+:meth:`Toolset.lifespan`, which the session driver enters when the session opens and leaves
+when it ends, on every path (a result, an error, a timeout, a cancellation, a
+``KeyboardInterrupt``); a stdio server's process is gone afterwards.
 """
 
 from __future__ import annotations
@@ -14,19 +23,33 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import os
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Mapping,
+    Sequence,
+)
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Generic, ParamSpec, TypeVar, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, get_type_hints, overload
 
 import anyio
 import anyio.to_thread
 import pydantic
 import pydantic.json_schema
 
+from managedloop._loops import syncify
 from managedloop._tool_failures import ToolTimeoutError, UnknownToolError
-from managedloop.errors import ToolDefinitionError
-from managedloop.results import SessionInfo
+from managedloop.errors import ToolDefinitionError, ToolError
+from managedloop.results import SessionInfo, ToolResult
+
+if TYPE_CHECKING:
+    from managedloop._mcp import Connection, Server
 
 __all__ = ["Tool", "ToolDefinition", "Toolset", "tool"]
 
@@ -291,6 +314,14 @@ def tool(
 
 ToolLike = Tool[..., Any] | Callable[..., Any]
 
+# Seconds an MCP tool call may take by default: a server that never answers must not hold a
+# session whose run has no timeout; long enough for the slow tools MCP servers wrap (builds,
+# searches). ``from_mcp(timeout=...)`` changes it; the session's ``tool_timeout`` also applies.
+MCP_TOOL_TIMEOUT = 300.0
+MCP_CONNECT_TIMEOUT = 30.0  # seconds to start/reach a server and finish its handshake
+MCP_MAX_RESULT_CHARS = 100_000  # of one result's text; a hostile server cannot flood a context
+_PREFIX_RE = re.compile(r"[A-Za-z0-9_-]{0,63}")
+
 
 def approval_reason(rule: ApprovalRule, arguments: Mapping[str, Any]) -> str | None:
     """Why a call needs a decision under ``rule`` (``None``: it does not). A predicate's
@@ -309,18 +340,175 @@ def as_tool(value: ToolLike) -> Tool[..., Any]:
     return value if isinstance(value, Tool) else Tool(value)
 
 
+def tools_of(items: Iterable[Any]) -> tuple[Tool[..., Any] | ToolDefinition, ...]:
+    """``items`` as tools and bare definitions: a :class:`Toolset` gives its tools, a plain
+    function is wrapped once (an ``AgentSpec``'s ``tools`` may mix all of these)."""
+    out: list[Tool[..., Any] | ToolDefinition] = []
+    for item in items:
+        if isinstance(item, Toolset):
+            out.extend(item)
+        else:
+            out.append(item if isinstance(item, ToolDefinition) else as_tool(item))
+    return tuple(out)
+
+
+class _McpTool(Tool[..., Any]):
+    """A tool an MCP server serves. Its definition comes from the server's listing; a call
+    goes to the connection its session opened (:meth:`Toolset.lifespan`), whose server
+    validates the input itself."""
+
+    __slots__ = ("_connection", "remote_name", "server")
+
+    # No Tool.__init__: there is no Python function whose signature gives the schema.
+    def __init__(
+        self,
+        definition: ToolDefinition,
+        *,
+        server: Server,
+        remote_name: str,
+        timeout: float | None,
+        connection: Connection | None = None,
+    ) -> None:
+        self.definition = definition
+        self.server = server
+        self.remote_name = remote_name
+        self.timeout = timeout
+        self._connection = connection
+        self.function = self._forward
+        self.is_async = True
+        self.inline = False
+        self.requires_approval: ApprovalRule = False  # the server's tools hold nothing here
+
+    def bind(self, arguments: Mapping[str, Any], info: SessionInfo) -> dict[str, Any]:
+        return {"arguments": dict(arguments)}
+
+    def bound(self, connection: Connection) -> _McpTool:
+        return _McpTool(
+            self.definition,
+            server=self.server,
+            remote_name=self.remote_name,
+            timeout=self.timeout,
+            connection=connection,
+        )
+
+    async def _forward(self, arguments: dict[str, Any]) -> ToolResult:
+        if self._connection is None:
+            raise ToolError(
+                f"MCP tool {self.name!r} is not connected: its toolset serves calls inside an "
+                "agent session (or inside `async with toolset.lifespan() as live`)"
+            )
+        text, is_error = await self._connection.call(self.remote_name, arguments, self.timeout)
+        return ToolResult(tool_use_id="", text=text, is_error=is_error)
+
+    def __repr__(self) -> str:
+        return f"Tool(name={self.name!r}, mcp={self.server.label})"
+
+
+async def from_mcp(
+    command: str | None = None,
+    *,
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    url: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    prefix: str = "",
+    tools: Collection[str] | None = None,
+    timeout: float | None = MCP_TOOL_TIMEOUT,
+    connect_timeout: float = MCP_CONNECT_TIMEOUT,
+    max_result_chars: int = MCP_MAX_RESULT_CHARS,
+) -> Toolset:
+    """The tools of an MCP server as a :class:`Toolset` (``Toolset.from_mcp``).
+
+    Give ``command`` (and ``args``, ``env``, ``cwd``) to run the server as a subprocess
+    over stdio, or ``url`` (and ``headers``) for a streamable HTTP server. This connects
+    once to list the tools (every page) and closes again; each agent session that uses the
+    toolset then opens its own connection for as long as the session lives.
+
+    Args:
+        command: The server's executable (stdio). Its environment is the MCP SDK's minimal
+            one (``HOME``, ``PATH``, ...) plus ``env``, not this process's environment.
+        args: Its command-line arguments.
+        env: Extra environment variables for it (values are never shown anywhere).
+        cwd: Its working directory.
+        url: The server's streamable HTTP endpoint (``http(s)://.../mcp``).
+        headers: HTTP headers for every request (e.g. ``Authorization``; never shown).
+        prefix: Put before every tool name (``"wx_"``: ``get_forecast`` becomes
+            ``wx_get_forecast``), to keep two servers' names apart; calls go out under the
+            server's own name.
+        tools: Only these tools (named as the server names them); a name the server does
+            not list is a :class:`~managedloop.ToolDefinitionError`.
+        timeout: Seconds one call may take (default 300; ``None``: no bound of its own). The
+            session's ``tool_timeout`` applies as well; the first bound to fire wins.
+        connect_timeout: Seconds to start or reach the server and to answer its handshake
+            and each listing page.
+        max_result_chars: Longer result text is cut (with a note saying so).
+
+    Raises:
+        ToolDefinitionError: Bad options, or a tool whose name, description or schema would
+            not be safe on every host (see :mod:`managedloop._mcp`).
+        McpError: The server could not be started, reached or listed (``mcp_unavailable``,
+            ``mcp_protocol``).
+        ConfigError: The ``mcp`` package is missing (``missing_dependency``).
+    """
+    from managedloop import _mcp
+
+    server = _mcp.server_from(
+        command=command,
+        args=args,
+        env=env,
+        cwd=cwd,
+        url=url,
+        headers=headers,
+        connect_timeout=connect_timeout,
+        max_result_chars=max_result_chars,
+    )
+    if not isinstance(prefix, str) or not _PREFIX_RE.fullmatch(prefix):
+        raise ToolDefinitionError(
+            f"prefix must be at most 63 letters, digits, '_' or '-', got {prefix!r}",
+            option="prefix",
+        )
+    if tools is not None and (isinstance(tools, str) or not all(isinstance(t, str) for t in tools)):
+        raise ToolDefinitionError("tools= must be a collection of tool names", option="tools")
+    call_timeout = None if timeout is None else _mcp.seconds("timeout", timeout)
+    async with _mcp.connect(server, prime=False) as connection:
+        listed = await connection.list_tools(prefix, None if tools is None else set(tools))
+    return Toolset(
+        _McpTool(
+            ToolDefinition(name=t.name, description=t.description, input_schema=t.input_schema),
+            server=server,
+            remote_name=t.remote_name,
+            timeout=call_timeout,
+        )
+        for t in listed
+    )
+
+
 class Toolset:
-    """A collection of :class:`Tool` s that serves their calls (a handler)."""
+    """A collection of :class:`Tool` s that serves their calls (a handler).
 
-    __slots__ = ("_tools", "approval_free")
+    ``Toolset(items)`` takes tools, plain functions and other toolsets (their tools join
+    this one); :meth:`from_mcp` makes one from an MCP server's tools.
+    """
 
-    def __init__(self, tools: Iterable[ToolLike] = ()) -> None:
+    __slots__ = ("_servers", "_tools", "approval_free")
+
+    # The sync face first: below, the class body's own ``from_mcp`` hides the function.
+    from_mcp_sync = staticmethod(syncify(from_mcp))
+    """The blocking face of :meth:`from_mcp` (not inside an event loop)."""
+    from_mcp = staticmethod(from_mcp)
+
+    def __init__(self, tools: Iterable[ToolLike | Toolset] = ()) -> None:
         self._tools: dict[str, Tool[..., Any]] = {}
+        # The MCP servers behind this toolset's tools, by identity: what lifespan() opens.
+        self._servers: dict[int, Server] = {}
         for item in tools:
-            t = as_tool(item)
-            if t.name in self._tools:
-                raise ToolDefinitionError(f"duplicate tool name {t.name!r}", tool=t.name)
-            self._tools[t.name] = t
+            for t in item if isinstance(item, Toolset) else (as_tool(item),):
+                if t.name in self._tools:
+                    raise _duplicate(t, self._tools[t.name])
+                self._tools[t.name] = t
+                if isinstance(t, _McpTool):
+                    self._servers.setdefault(id(t.server), t.server)
         self.approval_free = all(t.requires_approval is False for t in self._tools.values())
         """No tool here ever holds a call for a decision (the loop skips the check)."""
 
@@ -346,6 +534,32 @@ class Toolset:
         if t is None or t.requires_approval is False:
             return None
         return approval_reason(t.requires_approval, input)
+
+    def lifespan(self) -> AbstractAsyncContextManager[Toolset]:
+        """What this toolset holds open for one agent session: an async context manager
+        that yields the toolset serving that session's calls.
+
+        The session driver enters it when a session opens (before the host is opened) and
+        leaves it when the session ends, on every path. Tools from MCP servers get one
+        connection per server for that session (closed on leaving, a stdio server's process
+        ended); other tools hold nothing, and the toolset itself is yielded.
+        """
+        if not self._servers:  # the common case: nothing to open, no generator to run
+            return nullcontext(self)
+        return self._connected(list(self._servers.values()))
+
+    @asynccontextmanager
+    async def _connected(self, servers: list[Server]) -> AsyncIterator[Toolset]:
+        from managedloop import _mcp
+
+        async with AsyncExitStack() as stack:
+            connections: dict[int, Connection] = {}
+            for server in servers:
+                connections[id(server)] = await stack.enter_async_context(_mcp.connect(server))
+            yield Toolset(
+                t.bound(connections[id(t.server)]) if isinstance(t, _McpTool) else t
+                for t in self._tools.values()
+            )
 
     async def handle_tool_call(self, name: str, input: dict[str, Any], info: SessionInfo) -> Any:
         """Validate and run one call (the handler protocol); errors propagate and become
@@ -376,15 +590,27 @@ class Toolset:
         return f"Toolset({list(self._tools)!r})"
 
 
-def definitions_of(tools: Sequence[ToolLike | ToolDefinition]) -> list[ToolDefinition]:
-    """Neutral definitions for a mixed list of tools and bare definitions."""
-    out = [t if isinstance(t, ToolDefinition) else as_tool(t).definition for t in tools]
-    seen: set[str] = set()
-    for d in out:
-        if d.name in seen:
-            raise ToolDefinitionError(f"duplicate tool name {d.name!r}", tool=d.name)
-        seen.add(d.name)
-    return out
+def definitions_of(tools: Sequence[Any]) -> list[ToolDefinition]:
+    """Neutral definitions for a mixed list of tools, toolsets and bare definitions."""
+    items = tools_of(tools)
+    seen: dict[str, Tool[..., Any] | ToolDefinition] = {}
+    for item in items:
+        name = item.name
+        if name in seen:
+            raise _duplicate(item, seen[name])
+        seen[name] = item
+    return [t if isinstance(t, ToolDefinition) else t.definition for t in items]
+
+
+def _duplicate(
+    one: Tool[..., Any] | ToolDefinition, other: Tool[..., Any] | ToolDefinition
+) -> ToolDefinitionError:
+    hint = (
+        " (Toolset.from_mcp(prefix=...) keeps an MCP server's tool names apart)"
+        if isinstance(one, _McpTool) or isinstance(other, _McpTool)
+        else ""
+    )
+    return ToolDefinitionError(f"duplicate tool name {one.name!r}{hint}", tool=one.name)
 
 
 AsyncToolFn = Callable[..., Awaitable[Any]]

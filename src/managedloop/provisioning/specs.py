@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from managedloop.errors import InvalidOptionsError
-from managedloop.tools import Tool, ToolDefinition, Toolset, as_tool, definitions_of
+from managedloop.tools import Tool, ToolDefinition, Toolset, definitions_of, tools_of
 
 __all__ = [
     "CANONICAL_VERSION",
@@ -134,7 +134,8 @@ class AgentSpec:
     name: str | None = None
     system_prompt: str | None = None
     tools: Sequence[Any] = ()
-    """``@tool`` functions (implementations run here) and/or bare ``ToolDefinition`` s."""
+    """``@tool`` functions (implementations run here), toolsets (``Toolset.from_mcp``) and/or
+    bare ``ToolDefinition`` s."""
     model: str | None = None
     model_config: dict[str, Any] = field(default_factory=dict)
     """Host-specific model settings, passed through verbatim."""
@@ -192,7 +193,7 @@ class AgentSpec:
         # Plain functions wrapped once: deriving a schema costs ~0.3 ms, and every run asks
         # for the definitions and the toolset. (cached_property writes the instance dict,
         # which a frozen dataclass allows; it is no field, so eq, hash and repr ignore it.)
-        return tuple(t if isinstance(t, ToolDefinition) else as_tool(t) for t in self.tools)
+        return tools_of(self.tools)  # a Toolset (MCP tools) gives its tools
 
     def tool_definitions(self) -> list[ToolDefinition]:
         return definitions_of(self._tools)

@@ -452,6 +452,25 @@ def _host_failure(exc: Exception) -> ManagedLoopError:
     return ProviderError(f"the host failed: {type(exc).__name__}: {exc}", code="provider_error")
 
 
+# -- the handler's lifespan (MCP servers): a generic hook, kept apart ----------------------
+
+
+async def _lifespan(prepared: Prepared, stack: AsyncExitStack) -> Prepared:
+    """``prepared`` with the handler that serves this session: a handler with ``lifespan()``
+    (a Toolset, whose MCP servers connect there) is entered on ``stack`` here, when the
+    session opens, and left when ``stack`` unwinds -- on every path out of the session."""
+    lifespan = getattr(prepared.handler, "lifespan", None)
+    if lifespan is None:
+        return prepared
+    handler = await stack.enter_async_context(lifespan())
+    if handler is prepared.handler:
+        return prepared
+    return dataclasses.replace(prepared, handler=handler)
+
+
+# ------------------------------------------------------------------------------------------
+
+
 async def _open(prepared: Prepared) -> _Driver:
     conn = await prepared.provider.open(prepared.open_request)
     return _Driver(prepared, conn)
@@ -523,11 +542,12 @@ async def run(
     )
     driver: _Driver | None = None
     with anyio.move_on_after(timeout if timeout is not None else math.inf) as scope:
-        driver = await _open(prepared)
-        try:
-            return await driver.request(_first_input(driver, prompt, coerced))
-        finally:
-            await _aclose(driver.conn)
+        async with AsyncExitStack() as lifespan:  # the handler's, left on every path: _lifespan
+            driver = await _open(await _lifespan(prepared, lifespan))
+            try:
+                return await driver.request(_first_input(driver, prompt, coerced))
+            finally:
+                await _aclose(driver.conn)
     assert scope.cancelled_caught
     raise _timed_out(
         timeout,
@@ -588,6 +608,8 @@ class LiveSession:
     async def __aenter__(self) -> LiveSession:
         await self._stack.__aenter__()
         try:
+            # Before the task group, so the handler's lifespan outlives every tool call.
+            self._prepared = await _lifespan(self._prepared, self._stack)
             tg: TaskGroup = await self._stack.enter_async_context(anyio.create_task_group())
             with _deadline(self._timeout) as scope:
                 self._driver = await _open(self._prepared)
