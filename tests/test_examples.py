@@ -76,5 +76,20 @@ def test_one_handler_every_host() -> None:
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.py")), ids=lambda p: p.name)
 def test_every_example_file_has_a_test(path: Path) -> None:
-    tested = {"claude_lifecycle.py", "agentcore_lifecycle.py", "one_handler_every_host.py"}
+    tested = {
+        "claude_lifecycle.py",
+        "agentcore_lifecycle.py",
+        "one_handler_every_host.py",
+        "temporal_local.py",
+        "ensure_tag_prune.py",  # run by tests/provisioning/test_example.py
+    }
     assert path.name in tested, f"examples/{path.name} has no test in tests/test_examples.py"
+
+
+def test_temporal_local() -> None:
+    out = run_example("temporal_local.py")
+    assert out[0] == "waiting for: ['refund']"
+    assert out[1] == "terminal: end_turn"
+    assert out[2] == "tools: ['refund']"
+    assert re.fullmatch(r"answered: \['refunded .+'\]", out[3])
+    assert len(out) == 4

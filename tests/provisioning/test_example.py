@@ -1,5 +1,5 @@
 """The README's "Provisioning lifecycle" worked example runs as written
-(``examples/lifecycle_claude.py``, offline against the ClaudeEmulator; its own asserts
+(``examples/ensure_tag_prune.py``, offline against the ClaudeEmulator; its own asserts
 pin a store hit making no request, tag/resolve, and prune keeping the tagged version)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "lifecycle_claude.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ensure_tag_prune.py"
 
 
 def test_the_lifecycle_example_runs(capsys: pytest.CaptureFixture[str]) -> None:

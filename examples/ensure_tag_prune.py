@@ -1,6 +1,6 @@
 """The provisioning lifecycle on Claude Managed Agents, end to end, offline.
 
-Run it: ``python examples/lifecycle_claude.py``. It starts a ``ClaudeEmulator`` on
+Run it: ``python examples/ensure_tag_prune.py``. It starts a ``ClaudeEmulator`` on
 127.0.0.1 (no key, no network); against the real API drop the emulator and build the
 provider from your configuration (``ClaudeManagedAgents()`` reads ``ANTHROPIC_API_KEY``).
 
