@@ -173,11 +173,33 @@ class _Driver:
             await self._deliver(event)
         if telemetry.enabled("stream.event"):
             meta: dict[str, Any] = {"type": _event_type(event), "session_id": self.conn.session_id}
-            if isinstance(event, Mapping) and "usage" in event:
-                meta["usage"] = event["usage"]
+            if isinstance(event, Mapping):
+                # Claude reports a model request's usage as ``model_usage``
+                # (span.model_request_end); the other hosts' events say ``usage``.
+                usage = event.get("usage", event.get("model_usage"))
+                if usage is not None:
+                    meta["usage"] = usage
             telemetry.emit("stream.event", None, meta, caller=self.p.caller)
 
     async def _turn(self, input: TurnInput) -> TurnResult:
+        if not telemetry.span_enabled("session.turn"):
+            return await self._drive(input)
+        meta = {"turn": self.machine.turns, "model": self.p.model, **self._ids()}
+        if telemetry.capture_content():
+            meta["input"] = _input_content(input)
+        # The span is current while the host does its I/O, so a listener that makes it the
+        # current trace span (managedloop.otel) parents the host's HTTP requests under it.
+        with telemetry.span("session.turn", meta) as extra:
+            result = await self._drive(input)
+            extra.update(_turn_stop(result))
+            if telemetry.capture_content():
+                extra["output"] = result.text
+        return result
+
+    def _ids(self) -> dict[str, Any]:
+        return {"provider": self.p.provider.name, "session_id": self.conn.session_id}
+
+    async def _drive(self, input: TurnInput) -> TurnResult:
         """Drive one ``turn()`` to its end; its :class:`TurnResult` (invariants 1-4 of
         :mod:`managedloop.hosts` are checked here)."""
         self.buffer = []
@@ -282,6 +304,25 @@ class _Driver:
 
     async def request(self, first: TurnInput | None) -> SessionResult:
         """One request: from ``first`` (``None``: redrive pending tool uses) to a terminal."""
+        with telemetry.session_scope(self.p.caller):
+            if not telemetry.span_enabled("session.request"):
+                return await self._request(first)
+            meta = {**self.p.agent_meta, "model": self.p.model, **self._ids()}
+            with telemetry.span("session.request", meta) as extra:
+                result = await self._request(first)
+                usage = result.usage
+                extra.update(
+                    terminal=result.terminal.value,
+                    stop_reason=result.stop_reason,
+                    reason=result.reason,
+                    turns=result.turns,
+                    input_tokens=usage.input_tokens if usage is not None else None,
+                    output_tokens=usage.output_tokens if usage is not None else None,
+                    session_id=result.session_id,
+                )
+            return result
+
+    async def _request(self, first: TurnInput | None) -> SessionResult:
         self.machine.begin_request()
         self._ran, self._resent = set(), set()
         try:
@@ -322,6 +363,28 @@ class _Driver:
             caller=self.p.caller,
         )
         return result
+
+
+def _turn_stop(result: TurnResult) -> dict[str, Any]:
+    usage = result.usage
+    return {
+        "terminal": result.terminal.value,
+        "stop_reason": result.stop_reason,
+        "tool_use_count": len(result.custom_tool_uses),
+        "input_tokens": usage.input_tokens if usage is not None else None,
+        "output_tokens": usage.output_tokens if usage is not None else None,
+    }
+
+
+def _input_content(input: TurnInput) -> Any:
+    """What a turn sends, as JSON-able data (only with telemetry.capture_content())."""
+    if isinstance(input, UserMessage):
+        return [{"role": "user", "content": input.text}]
+    if isinstance(input, ToolResults):
+        return [
+            {"role": "tool", "tool_use_id": r.tool_use_id, "content": r.text} for r in input.results
+        ]
+    return None
 
 
 def _bounded(turn: TurnResult) -> TurnResult:
@@ -372,13 +435,14 @@ def _host_failure(exc: Exception) -> ManagedLoopError:
 
 
 async def _open(prepared: Prepared) -> _Driver:
-    conn = await prepared.provider.open(prepared.open_request)
+    with telemetry.session_scope(prepared.caller):  # the host's open-time calls carry the tags
+        conn = await prepared.provider.open(prepared.open_request)
     return _Driver(prepared, conn)
 
 
-async def _aclose(conn: Connection) -> None:
-    with anyio.CancelScope(shield=True):
-        await conn.aclose()
+async def _aclose(driver: _Driver) -> None:
+    with anyio.CancelScope(shield=True), telemetry.session_scope(driver.p.caller):
+        await driver.conn.aclose()
 
 
 def _kickoff(conn: Connection, prompt: str | None, outcome: Outcome | None) -> Any:
@@ -437,7 +501,7 @@ async def run(
         try:
             return await driver.request(_first_input(driver, prompt, coerced))
         finally:
-            await _aclose(driver.conn)
+            await _aclose(driver)
     assert scope.cancelled_caught
     raise _timed_out(
         timeout,
@@ -544,7 +608,7 @@ class LiveSession:
     async def _close_connection(self) -> None:
         if not self._conn_closed and self._driver is not None:
             self._conn_closed = True
-            await _aclose(self._driver.conn)
+            await _aclose(self._driver)
 
     async def _end(self, item: BaseException) -> None:
         """The session is over: hand ``item`` to ``result()``, stop taking requests, end

@@ -29,6 +29,9 @@ class Prepared:
     tool_timeout: float | None
     caller: dict[str, Any] = field(default_factory=dict)
     info_metadata: dict[str, Any] = field(default_factory=dict)
+    # What the session telemetry events name (managedloop.otel's span attributes).
+    model: str | None = None
+    agent_meta: dict[str, Any] = field(default_factory=dict)
 
 
 # What ``isinstance(x, Provider)`` checks, without a runtime-checkable Protocol's ~10 µs
@@ -209,8 +212,34 @@ def prepare(
         # Library keys win over caller tags: the host's name rides on every loop event.
         caller={**info_metadata, "provider": provider.name},
         info_metadata=info_metadata,
+        model=_model_of(provider, spec),
+        agent_meta=_agent_meta(agent, spec),
     )
     return prepared, outcome
+
+
+def _model_of(provider: Any, spec: AgentSpec | None) -> str | None:
+    """The model the session asks for, when something says: the provider's ``model``
+    (Local, AgentCore) or the spec's."""
+    model = getattr(provider, "model", None)
+    if isinstance(model, Mapping):  # AgentCore's model configuration mapping
+        model = model.get("modelId")
+    if isinstance(model, str):
+        return model
+    return spec.model if spec is not None else None
+
+
+def _agent_meta(agent: Any, spec: AgentSpec | None) -> dict[str, Any]:
+    """The agent's name and host id as far as ``agent=`` tells (a spec, a handle, an id)."""
+    if isinstance(agent, str):
+        return {"agent": None, "agent_id": agent}
+    name = spec.name if spec is not None else None
+    name = name or getattr(agent, "name", None) or getattr(agent, "harness_name", None)
+    agent_id = getattr(agent, "agent_id", None) or getattr(agent, "harness_id", None)
+    return {
+        "agent": name if isinstance(name, str) else None,
+        "agent_id": agent_id if isinstance(agent_id, str) else None,
+    }
 
 
 def _with_defaults(options: Mapping[str, Any]) -> SimpleNamespace:
