@@ -10,6 +10,8 @@ import pytest
 import managedloop as ml
 from managedloop import telemetry
 
+from .otel_kit import otel  # noqa: F401  (a fixture for the OTel tests)
+
 # Caller tags: one of our own, and values under library keys that must lose.
 LOSES = "caller value loses"
 CALLER = {

@@ -213,7 +213,7 @@ def prepare(
         caller={**info_metadata, "provider": provider.name},
         info_metadata=info_metadata,
         model=_model_of(provider, spec),
-        agent_meta=_agent_meta(agent, spec),
+        agent_meta=_agent_meta(agent, spec, provider),
     )
     return prepared, outcome
 
@@ -229,13 +229,19 @@ def _model_of(provider: Any, spec: AgentSpec | None) -> str | None:
     return spec.model if spec is not None else None
 
 
-def _agent_meta(agent: Any, spec: AgentSpec | None) -> dict[str, Any]:
-    """The agent's name and host id as far as ``agent=`` tells (a spec, a handle, an id)."""
-    if isinstance(agent, str):
-        return {"agent": None, "agent_id": agent}
+def _agent_meta(agent: Any, spec: AgentSpec | None, provider: Any) -> dict[str, Any]:
+    """The agent's name and host id as far as ``agent=`` tells (a spec, a handle, an id),
+    else the provider's own ``agent`` (Claude: the handle or id it was built with)."""
     name = spec.name if spec is not None else None
-    name = name or getattr(agent, "name", None) or getattr(agent, "harness_name", None)
-    agent_id = getattr(agent, "agent_id", None) or getattr(agent, "harness_id", None)
+    agent_id = None
+    for source in (agent, getattr(provider, "agent", None)):
+        if isinstance(source, str):
+            agent_id = agent_id or source
+            continue
+        name = name or getattr(source, "name", None) or getattr(source, "harness_name", None)
+        agent_id = (
+            agent_id or getattr(source, "agent_id", None) or getattr(source, "harness_id", None)
+        )
     return {
         "agent": name if isinstance(name, str) else None,
         "agent_id": agent_id if isinstance(agent_id, str) else None,
