@@ -150,10 +150,15 @@ async def test_claude_span_tree(otel: Otel, http_parents: list[Any]) -> None:
         dict(c.attributes or {})["gen_ai.response.finish_reasons"] for c in otel.named("chat")
     ]
     assert finish == [("requires_action",), ("end_turn",)]
-    # Event POSTs happen inside a turn; the session create and the stream attach happen at
-    # open, before the request's span (see the report: open is not spanned yet).
-    events = f"/v1/sessions/{result.session_id}/events"
-    assert [p for p, parent in http_parents if parent == "chat m1"] == [events, events]
+    # The session create happens at open, inside the run's invoke_agent span; the stream
+    # attach and the event POSTs inside the turns.
+    sid = result.session_id
+    assert http_parents == [
+        ("/v1/sessions", "invoke_agent weather"),
+        (f"/v1/sessions/{sid}/events/stream", "invoke_agent weather"),
+        (f"/v1/sessions/{sid}/events", "chat m1"),
+        (f"/v1/sessions/{sid}/events", "chat m1"),
+    ]
 
 
 async def test_agentcore_span_tree(
@@ -172,7 +177,11 @@ async def test_agentcore_span_tree(
         dict(c.attributes or {})["gen_ai.response.finish_reasons"] for c in otel.named("chat")
     ]
     assert finish == [("tool_use",), ("end_turn",)]
-    assert [p for p, parent in http_parents if parent == "chat m1"] == ["/harnesses/invoke"] * 2
+    assert http_parents == [
+        ("/harnesses/{harnessId}", "invoke_agent weather"),  # at open, in a worker thread
+        ("/harnesses/invoke", "chat m1"),
+        ("/harnesses/invoke", "chat m1"),
+    ]
 
 
 @ml.tool
@@ -305,3 +314,20 @@ def test_import_managedloop_imports_no_opentelemetry() -> None:
         "assert not [m for m in sys.modules if m.startswith('opentelemetry')]"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+async def test_live_session_one_invoke_agent_per_request(otel: Otel) -> None:
+    script = [say("one"), say("two")]
+    with ChatEmulator(script) as emu:
+        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        async with ml.start(provider, agent=_agent(otel), prompt="first") as session:
+            await session.result()
+            await session.send("second")
+            await session.result()
+            sid = session.session_id
+    assert otel.tree() == ["invoke_agent weather", "  chat m1"] * 2
+    roots = otel.named("invoke_agent")
+    assert {dict(r.attributes or {})["gen_ai.conversation.id"] for r in roots} == {sid}
+    assert roots[0].context is not None
+    assert roots[1].context is not None
+    assert roots[0].context.trace_id != roots[1].context.trace_id  # each request: a trace

@@ -302,24 +302,17 @@ class _Driver:
                 self._ran.add(use.id)
         return results
 
-    async def request(self, first: TurnInput | None) -> SessionResult:
-        """One request: from ``first`` (``None``: redrive pending tool uses) to a terminal."""
+    async def request(self, first: TurnInput | None, *, spanned: bool = True) -> SessionResult:
+        """One request: from ``first`` (``None``: redrive pending tool uses) to a terminal.
+
+        ``spanned=False``: the caller emits the ``session.request`` span (``run``)."""
         with telemetry.session_scope(self.p.caller):
-            if not telemetry.span_enabled("session.request"):
+            if not spanned or not telemetry.span_enabled("session.request"):
                 return await self._request(first)
             meta = {**self.p.agent_meta, "model": self.p.model, **self._ids()}
             with telemetry.span("session.request", meta) as extra:
                 result = await self._request(first)
-                usage = result.usage
-                extra.update(
-                    terminal=result.terminal.value,
-                    stop_reason=result.stop_reason,
-                    reason=result.reason,
-                    turns=result.turns,
-                    input_tokens=usage.input_tokens if usage is not None else None,
-                    output_tokens=usage.output_tokens if usage is not None else None,
-                    session_id=result.session_id,
-                )
+                extra.update(_request_stop(result))
             return result
 
     async def _request(self, first: TurnInput | None) -> SessionResult:
@@ -363,6 +356,19 @@ class _Driver:
             caller=self.p.caller,
         )
         return result
+
+
+def _request_stop(result: SessionResult) -> dict[str, Any]:
+    usage = result.usage
+    return {
+        "terminal": result.terminal.value,
+        "stop_reason": result.stop_reason,
+        "reason": result.reason,
+        "turns": result.turns,
+        "input_tokens": usage.input_tokens if usage is not None else None,
+        "output_tokens": usage.output_tokens if usage is not None else None,
+        "session_id": result.session_id,
+    }
 
 
 def _turn_stop(result: TurnResult) -> dict[str, Any]:
@@ -495,19 +501,35 @@ async def run(
     prepared, coerced = prepare(
         provider, agent=agent, options=options, timeout=timeout, prompt=prompt
     )
-    driver: _Driver | None = None
+    opened: list[_Driver] = []
     with anyio.move_on_after(timeout if timeout is not None else math.inf) as scope:
-        driver = await _open(prepared)
-        try:
-            return await driver.request(_first_input(driver, prompt, coerced))
-        finally:
-            await _aclose(driver)
+        if not telemetry.span_enabled("session.request"):
+            return await _run_one(prepared, prompt, coerced, opened)
+        # The request's span covers the open too: a run's session create is part of it.
+        with telemetry.session_scope(prepared.caller):
+            meta = {**prepared.agent_meta, "model": prepared.model}
+            meta |= {"provider": prepared.provider.name, "session_id": None}
+            with telemetry.span("session.request", meta) as extra:
+                result = await _run_one(prepared, prompt, coerced, opened)
+                extra.update(_request_stop(result))
+            return result
     assert scope.cancelled_caught
     raise _timed_out(
         timeout,
-        driver.partial() if driver is not None else None,
+        opened[0].partial() if opened else None,
         f"session did not reach a terminal within {timeout}s; its request was cancelled",
     )
+
+
+async def _run_one(
+    prepared: Prepared, prompt: str | None, outcome: Outcome | None, opened: list[_Driver]
+) -> SessionResult:
+    driver = await _open(prepared)
+    opened.append(driver)
+    try:
+        return await driver.request(_first_input(driver, prompt, outcome), spanned=False)
+    finally:
+        await _aclose(driver)
 
 
 run_sync = syncify(run)
