@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
@@ -54,6 +55,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from managedloop import _validate, telemetry
+from managedloop._log import fields
 from managedloop._loops import syncify
 from managedloop.errors import (
     ManagedLoopError,
@@ -90,6 +92,8 @@ __all__ = ["TEXT_DELTA", "LiveSession", "run", "run_sync", "start"]
 TEXT_DELTA = "managedloop.text_delta"
 DEFAULT_PROMPT = "Begin."
 DEFAULT_TIMEOUT = 600.0  # seconds; a run is bounded by default so a stuck host cannot hang a caller
+
+logger = logging.getLogger("managedloop.session")
 
 _TOO_DEEP = f"arguments are nested deeper than {MAX_INPUT_DEPTH} levels"
 _NOTHING: Any = object()  # no kickoff input: a live session waits for send()
@@ -335,13 +339,44 @@ class _Driver:
                     return self._finish(action.result)
                 else:
                     next_input = action.input
+                    if isinstance(next_input, UserMessage) and next_input.reprompt:
+                        self._log_reprompt()
         except ManagedLoopError as exc:
             if exc.partial_result is None:
                 exc.partial_result = self.partial()
             raise
 
+    def _log_reprompt(self) -> None:
+        logger.info(
+            "session %s: turn %d did not end as required; the model is re-prompted",
+            self.conn.session_id,
+            self.machine.turns,
+            extra=fields(
+                "guard",
+                guard="reprompt",
+                host=self.p.provider.name,
+                session_id=self.conn.session_id,
+                turn=self.machine.turns,
+            ),
+        )
+
     def _finish(self, result: SessionResult) -> SessionResult:
         result = self._ran_only(result)
+        if result.reason is not None:  # the library ended the request, not the host
+            logger.info(
+                "session %s stopped by the library: %s after %d turn(s)",
+                result.session_id,
+                result.reason,
+                result.turns,
+                extra=fields(
+                    "stopped",
+                    host=self.p.provider.name,
+                    session_id=result.session_id,
+                    reason=str(result.reason),
+                    terminal=result.terminal.value,
+                    turns=result.turns,
+                ),
+            )
         transcript = self.conn.transcript()
         if transcript is not None:
             result = dataclasses.replace(result, transcript=transcript)
