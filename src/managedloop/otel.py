@@ -82,7 +82,22 @@ __all__ = ["TOOL_DURATION", "instrument", "instrumented", "uninstrument"]
 
 TOOL_DURATION = "managedloop.tool.duration"
 
-_OP = gen_ai.GenAiOperationNameValues
+# Plain strings, read once: an enum's ``.value`` costs a descriptor call per event.
+_INVOKE_AGENT = gen_ai.GenAiOperationNameValues.INVOKE_AGENT.value
+_CHAT = gen_ai.GenAiOperationNameValues.CHAT.value
+_EXECUTE_TOOL = gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value
+_ANTHROPIC = gen_ai.GenAiProviderNameValues.ANTHROPIC.value
+_TOKEN_TYPES = (
+    (gen_ai.GenAiTokenTypeValues.INPUT.value, "input_tokens"),
+    (gen_ai.GenAiTokenTypeValues.COMPLETION.value, "output_tokens"),
+)
+# The attributes a metric point keeps (the span's identifying ones are too many series).
+_METRIC_KEYS = (
+    gen_ai.GEN_AI_OPERATION_NAME,
+    gen_ai.GEN_AI_PROVIDER_NAME,
+    gen_ai.GEN_AI_REQUEST_MODEL,
+    gen_ai.GEN_AI_TOOL_NAME,
+)
 _EVENTS = [
     telemetry.PREFIX + f"{kind}.{phase}"
     for kind in ("session.request", "session.turn", "tool")
@@ -91,7 +106,7 @@ _EVENTS = [
 # The managed hosts run the agent remotely (a CLIENT span); Local runs it in process.
 _REMOTE_AGENT = frozenset({"claude", "agentcore"})
 _PROVIDER_NAMES = {
-    "claude": gen_ai.GenAiProviderNameValues.ANTHROPIC.value,
+    "claude": _ANTHROPIC,
     "agentcore": gen_ai.GenAiProviderNameValues.AWS_BEDROCK.value,
     "local": gen_ai.GenAiProviderNameValues.OPENAI.value,  # the Chat Completions API
 }
@@ -99,7 +114,7 @@ _PROVIDER_NAMES = {
 
 def _provider_name(host: Any, model: Any) -> str:
     if host == "local" and isinstance(model, str) and model.startswith("anthropic:"):
-        return gen_ai.GenAiProviderNameValues.ANTHROPIC.value
+        return _ANTHROPIC
     return _PROVIDER_NAMES.get(host, str(host))
 
 
@@ -176,12 +191,7 @@ class _Bridge:
     def _open(self, kind: str, name: str, span_kind: SpanKind, attrs: dict[str, Any]) -> None:
         span = self.tracer.start_span(name, kind=span_kind, attributes=attrs)
         token = otel_context.attach(trace.set_span_in_context(span))
-        metric_attrs = {
-            k: v
-            for k, v in attrs.items()
-            if k in (gen_ai.GEN_AI_OPERATION_NAME, gen_ai.GEN_AI_PROVIDER_NAME)
-            or k in (gen_ai.GEN_AI_REQUEST_MODEL, gen_ai.GEN_AI_TOOL_NAME)
-        }
+        metric_attrs = {k: attrs[k] for k in _METRIC_KEYS if k in attrs}
         _stack.set((*_stack.get(), _Open(kind, span, token, metric_attrs)))
 
     def _base(self, op: str, meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -193,33 +203,33 @@ class _Bridge:
         return attrs
 
     def _request_start(self, _m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        attrs = self._base(_OP.INVOKE_AGENT.value, meta)
+        attrs = self._base(_INVOKE_AGENT, meta)
         _set(attrs, gen_ai.GEN_AI_AGENT_NAME, meta.get("agent"))
         _set(attrs, gen_ai.GEN_AI_AGENT_ID, meta.get("agent_id"))
         _set(attrs, gen_ai.GEN_AI_REQUEST_MODEL, meta.get("model"))
         agent = meta.get("agent")
-        name = f"{_OP.INVOKE_AGENT.value} {agent}" if agent else _OP.INVOKE_AGENT.value
+        name = f"{_INVOKE_AGENT} {agent}" if agent else _INVOKE_AGENT
         remote = meta.get("provider") in _REMOTE_AGENT
         self._open("session.request", name, SpanKind.CLIENT if remote else SpanKind.INTERNAL, attrs)
 
     def _turn_start(self, _m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        attrs = self._base(_OP.CHAT.value, meta)
+        attrs = self._base(_CHAT, meta)
         model = meta.get("model")
         _set(attrs, gen_ai.GEN_AI_REQUEST_MODEL, model)
         if self.capture:
             _set(attrs, gen_ai.GEN_AI_INPUT_MESSAGES, _input_messages(meta.get("input")))
-        name = f"{_OP.CHAT.value} {model}" if model else _OP.CHAT.value
+        name = f"{_CHAT} {model}" if model else _CHAT
         self._open("session.turn", name, SpanKind.CLIENT, attrs)
 
     def _tool_start(self, _m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        attrs = self._base(_OP.EXECUTE_TOOL.value, meta)
+        attrs = self._base(_EXECUTE_TOOL, meta)
         tool = meta.get("tool")
         _set(attrs, gen_ai.GEN_AI_TOOL_NAME, tool)
         _set(attrs, gen_ai.GEN_AI_TOOL_CALL_ID, meta.get("tool_use_id") or None)
         attrs[gen_ai.GEN_AI_TOOL_TYPE] = "function"
         if self.capture and "arguments" in meta:
             attrs[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS] = _json(meta["arguments"])
-        name = f"{_OP.EXECUTE_TOOL.value} {tool}" if tool else _OP.EXECUTE_TOOL.value
+        name = f"{_EXECUTE_TOOL} {tool}" if tool else _EXECUTE_TOOL
         self._open("tool", name, SpanKind.INTERNAL, attrs)
 
     # -- closing -----------------------------------------------------------------------
@@ -256,10 +266,7 @@ class _Bridge:
             span.set_attribute(gen_ai.GEN_AI_OUTPUT_MESSAGES, _json(output))
         span.end()
         self.duration.record(_seconds(m), top.attrs)
-        for token_type, key in (
-            (gen_ai.GenAiTokenTypeValues.INPUT.value, "input_tokens"),
-            (gen_ai.GenAiTokenTypeValues.COMPLETION.value, "output_tokens"),
-        ):
+        for token_type, key in _TOKEN_TYPES:
             count = meta.get(key)
             if isinstance(count, int):
                 self.tokens.record(count, {**top.attrs, gen_ai.GEN_AI_TOKEN_TYPE: token_type})
