@@ -235,13 +235,15 @@ def emit(
     *,
     caller: Mapping[str, Any] | None = None,
 ) -> None:
-    """Deliver one event. ``caller`` tags (default: the :func:`session_scope` in force)
-    are merged first so library ``metadata`` wins."""
+    """Deliver one event. ``caller``'s tags, then the :func:`session_scope` tags in force
+    (the session's: the caller's plus the library's ``provider``), are merged first, so
+    library ``metadata`` wins."""
     listeners = _by_event.get(PREFIX + name)
     if not listeners:
         return
-    if caller is None:
-        caller = _scope.get()
+    scope = _scope.get()
+    if scope:
+        caller = {**caller, **scope} if caller else scope
     meta = {**caller, **(metadata or {})} if caller else dict(metadata or {})
     for attachment in listeners:
         try:

@@ -15,7 +15,16 @@ import pytest
 
 import managedloop as ml
 from managedloop.providers import BedrockAgentCore, ClaudeManagedAgents, Local
-from managedloop.testing import AgentCoreEmulator, AgentCoreFaults, ChatEmulator, ClaudeEmulator
+from managedloop.testing import (
+    AgentCoreEmulator,
+    AgentCoreFaults,
+    ChatEmulator,
+    ChatFaults,
+    ClaudeEmulator,
+    ClaudeFaults,
+    call,
+    say,
+)
 from managedloop.testing.agentcore import ManualClock
 
 from .conftest import CALLER, TWO_TOOLS, Recorder, check_against_table
@@ -123,3 +132,50 @@ async def test_agentcore_provision_events(
     check_against_table(recorder, expected, tagged=expected)
     assert {md["phase"] for md in recorder.of("agent_core.provision.stop")} >= {"ready"}
     assert all(md["result"] == "ok" for md in recorder.of("agent_core.provision.stop"))
+
+
+async def test_fault_events_carry_the_tags_on_every_host(
+    recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failure side of the tree: request.exception (Local, Claude),
+    agent_core.request.exception, stream.error -- table keys, caller tags, library keys."""
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    script = [call("get_weather", {"city": "A"}), say("done")]
+    with ChatEmulator(script, faults=ChatFaults(drop=1)) as emu:
+        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key, retry_backoff=0)
+        await ml.run(provider, agent=TWO_TOOLS, prompt="x", telemetry_metadata=CALLER)
+    claude_faults = ClaudeFaults(
+        drop_stream_after=(2,), server_errors=1, fault_path="/events", fault_method="POST"
+    )
+    with ClaudeEmulator(script, faults=claude_faults) as emu:
+        async with anthropic.AsyncAnthropic(
+            base_url=emu.base_url, api_key=emu.api_key, max_retries=0
+        ) as c:
+            handle = await ml.provision(ClaudeManagedAgents(client=c), TWO_TOOLS)
+            # provisioning is not a session: keep only the Local events before it
+            recorder.events[:] = [e for e in recorder.events if e[2].get("provider") == "local"]
+            claude = ClaudeManagedAgents(
+                client=c, agent=handle, environment=handle, reconnect_backoff=0.0
+            )
+            await ml.run(claude, agent=TWO_TOOLS, prompt="x", telemetry_metadata=CALLER)
+    faults = AgentCoreFaults(drop_after=1, times=1)
+    with (
+        AgentCoreEmulator(script, faults=faults) as emu,
+        BedrockAgentCore(
+            harness_arn=emu.harness_arn, retry_backoff=0.0, **emu.client_kwargs
+        ) as agentcore,
+    ):
+        await ml.run(agentcore, agent=TWO_TOOLS, prompt="x", telemetry_metadata=CALLER)
+    expected = {"request.exception", "agent_core.request.exception", "stream.error"}
+    check_against_table(recorder, expected, tagged=recorder.names())
+    failures = recorder.of("request.exception")
+    assert {(md["provider"], md["code"]) for md in failures} == {
+        ("local", "transport_error"),
+        ("claude", "http_error"),
+    }
+    assert [md["status"] for md in failures if md["provider"] == "claude"] == [500]
+    (dropped,) = recorder.of("stream.error")
+    assert dropped["provider"] == "claude"
+    assert dropped["reason"]
+    (invoke,) = recorder.of("agent_core.request.exception")
+    assert (invoke["operation"], invoke["code"]) == ("invoke_harness", "transport_error")
