@@ -40,7 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,8 @@ __all__ = [
     "detach",
     "emit",
     "enabled",
+    "enter_scope",
+    "exit_scope",
     "session_scope",
     "set_capture_content",
     "span",
@@ -226,6 +228,16 @@ def session_scope(caller: Mapping[str, Any]) -> Iterator[None]:
         yield
     finally:
         _scope.reset(token)
+
+
+def enter_scope(caller: Mapping[str, Any]) -> Token[Mapping[str, Any] | None]:
+    """:func:`session_scope` without a context manager (the driver's hot path): pass the
+    token to :func:`exit_scope` in a ``finally``."""
+    return _scope.set(caller)
+
+
+def exit_scope(token: Token[Mapping[str, Any] | None]) -> None:
+    _scope.reset(token)
 
 
 def emit(

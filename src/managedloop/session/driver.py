@@ -185,16 +185,14 @@ class _Driver:
                     meta["usage"] = usage
             telemetry.emit("stream.event", None, meta, caller=self.p.caller)
 
-    async def _turn(self, input: TurnInput) -> TurnResult:
-        if not telemetry.span_enabled("session.turn"):
-            return await self._drive(input)
+    async def _traced_turn(self, input: TurnInput) -> TurnResult:
         meta = {"turn": self.machine.turns, "model": self.p.model, **self._ids()}
         if telemetry.capture_content():
             meta["input"] = _input_content(input)
         # The span is current while the host does its I/O, so a listener that makes it the
         # current trace span (managedloop.otel) parents the host's HTTP requests under it.
         with telemetry.span("session.turn", meta) as extra:
-            result = await self._drive(input)
+            result = await self._turn(input)
             extra.update(_turn_stop(result))
             if telemetry.capture_content():
                 extra["output"] = result.text
@@ -203,7 +201,7 @@ class _Driver:
     def _ids(self) -> dict[str, Any]:
         return {"provider": self.p.provider.name, "session_id": self.conn.session_id}
 
-    async def _drive(self, input: TurnInput) -> TurnResult:
+    async def _turn(self, input: TurnInput) -> TurnResult:
         """Drive one ``turn()`` to its end; its :class:`TurnResult` (invariants 1-4 of
         :mod:`managedloop.hosts` are checked here)."""
         self.buffer = []
@@ -306,18 +304,24 @@ class _Driver:
                 self._ran.add(use.id)
         return results
 
-    async def request(self, first: TurnInput | None, *, spanned: bool = True) -> SessionResult:
+    async def request(self, first: TurnInput | None, *, scoped: bool = False) -> SessionResult:
         """One request: from ``first`` (``None``: redrive pending tool uses) to a terminal.
 
-        ``spanned=False``: the caller emits the ``session.request`` span (``run``)."""
-        with telemetry.session_scope(self.p.caller):
-            if not spanned or not telemetry.span_enabled("session.request"):
+        ``scoped=True``: the caller has set the telemetry scope and emits the
+        ``session.request`` span (``run``, whose span covers the open too)."""
+        if scoped:
+            return await self._request(first)
+        token = telemetry.enter_scope(self.p.caller)
+        try:
+            if not telemetry.span_enabled("session.request"):
                 return await self._request(first)
             meta = {**self.p.agent_meta, "model": self.p.model, **self._ids()}
             with telemetry.span("session.request", meta) as extra:
                 result = await self._request(first)
                 extra.update(_request_stop(result))
             return result
+        finally:
+            telemetry.exit_scope(token)
 
     async def _request(self, first: TurnInput | None) -> SessionResult:
         self.machine.begin_request()
@@ -330,8 +334,10 @@ class _Driver:
                 next_input: TurnInput = await self._run_tools(pending)
             else:
                 next_input = first
+            # Chosen once per request: an uninstrumented turn pays no telemetry check.
+            drive = self._traced_turn if telemetry.span_enabled("session.turn") else self._turn
             while True:
-                turn = _bounded(await self._turn(self.machine.before_turn(next_input)))
+                turn = _bounded(await drive(self.machine.before_turn(next_input)))
                 action = self.machine.on_turn(turn, self.conn.session_id)
                 if isinstance(action, RunTools):
                     next_input = await self._run_tools(action.tool_uses)
@@ -476,13 +482,14 @@ def _host_failure(exc: Exception) -> ManagedLoopError:
 
 
 async def _open(prepared: Prepared) -> _Driver:
-    with telemetry.session_scope(prepared.caller):  # the host's open-time calls carry the tags
-        conn = await prepared.provider.open(prepared.open_request)
+    """Open the connection (the caller has set the telemetry scope: the host's open-time
+    calls carry the session's tags)."""
+    conn = await prepared.provider.open(prepared.open_request)
     return _Driver(prepared, conn)
 
 
 async def _aclose(driver: _Driver) -> None:
-    with anyio.CancelScope(shield=True), telemetry.session_scope(driver.p.caller):
+    with anyio.CancelScope(shield=True):
         await driver.conn.aclose()
 
 
@@ -537,17 +544,20 @@ async def run(
         provider, agent=agent, options=options, timeout=timeout, prompt=prompt
     )
     opened: list[_Driver] = []
-    with anyio.move_on_after(timeout if timeout is not None else math.inf) as scope:
-        if not telemetry.span_enabled("session.request"):
-            return await _run_one(prepared, prompt, coerced, opened)
-        # The request's span covers the open too: a run's session create is part of it.
-        with telemetry.session_scope(prepared.caller):
+    token = telemetry.enter_scope(prepared.caller)  # open, request and close carry the tags
+    try:
+        with anyio.move_on_after(timeout if timeout is not None else math.inf) as scope:
+            if not telemetry.span_enabled("session.request"):
+                return await _run_one(prepared, prompt, coerced, opened)
+            # The request's span covers the open too: a run's session create is part of it.
             meta = {**prepared.agent_meta, "model": prepared.model}
             meta |= {"provider": prepared.provider.name, "session_id": None}
             with telemetry.span("session.request", meta) as extra:
                 result = await _run_one(prepared, prompt, coerced, opened)
                 extra.update(_request_stop(result))
             return result
+    finally:
+        telemetry.exit_scope(token)
     assert scope.cancelled_caught
     raise _timed_out(
         timeout,
@@ -562,7 +572,7 @@ async def _run_one(
     driver = await _open(prepared)
     opened.append(driver)
     try:
-        return await driver.request(_first_input(driver, prompt, outcome), spanned=False)
+        return await driver.request(_first_input(driver, prompt, outcome), scoped=True)
     finally:
         await _aclose(driver)
 
@@ -620,7 +630,7 @@ class LiveSession:
         await self._stack.__aenter__()
         try:
             tg: TaskGroup = await self._stack.enter_async_context(anyio.create_task_group())
-            with _deadline(self._timeout) as scope:
+            with _deadline(self._timeout) as scope, telemetry.session_scope(self._prepared.caller):
                 self._driver = await _open(self._prepared)
             if self._driver is None:  # the open itself timed out
                 assert scope.cancelled_caught
@@ -665,7 +675,8 @@ class LiveSession:
     async def _close_connection(self) -> None:
         if not self._conn_closed and self._driver is not None:
             self._conn_closed = True
-            await _aclose(self._driver)
+            with telemetry.session_scope(self._prepared.caller):
+                await _aclose(self._driver)
 
     async def _end(self, item: BaseException) -> None:
         """The session is over: hand ``item`` to ``result()``, stop taking requests, end
