@@ -10,7 +10,9 @@
 Spans follow the OpenTelemetry GenAI semantic conventions (names and attribute keys are
 the ``opentelemetry-semantic-conventions`` constants)::
 
-    invoke_agent {agent}          one per session request (open or follow-up to terminal)
+    invoke_agent {agent}          one per session request, to its terminal (a run's covers
+    │                             its open: the session create nests here; a live session's
+    │                             open, in ``async with``, is outside every span)
     ├── chat {model}              one per host turn: one model call on Local; on the managed
     │   └── (HTTP client spans)   hosts one host turn, with the usage the host reports
     ├── execute_tool {tool}       one per custom tool call
@@ -43,7 +45,9 @@ ends it. The session driver emits ``session.turn`` around the host's I/O, so HTT
 instrumentations (httpx for the ``anthropic`` SDK, aiohttp for Local and AgentCore,
 botocore's control calls, which run in worker threads that copy the context) parent their
 spans under ``chat``; ``tool`` is emitted around the call in the task that runs it, and
-anyio copies the context into the worker thread of a sync tool.
+anyio copies the context into the worker thread of a sync tool. The span tree of a two-tool
+session on every host, the HTTP parents and a tool's own span under ``execute_tool`` are
+pinned in ``tests/telemetry/test_otel.py``; the cost, in ``bench/otel.py``.
 
 Limits: instrumenting or uninstrumenting while a session runs leaves that session's open
 spans as they were (a stop with no start is ignored; a start whose stop is no longer
