@@ -252,9 +252,9 @@ class _Bridge:
         if top is None:
             return
         span = top.span
-        _usage(span, meta)
-        _finish_reasons(span, meta)
-        _set_attr(span, gen_ai.GEN_AI_CONVERSATION_ID, meta.get("session_id"))
+        attrs = _stop_attributes(meta)
+        _set(attrs, gen_ai.GEN_AI_CONVERSATION_ID, meta.get("session_id"))
+        span.set_attributes(attrs)  # one call: the SDK takes its span lock per call
         span.end()
         self.duration.record(_seconds(m), top.attrs)
 
@@ -263,11 +263,11 @@ class _Bridge:
         if top is None:
             return
         span = top.span
-        _usage(span, meta)
-        _finish_reasons(span, meta)
+        attrs = _stop_attributes(meta)
         if self.capture and meta.get("output") is not None:
             output = [{"role": "assistant", "parts": [{"type": "text", "content": meta["output"]}]}]
-            span.set_attribute(gen_ai.GEN_AI_OUTPUT_MESSAGES, _json(output))
+            attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = _json(output)
+        span.set_attributes(attrs)
         span.end()
         self.duration.record(_seconds(m), top.attrs)
         for token_type, key in _TOKEN_TYPES:
@@ -310,29 +310,23 @@ def _seconds(m: Mapping[str, Any]) -> float:
     return float(value) if isinstance(value, int | float) else 0.0
 
 
-def _set_attr(span: trace.Span, key: str, value: Any) -> None:
-    if value is not None:
-        span.set_attribute(key, value)
-
-
-def _usage(span: trace.Span, meta: Mapping[str, Any]) -> None:
-    for attr, key in (
-        (gen_ai.GEN_AI_USAGE_INPUT_TOKENS, "input_tokens"),
-        (gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS, "output_tokens"),
-    ):
-        value = meta.get(key)
-        if isinstance(value, int):
-            span.set_attribute(attr, value)
-
-
-def _finish_reasons(span: trace.Span, meta: Mapping[str, Any]) -> None:
+def _stop_attributes(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Usage and finish reason of a request or turn (a key the event lacks is left out)."""
+    attrs: dict[str, Any] = {}
+    value = meta.get("input_tokens")
+    if isinstance(value, int):
+        attrs[gen_ai.GEN_AI_USAGE_INPUT_TOKENS] = value
+    value = meta.get("output_tokens")
+    if isinstance(value, int):
+        attrs[gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS] = value
     reason = meta.get("stop_reason")
     if isinstance(reason, Mapping):  # Claude's stop_reason object: {"type": ...}
         reason = reason.get("type")
     if not isinstance(reason, str) or not reason:
         reason = meta.get("terminal")
     if isinstance(reason, str):
-        span.set_attribute(gen_ai.GEN_AI_RESPONSE_FINISH_REASONS, [reason])
+        attrs[gen_ai.GEN_AI_RESPONSE_FINISH_REASONS] = (reason,)
+    return attrs
 
 
 _lock = threading.Lock()
