@@ -222,3 +222,21 @@ def test_fields_rename_reserved_keys() -> None:
     record = logging.LogRecord("managedloop", logging.INFO, "f", 1, "m", None, None)
     record.__dict__.update(fields("x", name="n"))
     assert record.name == "managedloop"
+
+
+async def test_reprompts_are_guard_records(logs: Records) -> None:
+    with ChatEmulator([say("no"), say("still no"), say("never")]) as emu:
+        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        result = await ml.run(
+            provider,
+            agent=TWO_TOOLS,
+            prompt="x",
+            require_terminal_tool=True,
+            terminal_tool="get_time",
+        )
+    assert result.reason == "no_terminal_tool"
+    guards = [as_json(r) for r in logs.events("guard")]
+    assert [(g["guard"], g["turn"]) for g in guards] == [("reprompt", 1), ("reprompt", 2)]
+    assert all(r.levelno == logging.INFO for r in logs.events("guard"))
+    (stopped,) = [as_json(r) for r in logs.events("stopped")]
+    assert (stopped["reason"], stopped["turns"]) == ("no_terminal_tool", 3)

@@ -331,3 +331,21 @@ async def test_live_session_one_invoke_agent_per_request(otel: Otel) -> None:
     assert roots[0].context is not None
     assert roots[1].context is not None
     assert roots[0].context.trace_id != roots[1].context.trace_id  # each request: a trace
+
+
+async def test_concurrent_tools_each_nest_their_own_spans(otel: Otel) -> None:
+    """The default runs a turn's calls concurrently: each task has its own current span."""
+    with ChatEmulator() as emu:
+        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        await ml.run(provider, agent=_agent(otel), prompt="x")  # max_concurrent_tools=8
+    by_id = {s.context.span_id: s for s in otel.spans() if s.context is not None}
+
+    def parent(name: str) -> str:
+        (span,) = [s for s in otel.spans() if s.name == name]
+        assert span.parent is not None
+        return by_id[span.parent.span_id].name
+
+    assert parent("weather lookup") == "execute_tool get_weather"
+    assert parent("time lookup") == "execute_tool get_time"
+    assert parent("execute_tool get_weather") == "invoke_agent weather"
+    assert parent("execute_tool get_time") == "invoke_agent weather"
