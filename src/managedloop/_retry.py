@@ -114,6 +114,7 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import json
+import logging
 import math
 import random
 import re
@@ -126,6 +127,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
+from managedloop._log import fields
 from managedloop.errors import (
     APIStatusError,
     AuthenticationError,
@@ -413,10 +415,12 @@ class Attempts:
     Use it in the call's ``except``: ``await attempts.failed(exc)`` re-raises ``exc`` when it
     is not retryable or no retry is left, else waits (``Retry-After`` or backoff, through
     ``sleep``) and returns the wait, and the caller tries again. ``on_retry(exc, n, wait)``
-    is called before each wait (for a log line); ``n`` is the 1-based retry number.
+    is called before each wait (for a log line); ``n`` is the 1-based retry number. Without
+    an ``on_retry``, each retry is one structured WARNING record on ``managedloop.retry``
+    (:mod:`managedloop._log`), naming ``what``; so is giving up after the last retry.
     """
 
-    __slots__ = ("_on_retry", "_retryable", "_sleep", "policy", "retries")
+    __slots__ = ("_on_retry", "_retryable", "_sleep", "policy", "retries", "what")
 
     def __init__(
         self,
@@ -425,8 +429,10 @@ class Attempts:
         sleep: Sleep | None = None,
         retryable: Callable[[BaseException], bool] = retryable,
         on_retry: Callable[[BaseException, int, float], None] | None = None,
+        what: str = "call",
     ) -> None:
         self.policy = policy
+        self.what = what
         self.retries = 0
         """Retries made so far."""
         self._sleep = sleep
@@ -434,11 +440,54 @@ class Attempts:
         self._on_retry = on_retry
 
     async def failed(self, exc: BaseException) -> float:
-        if self.retries >= self.policy.retries or not self._retryable(exc):
+        if not self._retryable(exc):
+            raise exc
+        if self.retries >= self.policy.retries:
+            if self.retries:
+                _logger.warning(
+                    "%s failed after %d retries (%s); giving up",
+                    self.what,
+                    self.retries,
+                    type(exc).__name__,
+                    extra=fields("give_up", operation=self.what, retries=self.retries)
+                    | _failure(exc),
+                )
             raise exc
         wait = self.policy.wait(exc, self.retries)
         self.retries += 1
         if self._on_retry is not None:
             self._on_retry(exc, self.retries, wait)
+        else:
+            _logger.warning(
+                "%s failed (%s); retry %d/%d in %.3gs",
+                self.what,
+                type(exc).__name__,
+                self.retries,
+                self.policy.retries,
+                wait,
+                extra=fields(
+                    "retry",
+                    operation=self.what,
+                    attempt=self.retries,
+                    max_retries=self.policy.retries,
+                    wait_s=wait,
+                )
+                | _failure(exc),
+            )
         await (self._sleep or sleep)(wait)
         return wait
+
+
+_logger = logging.getLogger("managedloop.retry")
+
+
+def _failure(exc: BaseException) -> dict[str, Any]:
+    """The loggable facts of a failure: its type, code and HTTP status (never its text)."""
+    context = getattr(exc, "context", None)
+    status = context.get("status") if isinstance(context, Mapping) else None
+    code = getattr(exc, "code", None)
+    return {
+        "error_type": type(exc).__name__,
+        "code": code if isinstance(code, str) else None,
+        "status": status if isinstance(status, int) else None,
+    }

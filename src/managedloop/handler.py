@@ -249,10 +249,19 @@ def _really_cancelled() -> bool:
 async def _traced(
     handler: Any, use: ToolUse, info: SessionInfo, timeout: float | None, caller: Any
 ) -> ToolResult:
-    meta = {"tool": use.name, "tool_use_id": use.id or "", "session_id": info.session_id}
+    meta: dict[str, Any] = {
+        "tool": use.name,
+        "tool_use_id": use.id or "",
+        "session_id": info.session_id,
+    }
+    content = telemetry.capture_content()
+    if content:
+        meta["arguments"] = use.input
     with telemetry.span("tool", meta, caller=caller) as extra:
         result = await _call(handler, use, info, timeout)
         extra["is_error"] = result.is_error
+        if content:
+            extra["result"] = result.text
     return result
 
 

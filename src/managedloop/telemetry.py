@@ -9,13 +9,28 @@ The event tree (names are dotted, prefixed ``managedloop.``)::
     tool.start|stop|exception                 each custom tool call (tool, session_id, is_error)
     session.tool_uses                         every turn (turn, tool_use_ids, tool_use_count)
     session.terminal                          every terminal (terminal, reason)
+    session.request.start|stop|exception      each request of a session, open to terminal
+    session.turn.start|stop|exception         each host turn (one model call on Local)
+
+(the full table, every measurement and metadata key, is :data:`TABLE`).
 
 Listeners are plain callables ``listener(name, measurements, metadata)``. With none attached,
 :func:`emit` costs one dict lookup, so the hot path pays nothing for telemetry it does not
 use. Caller tags (``telemetry_metadata=``) are merged under the library's own keys: library
 keys win. A raising listener is logged and the event goes on to the next listener; the
-listener stays attached and the session never breaks. There is no built-in OpenTelemetry
-bridge yet (the ``otel`` extra only installs the API): attach a listener that opens spans.
+listener stays attached and the session never breaks.
+
+Caller tags reach every event a session causes, whichever layer emits it (a host's HTTP
+client included), through :func:`session_scope`: the session driver sets the session's
+tags in a context variable for the time it works, so an emitter needs no ``caller=``
+plumbing. Context variables follow tasks and anyio worker threads, so an event emitted in
+a task the session started, or in a worker thread, carries them too.
+
+Listeners run synchronously in the emitting task, and the ``start`` and ``stop`` (or
+``exception``) of one span are emitted in the same context: :mod:`managedloop.otel` relies
+on that to make its span the current one while the body runs. Message and tool content
+(``arguments``, ``result``, ``input``, ``output``) is in the metadata only while
+:func:`set_capture_content` is on (``managedloop.otel.instrument(capture_content=True)``).
 """
 
 from __future__ import annotations
@@ -25,10 +40,26 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EVENTS", "Listener", "attach", "detach", "emit", "enabled", "span", "span_enabled"]
+__all__ = [
+    "EVENTS",
+    "TABLE",
+    "Listener",
+    "attach",
+    "capture_content",
+    "detach",
+    "emit",
+    "enabled",
+    "enter_scope",
+    "exit_scope",
+    "session_scope",
+    "set_capture_content",
+    "span",
+    "span_enabled",
+]
 
 logger = logging.getLogger("managedloop.telemetry")
 
@@ -55,8 +86,60 @@ EVENTS: tuple[str, ...] = tuple(
         "tool.exception",
         "session.tool_uses",
         "session.terminal",
+        "session.request.start",
+        "session.request.stop",
+        "session.request.exception",
+        "session.turn.start",
+        "session.turn.stop",
+        "session.turn.exception",
     )
 )
+
+# What each event carries, beyond the caller's tags: (measurements, metadata keys). Keys a
+# host cannot know are present with ``None`` (``status`` of a request that never got an
+# answer); ``(+ stop)`` keys of a span's stop are also on its exception, which adds
+# ``kind`` (the exception's type name) and ``code`` (its stable code, when it has one).
+# The tests of every host pin their events against this table.
+_REQUEST = ("method", "path")
+_AC_REQUEST = ("operation", "service", "method", "path")
+_SESSION = ("provider", "session_id")
+_AGENT = ("agent", "agent_id", "model")
+_TOKENS = ("input_tokens", "output_tokens")
+TABLE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "request.start": (("system_time",), _REQUEST),
+    "request.stop": (("duration",), (*_REQUEST, "status")),
+    "request.exception": (("duration",), (*_REQUEST, "kind")),
+    "agent_core.request.start": (("system_time",), _AC_REQUEST),
+    "agent_core.request.stop": (("duration",), (*_AC_REQUEST, "status")),
+    "agent_core.request.exception": (("duration",), (*_AC_REQUEST, "kind")),
+    "agent_core.provision.poll": (("elapsed_ms", "poll_n"), ("harness_id", "status", "phase")),
+    "agent_core.provision.stop": (("duration_ms", "polls"), ("harness_id", "phase", "result")),
+    "agent_core.provision.exception": (("duration_ms",), ("harness_id", "phase", "kind", "result")),
+    "stream.connected": ((), ("session_id",)),
+    "stream.event": ((), ("session_id", "type")),  # + usage when the event has one
+    "stream.done": ((), ("session_id",)),
+    "stream.error": ((), ("session_id", "reason")),
+    "tool.start": (("system_time",), ("tool", "tool_use_id", *_SESSION)),
+    "tool.stop": (("duration",), ("tool", "tool_use_id", *_SESSION, "is_error")),
+    "tool.exception": (("duration",), ("tool", "tool_use_id", *_SESSION, "kind")),
+    "session.tool_uses": (("tool_use_count",), ("turn", "tool_use_ids", "provider")),
+    "session.terminal": ((), ("terminal", "reason", *_SESSION)),
+    "session.request.start": (("system_time",), ("agent", "agent_id", "model", *_SESSION)),
+    "session.request.stop": (
+        ("duration",),
+        (*_AGENT, *_SESSION, "terminal", "stop_reason", "reason", "turns", *_TOKENS),
+    ),
+    "session.request.exception": (
+        ("duration",),
+        ("agent", "agent_id", "model", *_SESSION, "kind", "code"),
+    ),
+    "session.turn.start": (("system_time",), ("turn", "model", *_SESSION)),
+    "session.turn.stop": (
+        ("duration",),
+        ("turn", "model", *_SESSION, "terminal", "stop_reason", "tool_use_count", *_TOKENS),
+    ),
+    "session.turn.exception": (("duration",), ("turn", "model", *_SESSION, "kind", "code")),
+}
 
 Listener = Callable[[str, Mapping[str, Any], Mapping[str, Any]], None]
 
@@ -70,6 +153,9 @@ class Attachment:
 
 
 _lock = threading.Lock()
+# The tags of the session working in this context (see session_scope); emit merges them.
+_scope: ContextVar[Mapping[str, Any] | None] = ContextVar("managedloop_telemetry", default=None)
+_content = False
 # Copy-on-write: emit() reads a dict that is replaced, never mutated, so it needs no lock.
 _by_event: dict[str, tuple[Attachment, ...]] = {}
 _attachments: tuple[Attachment, ...] = ()
@@ -121,6 +207,39 @@ def span_enabled(name: str) -> bool:
     )
 
 
+def capture_content() -> bool:
+    """Whether events carry message and tool content (see :func:`set_capture_content`)."""
+    return _content
+
+
+def set_capture_content(on: bool) -> None:
+    """Put message and tool content into the events that have some (off by default:
+    content is the user's data, and an event listener may ship it anywhere)."""
+    global _content
+    _content = bool(on)
+
+
+@contextmanager
+def session_scope(caller: Mapping[str, Any]) -> Iterator[None]:
+    """Within the block, every event emitted in this context (and in tasks and worker
+    threads started from it) carries ``caller``'s tags under its own keys."""
+    token = _scope.set(caller)
+    try:
+        yield
+    finally:
+        _scope.reset(token)
+
+
+def enter_scope(caller: Mapping[str, Any]) -> Token[Mapping[str, Any] | None]:
+    """:func:`session_scope` without a context manager (the driver's hot path): pass the
+    token to :func:`exit_scope` in a ``finally``."""
+    return _scope.set(caller)
+
+
+def exit_scope(token: Token[Mapping[str, Any] | None]) -> None:
+    _scope.reset(token)
+
+
 def emit(
     name: str,
     measurements: Mapping[str, Any] | None = None,
@@ -128,10 +247,15 @@ def emit(
     *,
     caller: Mapping[str, Any] | None = None,
 ) -> None:
-    """Deliver one event. ``caller`` tags are merged first so library ``metadata`` wins."""
+    """Deliver one event. ``caller``'s tags, then the :func:`session_scope` tags in force
+    (the session's: the caller's plus the library's ``provider``), are merged first, so
+    library ``metadata`` wins."""
     listeners = _by_event.get(PREFIX + name)
     if not listeners:
         return
+    scope = _scope.get()
+    if scope:
+        caller = {**caller, **scope} if caller else scope
     meta = {**caller, **(metadata or {})} if caller else dict(metadata or {})
     for attachment in listeners:
         try:
@@ -157,10 +281,12 @@ def span(
     try:
         yield extra
     except BaseException as exc:
+        code = getattr(exc, "code", None)
+        failure = {"kind": type(exc).__name__, "code": code if isinstance(code, str) else None}
         emit(
             name + ".exception",
             {"duration": time.perf_counter() - start},
-            {**metadata, **extra, "kind": type(exc).__name__},
+            {**metadata, **extra, **failure},
             caller=caller,
         )
         raise

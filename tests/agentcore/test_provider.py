@@ -474,6 +474,9 @@ async def test_request_telemetry_has_operation_service_method_path_status(
         "method": "get",
         "path": "/harnesses/{harnessId}",
         "status": 200,
+        # the session's tags (issue 11): the caller's, then the library's host name
+        "team": "t",
+        "provider": "agentcore",
     }
     events = [m for n, m in got if n == "managedloop.stream.event"]
     assert events

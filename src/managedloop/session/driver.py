@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
@@ -54,6 +55,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from managedloop import _validate, telemetry
+from managedloop._log import fields
 from managedloop._loops import syncify
 from managedloop.errors import (
     ManagedLoopError,
@@ -94,6 +96,8 @@ __all__ = ["TEXT_DELTA", "LiveSession", "run", "run_sync", "start"]
 TEXT_DELTA = "managedloop.text_delta"
 DEFAULT_PROMPT = "Begin."
 DEFAULT_TIMEOUT = 600.0  # seconds; a run is bounded by default so a stuck host cannot hang a caller
+
+logger = logging.getLogger("managedloop.session")
 
 _TOO_DEEP = f"arguments are nested deeper than {MAX_INPUT_DEPTH} levels"
 _NOTHING: Any = object()  # no kickoff input: a live session waits for send()
@@ -180,9 +184,29 @@ class _Driver:
             await self._deliver(event)
         if telemetry.enabled("stream.event"):
             meta: dict[str, Any] = {"type": _event_type(event), "session_id": self.conn.session_id}
-            if isinstance(event, Mapping) and "usage" in event:
-                meta["usage"] = event["usage"]
+            if isinstance(event, Mapping):
+                # Claude reports a model request's usage as ``model_usage``
+                # (span.model_request_end); the other hosts' events say ``usage``.
+                usage = event.get("usage", event.get("model_usage"))
+                if usage is not None:
+                    meta["usage"] = usage
             telemetry.emit("stream.event", None, meta, caller=self.p.caller)
+
+    async def _traced_turn(self, input: TurnInput) -> TurnResult:
+        meta = {"turn": self.machine.turns, "model": self.p.model, **self._ids()}
+        if telemetry.capture_content():
+            meta["input"] = _input_content(input)
+        # The span is current while the host does its I/O, so a listener that makes it the
+        # current trace span (managedloop.otel) parents the host's HTTP requests under it.
+        with telemetry.span("session.turn", meta) as extra:
+            result = await self._turn(input)
+            extra.update(_turn_stop(result))
+            if telemetry.capture_content():
+                extra["output"] = result.text
+        return result
+
+    def _ids(self) -> dict[str, Any]:
+        return {"provider": self.p.provider.name, "session_id": self.conn.session_id}
 
     async def _turn(self, input: TurnInput) -> TurnResult:
         """Drive one ``turn()`` to its end; its :class:`TurnResult` (invariants 1-4 of
@@ -329,7 +353,29 @@ class _Driver:
         )
         return dataclasses.replace(result, pending=answer)
 
-    async def request(self, first: TurnInput | Pending | None) -> SessionResult:
+    async def request(
+        self, first: TurnInput | Pending | None, *, scoped: bool = False
+    ) -> SessionResult:
+        """One request: from ``first`` to a terminal (``None``: redrive pending tool uses;
+        a :class:`Pending`: answer a parked request with ``approvals=`` / ``confirm=``).
+
+        ``scoped=True``: the caller has set the telemetry scope and emits the
+        ``session.request`` span (``run``, whose span covers the open too)."""
+        if scoped:
+            return await self._request(first)
+        token = telemetry.enter_scope(self.p.caller)
+        try:
+            if not telemetry.span_enabled("session.request"):
+                return await self._request(first)
+            meta = {**self.p.agent_meta, "model": self.p.model, **self._ids()}
+            with telemetry.span("session.request", meta) as extra:
+                result = await self._request(first)
+                extra.update(_request_stop(result))
+            return result
+        finally:
+            telemetry.exit_scope(token)
+
+    async def _request(self, first: TurnInput | Pending | None) -> SessionResult:
         """One request: from ``first`` to a terminal (``None``: redrive pending tool uses;
         a :class:`Pending`: answer a parked request with ``approvals=`` / ``confirm=``)."""
         self.machine.begin_request()
@@ -375,10 +421,12 @@ class _Driver:
             step = await self._answer(pending)
         else:
             step = first
+        # Chosen once per request: an uninstrumented turn pays no telemetry check.
+        drive = self._traced_turn if telemetry.span_enabled("session.turn") else self._turn
         while True:
             if isinstance(step, SessionResult):
                 return self._finish(step)
-            turn = _bounded(await self._turn(self.machine.before_turn(step)))
+            turn = _bounded(await drive(self.machine.before_turn(step)))
             action = self.machine.on_turn(turn, self.conn.session_id)
             if isinstance(action, RunTools):
                 step = await self._answer(action.tool_uses, action.host_approvals)
@@ -386,9 +434,40 @@ class _Driver:
                 return self._finish(action.result)
             else:
                 step = action.input
+                if isinstance(step, UserMessage) and step.reprompt:
+                    self._log_reprompt()
+
+    def _log_reprompt(self) -> None:
+        logger.info(
+            "session %s: turn %d did not end as required; the model is re-prompted",
+            self.conn.session_id,
+            self.machine.turns,
+            extra=fields(
+                "guard",
+                guard="reprompt",
+                host=self.p.provider.name,
+                session_id=self.conn.session_id,
+                turn=self.machine.turns,
+            ),
+        )
 
     def _finish(self, result: SessionResult) -> SessionResult:
         result = self._ran_only(result)
+        if result.reason is not None:  # the library ended the request, not the host
+            logger.info(
+                "session %s stopped by the library: %s after %d turn(s)",
+                result.session_id,
+                result.reason,
+                result.turns,
+                extra=fields(
+                    "stopped",
+                    host=self.p.provider.name,
+                    session_id=result.session_id,
+                    reason=str(result.reason),
+                    terminal=result.terminal.value,
+                    turns=result.turns,
+                ),
+            )
         transcript = self.conn.transcript()
         if transcript is not None:
             result = dataclasses.replace(result, transcript=transcript)
@@ -403,6 +482,41 @@ class _Driver:
             caller=self.p.caller,
         )
         return result
+
+
+def _request_stop(result: SessionResult) -> dict[str, Any]:
+    usage = result.usage
+    return {
+        "terminal": result.terminal.value,
+        "stop_reason": result.stop_reason,
+        "reason": result.reason,
+        "turns": result.turns,
+        "input_tokens": usage.input_tokens if usage is not None else None,
+        "output_tokens": usage.output_tokens if usage is not None else None,
+        "session_id": result.session_id,
+    }
+
+
+def _turn_stop(result: TurnResult) -> dict[str, Any]:
+    usage = result.usage
+    return {
+        "terminal": result.terminal.value,
+        "stop_reason": result.stop_reason,
+        "tool_use_count": len(result.custom_tool_uses),
+        "input_tokens": usage.input_tokens if usage is not None else None,
+        "output_tokens": usage.output_tokens if usage is not None else None,
+    }
+
+
+def _input_content(input: TurnInput) -> Any:
+    """What a turn sends, as JSON-able data (only with telemetry.capture_content())."""
+    if isinstance(input, UserMessage):
+        return [{"role": "user", "content": input.text}]
+    if isinstance(input, ToolResults):
+        return [
+            {"role": "tool", "tool_use_id": r.tool_use_id, "content": r.text} for r in input.results
+        ]
+    return None
 
 
 def _bounded(turn: TurnResult) -> TurnResult:
@@ -472,13 +586,15 @@ async def _lifespan(prepared: Prepared, stack: AsyncExitStack) -> Prepared:
 
 
 async def _open(prepared: Prepared) -> _Driver:
+    """Open the connection (the caller has set the telemetry scope: the host's open-time
+    calls carry the session's tags)."""
     conn = await prepared.provider.open(prepared.open_request)
     return _Driver(prepared, conn)
 
 
-async def _aclose(conn: Connection) -> None:
+async def _aclose(driver: _Driver) -> None:
     with anyio.CancelScope(shield=True):
-        await conn.aclose()
+        await driver.conn.aclose()
 
 
 def _kickoff(
@@ -540,20 +656,39 @@ async def run(
     prepared, coerced = prepare(
         provider, agent=agent, options=options, timeout=timeout, prompt=prompt
     )
-    driver: _Driver | None = None
-    with anyio.move_on_after(timeout if timeout is not None else math.inf) as scope:
-        async with AsyncExitStack() as lifespan:  # the handler's, left on every path: _lifespan
-            driver = await _open(await _lifespan(prepared, lifespan))
-            try:
-                return await driver.request(_first_input(driver, prompt, coerced))
-            finally:
-                await _aclose(driver.conn)
+    opened: list[_Driver] = []
+    token = telemetry.enter_scope(prepared.caller)  # open, request and close carry the tags
+    try:
+        with anyio.move_on_after(timeout if timeout is not None else math.inf) as scope:
+            if not telemetry.span_enabled("session.request"):
+                return await _run_one(prepared, prompt, coerced, opened)
+            # The request's span covers the open too: a run's session create is part of it.
+            meta = {**prepared.agent_meta, "model": prepared.model}
+            meta |= {"provider": prepared.provider.name, "session_id": None}
+            with telemetry.span("session.request", meta) as extra:
+                result = await _run_one(prepared, prompt, coerced, opened)
+                extra.update(_request_stop(result))
+            return result
+    finally:
+        telemetry.exit_scope(token)
     assert scope.cancelled_caught
     raise _timed_out(
         timeout,
-        driver.partial() if driver is not None else None,
+        opened[0].partial() if opened else None,
         f"session did not reach a terminal within {timeout}s; its request was cancelled",
     )
+
+
+async def _run_one(
+    prepared: Prepared, prompt: str | None, outcome: Outcome | None, opened: list[_Driver]
+) -> SessionResult:
+    async with AsyncExitStack() as lifespan:  # the handler's, left on every path: _lifespan
+        driver = await _open(await _lifespan(prepared, lifespan))
+        opened.append(driver)
+        try:
+            return await driver.request(_first_input(driver, prompt, outcome), scoped=True)
+        finally:
+            await _aclose(driver)
 
 
 run_sync = syncify(run)
@@ -611,7 +746,7 @@ class LiveSession:
             # Before the task group, so the handler's lifespan outlives every tool call.
             self._prepared = await _lifespan(self._prepared, self._stack)
             tg: TaskGroup = await self._stack.enter_async_context(anyio.create_task_group())
-            with _deadline(self._timeout) as scope:
+            with _deadline(self._timeout) as scope, telemetry.session_scope(self._prepared.caller):
                 self._driver = await _open(self._prepared)
             if self._driver is None:  # the open itself timed out
                 assert scope.cancelled_caught
@@ -659,7 +794,8 @@ class LiveSession:
     async def _close_connection(self) -> None:
         if not self._conn_closed and self._driver is not None:
             self._conn_closed = True
-            await _aclose(self._driver.conn)
+            with telemetry.session_scope(self._prepared.caller):
+                await _aclose(self._driver)
 
     async def _end(self, item: BaseException) -> None:
         """The session is over: hand ``item`` to ``result()``, stop taking requests, end

@@ -32,6 +32,9 @@ class Prepared:
     info_metadata: dict[str, Any] = field(default_factory=dict)
     approvals: Mapping[str, Approve | Deny] = field(default_factory=dict)
     confirm: Confirm | None = None
+    # What the session telemetry events name (managedloop.otel's span attributes).
+    model: str | None = None
+    agent_meta: dict[str, Any] = field(default_factory=dict)
 
 
 # What ``isinstance(x, Provider)`` checks, without a runtime-checkable Protocol's ~10 µs
@@ -252,8 +255,40 @@ def prepare(
         info_metadata=info_metadata,
         approvals=approvals,
         confirm=o.confirm,
+        model=_model_of(provider, spec),
+        agent_meta=_agent_meta(agent, spec, provider),
     )
     return prepared, outcome
+
+
+def _model_of(provider: Any, spec: AgentSpec | None) -> str | None:
+    """The model the session asks for, when something says: the provider's ``model``
+    (Local, AgentCore) or the spec's."""
+    model = getattr(provider, "model", None)
+    if isinstance(model, Mapping):  # AgentCore's model configuration mapping
+        model = model.get("modelId")
+    if isinstance(model, str):
+        return model
+    return spec.model if spec is not None else None
+
+
+def _agent_meta(agent: Any, spec: AgentSpec | None, provider: Any) -> dict[str, Any]:
+    """The agent's name and host id as far as ``agent=`` tells (a spec, a handle, an id),
+    else the provider's own ``agent`` (Claude: the handle or id it was built with)."""
+    name = spec.name if spec is not None else None
+    agent_id = None
+    for source in (agent, getattr(provider, "agent", None)):
+        if isinstance(source, str):
+            agent_id = agent_id or source
+            continue
+        name = name or getattr(source, "name", None) or getattr(source, "harness_name", None)
+        agent_id = (
+            agent_id or getattr(source, "agent_id", None) or getattr(source, "harness_id", None)
+        )
+    return {
+        "agent": name if isinstance(name, str) else None,
+        "agent_id": agent_id if isinstance(agent_id, str) else None,
+    }
 
 
 def _with_defaults(options: Mapping[str, Any]) -> SimpleNamespace:

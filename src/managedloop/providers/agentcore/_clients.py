@@ -128,10 +128,16 @@ class Clients:
         return {}
 
     def secrets(self) -> tuple[str, ...]:
-        """The secret values this client signs with (to mask them in error text)."""
+        """The secret values this client signs with (to mask them in error text and logs).
+
+        The access key id is among them: it is not what signs, but it names the account's
+        key, and botocore's DEBUG log of a prepared request shows it in the SigV4
+        ``Authorization: ... Credential=<key id>/...`` header (tests/test_leaks.py)."""
         found = [reveal(v) for v in (self._secret, self._token) if v is not None]
+        if isinstance(self._key_id, str):
+            found.append(self._key_id)
         credentials = client_internals(self._client)[0] if self._client is not None else None
-        for name in ("secret_key", "token"):
+        for name in ("access_key", "secret_key", "token"):
             # A plain or cached value only: never trigger a credential refresh here.
             value = getattr(credentials, f"_{name}", None) or getattr(credentials, name, None)
             if isinstance(value, str):

@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
 from managedloop import _retry
+from managedloop._log import fields
 from managedloop.errors import InvalidOptionsError, ManagedLoopError, TransportError
 from managedloop.hosts import (
     RESTART,
@@ -154,6 +155,17 @@ class AgentCoreConnection(ConnectionBase):
                     attempt + 1,
                     attempts,
                     last.code,
+                    extra=fields(
+                        "retry",
+                        host="agentcore",
+                        operation="invoke_harness",
+                        session_id=self.session_id,
+                        attempt=attempt,
+                        max_retries=attempts - 1,
+                        wait_s=delay,
+                        code=last.code,
+                        status=last.context.get("status"),
+                    ),
                 )
                 await _retry.sleep(delay)
                 if events:  # the failed attempt already yielded some: the loop drops them
@@ -198,6 +210,21 @@ class AgentCoreConnection(ConnectionBase):
         assert last is not None
         if last.code != "early_termination":
             last.context.setdefault("attempts", attempts)
+        logger.warning(
+            "agentcore invoke gave up session_id=%s attempts=%d reason=%s",
+            self.session_id,
+            attempts,
+            last.code,
+            extra=fields(
+                "give_up",
+                host="agentcore",
+                operation="invoke_harness",
+                session_id=self.session_id,
+                attempts=attempts,
+                code=last.code,
+                status=last.context.get("status"),
+            ),
+        )
         raise last
 
     async def aclose(self) -> None:

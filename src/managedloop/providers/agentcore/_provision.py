@@ -44,6 +44,7 @@ from typing import Any, Protocol
 import anyio
 
 from managedloop import _validate, telemetry
+from managedloop._log import fields
 from managedloop.config import MISSING
 from managedloop.errors import (
     APIStatusError,
@@ -453,6 +454,15 @@ async def _wait(
                 status or "absent",
                 polls,
                 elapsed * 1000,
+                extra=fields(
+                    "provision_poll",
+                    host="agentcore",
+                    harness_id=harness_id,
+                    phase=phase,
+                    status=status,
+                    poll_n=polls,
+                    elapsed_ms=elapsed * 1000,
+                ),
             )
             telemetry.emit(
                 "agent_core.provision.poll",

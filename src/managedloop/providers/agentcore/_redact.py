@@ -42,6 +42,8 @@ _SECRET_PATTERNS = (
     re.compile(r"(x-amz-signature[\"']?\s*[:=]\s*[\"']?)" + _VALUE, re.IGNORECASE),
     re.compile(r"(x-amz-credential[\"']?\s*[:=]\s*[\"']?)" + _VALUE, re.IGNORECASE),
     re.compile(r"(\bSignature=)[0-9a-fA-F]+"),
+    # The access key id in a SigV4 Authorization header (``Credential=<key id>/<date>/...``)
+    re.compile(r"(\bCredential=)[A-Z0-9]{12,128}(?=/)"),
     re.compile(
         r"((?:aws_secret_access_key|aws_session_token|secret_?access_?key|session_?token)"
         r"[\"']?\s*[:=]\s*b?[\"']?)" + _VALUE,

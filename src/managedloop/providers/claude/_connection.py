@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from managedloop import _retry, telemetry
+from managedloop._log import fields
 from managedloop.errors import (
     APIStatusError,
     AuthenticationError,
@@ -411,7 +412,9 @@ class ClaudeConnection(ConnectionBase):
         marker = self._last_id
         remaining = list(events)
         ids: list[str] = []
-        attempts = _retry.Attempts(self.options.send, sleep=self.options.sleep)
+        attempts = _retry.Attempts(
+            self.options.send, sleep=self.options.sleep, what="claude event send"
+        )
         while True:
             try:
                 response = await self._post(remaining)
@@ -674,6 +677,20 @@ class ClaudeConnection(ConnectionBase):
                 raise drop.error
             reason = drop.reason if drop is not None else "unknown"
             code = "stream_idle_timeout" if reason == "stream_idle_timeout" else "stream_dropped"
+            logger.warning(
+                "session %s: the event stream dropped (%s) and %d reconnects failed; giving up",
+                self.session_id,
+                reason,
+                self._attempts,
+                extra=fields(
+                    "give_up",
+                    host="claude",
+                    operation="stream_reconnect",
+                    session_id=self.session_id,
+                    attempts=self._attempts,
+                    reason=str(reason),
+                ),
+            )
             raise TransportError(
                 f"the event stream dropped and {self._attempts} reconnects failed",
                 code=code,
@@ -682,6 +699,24 @@ class ClaudeConnection(ConnectionBase):
             )
         delay = self.options.reconnect.backoff(self._attempts)
         self._attempts += 1
+        reason = self._last_drop.reason if self._last_drop is not None else "unknown"
+        logger.warning(
+            "session %s: the event stream dropped (%s); reconnect %d/%d in %.3gs",
+            self.session_id,
+            reason,
+            self._attempts,
+            self.options.max_reconnects,
+            delay,
+            extra=fields(
+                "reconnect",
+                host="claude",
+                session_id=self.session_id,
+                attempt=self._attempts,
+                max_retries=self.options.max_reconnects,
+                wait_s=delay,
+                reason=str(reason),
+            ),
+        )
         if delay > 0:
             await self.options.sleep(delay)
 

@@ -68,6 +68,7 @@ from typing import Any
 import anyio
 
 from managedloop import _retry
+from managedloop._log import fields
 from managedloop.errors import (
     ProviderError,
     UnsupportedError,
@@ -304,6 +305,19 @@ class LocalConnection(ConnectionBase):
         for answer in answers:
             self.history.append(answer)
         self._open = list(uses)
+        if duplicates:  # once per turn, not per event: a guard stepped in
+            logger.info(
+                "session %s: %d repeated tool call(s) answered without running them",
+                self.session_id,
+                len(duplicates),
+                extra=fields(
+                    "guard",
+                    host="local",
+                    guard="duplicate_call",
+                    session_id=self.session_id,
+                    count=len(duplicates),
+                ),
+            )
         for event in duplicates:
             yield event
         events.extend(duplicates)
@@ -518,9 +532,23 @@ class LocalConnection(ConnectionBase):
                 n,
                 retry.max_retries,
                 delay,
+                extra=fields(
+                    "retry",
+                    host="local",
+                    operation="chat",
+                    session_id=self.session_id,
+                    attempt=n,
+                    max_retries=retry.max_retries,
+                    wait_s=delay,
+                    error_type=type(exc).__name__,
+                    code=getattr(exc, "code", None),
+                    status=context.get("status"),
+                ),
             )
 
-        return _retry.Attempts(retry.policy, sleep=retry.sleep, on_retry=log)
+        return _retry.Attempts(
+            retry.policy, sleep=retry.sleep, on_retry=log, what="local chat call"
+        )
 
     async def _streamed(self, box: list[ChatResponse]) -> AsyncIterator[TextDelta]:
         # The chat function pushes chunks through a callback; a queue turns them into this

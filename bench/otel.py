@@ -1,0 +1,181 @@
+"""The cost of ``managedloop.otel.instrument()`` on the Local HTTP benchmark (issue 11).
+
+The conversation of ``bench.local`` (a): 20 tool calls, 21 requests, against a chat
+emulator in a child process. ``ml.run`` on ``Local`` uninstrumented ("off") versus
+instrumented with the OpenTelemetry SDK and an exporter that drops every span: once with a
+``BatchSpanProcessor`` (what an application uses: spans are exported from a background
+thread) and once with a ``SimpleSpanProcessor`` (export inline, at each span's end: the
+worst case), both with an SDK ``MeterProvider`` whose reader aggregates the three
+histograms. Runs interleave (instrument, run, uninstrument), medians per request are
+reported, and the ratio is against "off" measured in the same run. Target: <= 1.05x.
+
+A fourth variant instruments with the API's no-op tracer and meter providers: what the
+bridge itself costs per request, with no SDK behind it. The run also times, alone, the SDK
+work one request causes (its spans and histogram records), to split the added cost
+between the SDK and the bridge. On a loaded machine trust the client-CPU columns (the wall
+time is mostly the scheduler's).
+
+``python -m bench otel``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.metrics import NoOpMeterProvider
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+from opentelemetry.trace import NoOpTracerProvider
+
+import managedloop as ml
+import managedloop.otel
+from bench._server import serve
+from managedloop.providers import Local
+
+TOOL_CALLS = 20
+RUNS = 60  # interleaved runs per variant: a stable median in ~10 s
+TARGET = 1.05
+
+
+def get_weather(city: str) -> str:
+    """Current weather for a city."""
+    return f"Sunny in {city}"
+
+
+AGENT = ml.AgentSpec(name="bench", tools=[ml.tool(inline=True)(get_weather)])
+
+
+class NoOpExporter(SpanExporter):
+    """Drops every span (so the figure is the bridge and the SDK, not an exporter's I/O)."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+def _providers(processor: Callable[[SpanExporter], Any]) -> tuple[TracerProvider, MeterProvider]:
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(processor(NoOpExporter()))
+    return tracer_provider, MeterProvider(metric_readers=[InMemoryMetricReader()])
+
+
+async def _run(provider: Local) -> int:
+    return (await ml.run(provider, agent=AGENT, prompt="Weather?")).turns
+
+
+async def measure() -> dict[str, float]:
+    variants: dict[str, tuple[Any, Any] | None] = {
+        "off": None,
+        # the API's no-op providers: what the bridge itself costs, with no SDK behind it
+        "bridge": (NoOpTracerProvider(), NoOpMeterProvider()),
+        "batch": _providers(BatchSpanProcessor),
+        "simple": _providers(SimpleSpanProcessor),
+    }
+    wall: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+    with serve(TOOL_CALLS) as (base_url, key):
+        async with Local(model="m", base_url=base_url, api_key=key) as provider:
+            for run in range(RUNS + 3):  # the first three warm every path, unrecorded
+                for name, providers in variants.items():
+                    if providers is not None:
+                        managedloop.otel.instrument(providers[0], meter_provider=providers[1])
+                    start, cpu_start = time.perf_counter(), time.process_time()
+                    n = await _run(provider)
+                    elapsed = time.perf_counter() - start
+                    used = time.process_time() - cpu_start  # every thread: the batch one too
+                    managedloop.otel.uninstrument()
+                    assert n == TOOL_CALLS + 1, (name, n)
+                    if run >= 3:
+                        wall[name].append(elapsed / n)
+                        cpu[name].append(used / n)
+    batch = variants["batch"]
+    assert batch is not None
+    floor = _sdk_floor(*batch)
+    for providers in (variants["batch"], variants["simple"]):
+        assert providers is not None
+        providers[0].shutdown()
+        providers[1].shutdown()
+    out = {f"{name}_us": statistics.median(v) * 1e6 for name, v in wall.items()}
+    out.update({f"{name}_cpu_us": statistics.median(v) * 1e6 for name, v in cpu.items()})
+    out["floor_us"] = floor * 1e6
+    out["batch_ratio"] = out["batch_us"] / out["off_us"]
+    out["simple_ratio"] = out["simple_us"] / out["off_us"]
+    out["batch_cpu_ratio"] = out["batch_cpu_us"] / out["off_cpu_us"]
+    out["simple_cpu_ratio"] = out["simple_cpu_us"] / out["off_cpu_us"]
+    return out
+
+
+def _sdk_floor(tracer_provider: TracerProvider, meter_provider: MeterProvider) -> float:
+    """Seconds per request of what the SDK itself does for one: a ``chat`` and an
+    ``execute_tool`` span (started, made current, ended; plus 1/21 of an ``invoke_agent``)
+    and four histogram records -- the part of the instrumented cost that is not ours."""
+    tracer = tracer_provider.get_tracer("floor")
+    meter = meter_provider.get_meter("floor")
+    duration, tokens = meter.create_histogram("d"), meter.create_histogram("t")
+    attrs = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.request.model": "m",
+        "gen_ai.conversation.id": "local_0123456789abcdef",
+    }
+    small = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai"}
+
+    def one_span() -> None:
+        span = tracer.start_span("chat m", attributes=attrs)
+        token = otel_context.attach(trace.set_span_in_context(span))
+        span.set_attribute("gen_ai.usage.input_tokens", 10)
+        otel_context.detach(token)
+        span.end()
+
+    n = 3000
+    start = time.perf_counter()
+    for i in range(n):
+        one_span()
+        one_span()
+        if i % (TOOL_CALLS + 1) == 0:
+            one_span()
+        duration.record(0.001, small)
+        tokens.record(10, {**small, "gen_ai.token.type": "input"})
+        tokens.record(5, {**small, "gen_ai.token.type": "output"})
+        duration.record(0.001, {"gen_ai.tool.name": "get_weather"})
+    return (time.perf_counter() - start) / n
+
+
+def main() -> None:
+    r = asyncio.run(measure())
+    print(f"(otel) per request over HTTP, {TOOL_CALLS} tool calls, medians of {RUNS} runs")
+    print("                               wall us   x off   client CPU us   x off")
+    for name, label in (
+        ("off", "off"),
+        ("bridge", "instrumented, API no-op"),
+        ("batch", "instrumented, batch no-op"),
+        ("simple", "instrumented, simple no-op"),
+    ):
+        wall, cpu = r[f"{name}_us"], r[f"{name}_cpu_us"]
+        print(
+            f"  {label:27s} {wall:8.1f}  {wall / r['off_us']:6.3f}  {cpu:13.1f}  "
+            f"{cpu / r['off_cpu_us']:6.3f}"
+        )
+    extra = r["batch_cpu_us"] - r["off_cpu_us"]
+    print(
+        f"  of the {extra:.1f} CPU us added per request, the SDK's own spans and records "
+        f"take {r['floor_us']:.1f} us (measured alone, same providers)"
+    )
+    verdict = "met" if r["batch_ratio"] <= TARGET else "NOT met"
+    print(f"  target <= {TARGET:.2f}x wall (batch processor): {verdict}")
+
+
+if __name__ == "__main__":
+    main()
