@@ -12,7 +12,13 @@ import importlib
 import sys
 import time
 
-SUITES: list[str] = ["bench.local", "bench.claude", "bench.agentcore", "bench.otel", "bench.temporal"]
+SUITES: list[str] = [
+    "bench.local",
+    "bench.claude",
+    "bench.agentcore",
+    "bench.otel",
+    "bench.temporal",
+]
 
 
 def main(argv: list[str]) -> int:
