@@ -200,3 +200,51 @@ async def test_bad_options_fail_before_anything_reaches_temporal(
 async def test_a_decision_must_be_approve_or_deny() -> None:
     with pytest.raises(ml.InvalidOptionsError):
         await mlt.decide(object(), "wid", {"t1": True})  # type: ignore[arg-type,dict-item]
+
+
+RAN_ON: list[str] = []
+
+
+@ml.tool(name="render")
+def render_here(scene: str) -> str:
+    """Render a scene."""
+    RAN_ON.append("agents")
+    return "rendered on the agents queue"
+
+
+@ml.tool(name="render")
+def render_on_gpu(scene: str) -> str:
+    """Render a scene."""
+    RAN_ON.append("gpu")
+    return "rendered on the gpu queue"
+
+
+async def test_a_tool_pinned_to_a_queue_runs_on_that_queue(temporal_address: str) -> None:
+    RAN_ON.clear()
+    client = await Client.connect(temporal_address)
+    queue, gpu, store = _queue(), _queue(), MemoryStore()
+    art = ml.AgentSpec(name="art", system_prompt="Draw.", tools=[render_here], model="m")
+    with ChatEmulator() as emu:
+
+        def make() -> Local:
+            return Local(model="m", base_url=emu.base_url, api_key=emu.api_key)
+
+        async with (
+            mlt.worker(
+                client,
+                task_queue=queue,
+                providers={"local": make},
+                agents={"art": art},
+                store=store,
+                tool_queues={"render": gpu},
+            ),
+            mlt.worker(client, task_queue=gpu, tools=[render_on_gpu]),
+        ):
+            result = await mlt.run(
+                client, provider="local", agent="art", prompt="a cat", task_queue=queue, store=store
+            )
+    assert result.terminal == ml.Terminal.END_TURN
+    assert RAN_ON == ["gpu"]
+    assert result.transcript is not None
+    tool = [m["content"] for m in result.transcript if m["role"] == "tool"]
+    assert tool == ["rendered on the gpu queue"]

@@ -26,6 +26,7 @@ cross.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -69,29 +70,34 @@ __all__ = [
 
 
 class SessionWorker:
-    """A Temporal ``Worker`` serving managedloop sessions, which also closes the providers
-    it built when it stops. ``async with`` it, or ``await run()`` it."""
+    """A Temporal ``Worker`` serving managedloop sessions. While it runs it holds its
+    tools' lifespan open (MCP servers connect once per worker) and when it stops it closes
+    the providers it built. ``async with`` it, or ``await run()`` it."""
 
     def __init__(self, worker: Worker, activities: SessionActivities) -> None:
         self.worker = worker
         """The underlying ``temporalio.worker.Worker``."""
         self._activities = activities
+        self._stack = contextlib.AsyncExitStack()
 
     async def run(self) -> None:
-        try:
+        async with self._activities.serving():
             await self.worker.run()
-        finally:
-            await self._activities.aclose()
 
     async def __aenter__(self) -> SessionWorker:
-        await self.worker.__aenter__()
+        await self._stack.enter_async_context(self._activities.serving())
+        try:
+            await self.worker.__aenter__()
+        except BaseException:
+            await self._stack.aclose()
+            raise
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
         try:
             await self.worker.__aexit__(*exc)
         finally:
-            await self._activities.aclose()
+            await self._stack.aclose()
 
 
 def worker(
@@ -102,6 +108,7 @@ def worker(
     agents: Mapping[str, AgentSpec] | None = None,
     tools: Iterable[Any] = (),
     store: Store | None = None,
+    tool_queues: Mapping[str, str] | None = None,
     **worker_options: Any,
 ) -> SessionWorker:
     """A :class:`SessionWorker` serving managedloop sessions on ``task_queue``.
@@ -111,6 +118,9 @@ def worker(
     implementations this worker runs. A worker that only runs pinned tools (a GPU
     machine, say) passes ``tools=`` and no providers. ``store`` holds Local transcripts
     and must be shared by every worker of the queue (default: in-process, one worker).
+    ``tool_queues`` pins tools to task queues (``{"render": "gpu"}``: the ``render`` calls
+    of sessions this worker opens run on a worker of queue ``gpu``, which passes the tool
+    as ``tools=[render]``); ``start(tool_queues=...)`` overrides it per session.
     Use the result as ``async with worker(...):`` or ``await worker(...).run()``.
     """
     agents = dict(agents or {})
@@ -125,6 +135,7 @@ def worker(
         agents=agents,
         store=store if store is not None else MemoryStore(),
         tools=Toolset(list(seen.values())),
+        tool_queues=tool_queues,
     )
     worker_options.setdefault(
         # A dead worker's sticky queue otherwise delays the workflow task ~10 s.

@@ -78,7 +78,9 @@ class SessionActivities:
         agents: Mapping[str, AgentSpec],
         store: Store,
         tools: Toolset,
+        tool_queues: Mapping[str, str] | None = None,
     ) -> None:
+        self._tool_queues = dict(tool_queues or {})
         self._factories = dict(providers)
         self._providers: dict[str, Provider] = {}
         self._agents = dict(agents)
@@ -146,6 +148,7 @@ class SessionActivities:
                     session_id=conn.session_id,
                     transcript_key=key,
                     pending=[u.to_dict() for u in conn.pending_tool_uses],
+                    tool_queues=self._tool_queues,
                 )
             finally:
                 with anyio.CancelScope(shield=True):
@@ -199,6 +202,20 @@ class SessionActivities:
         async with _heartbeating():
             [result] = await run_tool_calls(self._tools, [use], info, timeout=call.timeout)
         return {"result": result.to_dict()}
+
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[None]:
+        """While the worker runs: the toolset's lifespan is held open (its MCP servers are
+        connected once per worker, not once per call); on the way out the providers this
+        worker built are closed."""
+        base = self._tools
+        try:
+            async with base.lifespan() as live:
+                self._tools = live
+                yield
+        finally:
+            self._tools = base
+            await self.aclose()
 
     async def aclose(self) -> None:
         """Close the providers this worker built (their clients and connection pools)."""

@@ -76,6 +76,7 @@ class Carry:
     transcript_key: str | None
     last_event_id: str
     inbox: list[str] = field(default_factory=list)
+    tool_queues: dict[str, str] = field(default_factory=dict)
     requests: int = 0
     """Requests served before (the ``managedloop.result`` update numbers them)."""
     last: dict[str, Any] | None = None
@@ -97,6 +98,8 @@ class Opened:
     """The key the opening transcript was stored under (``None``: the host holds history)."""
     pending: list[dict[str, Any]] = field(default_factory=list)
     """Tool uses a reattached session still waits on (``ToolUse.to_dict()`` each)."""
+    tool_queues: dict[str, str] = field(default_factory=dict)
+    """The task queues the worker's tools pin themselves to (``worker(tool_queues=...)``)."""
 
 
 @dataclass(kw_only=True)

@@ -117,6 +117,8 @@ class SessionWorkflow:
         self._inbox = [{"text": t} for t in carry.inbox] if carry else []
         self._requests = carry.requests if carry else 0
         self._first_request = self._requests + 1
+        # A tool's task queue: the worker's pins, overridden by the caller's.
+        self._queues = {**(carry.tool_queues if carry else {}), **start.tool_queues}
         self._last: dict[str, Any] | None = carry.last if carry else None
 
     # -- people and observers --------------------------------------------------------------
@@ -208,6 +210,7 @@ class SessionWorkflow:
                 retry_policy=_RETRY,
             )
             self._session_id, self._transcript = opened.session_id, opened.transcript_key
+            self._queues = {**opened.tool_queues, **start.tool_queues}
             text = start.prompt
         while True:
             if text is None:
@@ -247,6 +250,7 @@ class SessionWorkflow:
             transcript_key=self._transcript,
             last_event_id=self._last_event,
             inbox=[e["text"] for e in self._inbox],
+            tool_queues=self._queues,
             requests=self._requests,
             last=self._last,
         )
@@ -312,7 +316,7 @@ class SessionWorkflow:
                 decided=decided,
             ),
             result_type=dict,
-            task_queue=start.tool_queues.get(use.name, start.task_queue),
+            task_queue=self._queues.get(use.name, start.task_queue),
             # The tool's own timeout bounds it; this bound is for a lost worker.
             start_to_close_timeout=timedelta(seconds=start.turn_timeout),
             heartbeat_timeout=timedelta(seconds=start.heartbeat_timeout),
