@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import TemporalError
 
 import managedloop as ml
 from managedloop.contrib import temporal as mlt
@@ -248,3 +249,12 @@ async def test_a_tool_pinned_to_a_queue_runs_on_that_queue(temporal_address: str
     assert result.transcript is not None
     tool = [m["content"] for m in result.transcript if m["role"] == "tool"]
     assert tool == ["rendered on the gpu queue"]
+
+
+async def test_the_workflow_outside_temporal_fails_loudly() -> None:
+    from managedloop.contrib.temporal import SessionWorkflow
+    from managedloop.contrib.temporal._wire import SessionStart
+
+    start = SessionStart(provider="p", agent="a", prompt="x", task_queue="q")
+    with pytest.raises(TemporalError, match="Not in workflow"):
+        await SessionWorkflow(start).run(start)
