@@ -54,6 +54,11 @@ LOCK_TIMEOUT = 30.0
 """Seconds to wait for the lock: an operation holds it for milliseconds, so a wait this
 long means a stuck holder (or a hung filesystem), which is better reported than waited on."""
 
+LOCK_POLL = 0.002
+"""Seconds between tries for a held lock (``filelock`` polls a non-blocking ``flock``):
+a holder keeps it for about a millisecond, so its default 50 ms would leave the lock idle
+most of the time while several processes queue for it."""
+
 
 class FileStore:
     """A JSON file under a cross-process lock (see the module docstring for the guarantees).
@@ -120,7 +125,7 @@ class FileStore:
     def _locked(self) -> Iterator[None]:
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
-            with self._lock:
+            with self._lock.acquire(poll_interval=LOCK_POLL):
                 yield
         except filelock.Timeout:
             raise StoreError(
