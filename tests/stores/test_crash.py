@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +83,34 @@ def test_sigkill_mid_write_keeps_the_previous_state(
             assert list(tmp_path.glob(".store.json.*.tmp")) == []
     finally:
         after.close()
+
+
+def test_redis_discards_a_transaction_whose_client_died(redis_server: RedisServer) -> None:
+    """What RedisStore's crash safety rests on, checked on the real server: redis-py sends
+    ``MULTI``, the commands and ``EXEC`` in one write, and a client that dies after
+    ``MULTI`` and the commands but before ``EXEC`` (its socket closes, as on SIGKILL)
+    leaves nothing of them."""
+    namespace = redis_server.namespace()
+    store = RedisStore(redis_server.url, namespace=namespace)
+    store.put("a", {"v": 1})
+    value_key, index = f"{namespace}v:a", f"{namespace}index"
+    commands = [
+        ["AUTH", redis_server.password],
+        ["MULTI"],
+        ["SET", value_key, '{"v":2}'],
+        ["ZADD", index, "0", "b"],
+    ]
+    wire = b"".join(
+        f"*{len(c)}\r\n".encode() + b"".join(f"${len(a)}\r\n{a}\r\n".encode() for a in c)
+        for c in commands
+    )
+    with socket.create_connection((redis_server.host, redis_server.port)) as sock:
+        sock.sendall(wire)
+        replies = b""
+        while replies.count(b"\r\n") < 4:  # +OK, +OK, +QUEUED, +QUEUED
+            replies += sock.recv(1000)
+        assert replies == b"+OK\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n"
+    assert store.scan("") == {"a": {"v": 1}}
+    store.put("c", {"v": 3})  # the server is fine, and so is the store
+    assert store.scan("") == {"a": {"v": 1}, "c": {"v": 3}}
+    store.close()

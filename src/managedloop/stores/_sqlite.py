@@ -106,6 +106,7 @@ class SQLiteStore:
         self._busy_timeout = timeout or 0.0
         self._lock = threading.Lock()
         self._connection: sqlite3.Connection | None = None
+        self._inherited: list[sqlite3.Connection] = []
         self._pid = os.getpid()
         # A test seam: called inside a write transaction right before COMMIT, so a test
         # can kill the process at the worst moment.
@@ -196,8 +197,11 @@ class SQLiteStore:
     def _connect(self) -> sqlite3.Connection:
         if self._connection is not None and self._pid == os.getpid():
             return self._connection
-        # After a fork the parent's connection must not be touched (not even closed):
-        # SQLite's locks belong to the process that opened it.
+        if self._connection is not None:
+            # Forked: the parent's connection must not be used, nor even closed (closing it
+            # may checkpoint and unlock the parent's files), so it is kept, untouched,
+            # until this process ends.
+            self._inherited.append(self._connection)
         self._connection, self._pid = None, os.getpid()
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
