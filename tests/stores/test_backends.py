@@ -330,6 +330,16 @@ def test_redis_percent_encoded_password_is_scrubbed(redis_server: RedisServer) -
     store.close()
 
 
+def test_redis_url_options_that_decode_replies(redis_server: RedisServer) -> None:
+    store = RedisStore(
+        redis_server.url + "?decode_responses=True", namespace=redis_server.namespace()
+    )
+    store.put("k😀", {"v": "é"})
+    assert store.get("k😀") == {"v": "é"}
+    assert store.scan("k") == {"k😀": {"v": "é"}}
+    store.close()
+
+
 def test_redis_unreachable_is_store_unavailable() -> None:
     import socket
 

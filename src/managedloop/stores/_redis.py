@@ -138,7 +138,7 @@ class RedisStore:
         with self._talking():
             members = self._client.zrangebylex(self._index, low, high)
             for start in range(0, len(members), _MGET_BATCH):
-                batch = [bytes(m).decode("utf-8") for m in members[start : start + _MGET_BATCH]]
+                batch = [_text(m) for m in members[start : start + _MGET_BATCH]]
                 values = self._client.mget([self._value_key(k) for k in batch])
                 for key, raw in zip(batch, values, strict=True):
                     if raw is not None:  # deleted since the index was read
@@ -160,7 +160,7 @@ class RedisStore:
         return result
 
     def _decode(self, key: str, raw: Any) -> dict[str, Any]:
-        return decode_value(bytes(raw), where=f"{self._url} [{key!r}]")
+        return decode_value(raw, where=f"{self._url} [{key!r}]")
 
     def _scrub(self, text: str) -> str:
         for secret in self._password:
@@ -175,6 +175,11 @@ class RedisStore:
             message = self._scrub(f"{type(exc).__name__}: {exc}")
             code = "store_corrupt" if "WRONGTYPE" in message else "store_unavailable"
             raise StoreError(f"{self._url}: {message}", code=code, url=self._url) from None
+
+
+def _text(member: bytes | str) -> str:
+    """A member of the index as text (``str`` already with ``?decode_responses=True``)."""
+    return member if isinstance(member, str) else member.decode("utf-8")
 
 
 def _password(url: str) -> tuple[str, ...]:
