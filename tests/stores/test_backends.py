@@ -485,3 +485,25 @@ def test_open_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert "pw" not in repr(redis_store)
     redis_store.close()
     assert os.path.exists(tmp_path / "x.db")
+
+
+# -- scripts/ensure-redis --------------------------------------------------------------
+
+ENSURE = Path(__file__).resolve().parents[2] / "scripts" / "ensure-redis"
+
+
+def test_ensure_redis_fails_loudly_on_a_bad_binary(tmp_path: Path) -> None:
+    env = {**os.environ, "REDIS_SERVER": str(tmp_path / "no-such-redis-server")}
+    done = subprocess.run([str(ENSURE)], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 1
+    assert "not executable" in done.stderr
+    assert done.stdout == ""
+
+
+def test_ensure_redis_prints_the_binary_it_found(redis_server: RedisServer) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_SERVER"}
+    done = subprocess.run([str(ENSURE)], env=env, capture_output=True, text=True, check=True)
+    found = done.stdout.strip()
+    assert os.access(found, os.X_OK)
+    version = subprocess.run([found, "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.startswith("Redis server")

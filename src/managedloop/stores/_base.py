@@ -20,8 +20,9 @@ against each one):
 * ``put`` replaces the whole value of its key atomically: a reader sees the old value or
   the new one, never a mix, also across processes for the persistent backends;
 * ``delete`` of a missing key is not an error (it returns ``False``);
-* ``scan(prefix)`` returns every key that starts with ``prefix`` with its value — the
-  index the provisioning verbs need (all versions of a base, all tags of a base).
+* ``scan(prefix)`` returns every key that starts with ``prefix`` with its value, in key
+  order (code points, which is also UTF-8 byte order) — the index the provisioning verbs
+  need (all versions of a base, all tags of a base). A prefix is text, never a pattern.
 """
 
 from __future__ import annotations
