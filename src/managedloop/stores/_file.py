@@ -14,8 +14,9 @@ Guarantees, and what they rest on:
   and Windows), and then the directory is ``fsync``-ed so the rename itself survives a
   power cut. A reader therefore sees the whole old file or the whole new one, never a
   partial file; a process killed at any point (pinned at the worst one, right before the
-  replace, by ``tests/stores/test_crash.py``) leaves the previous state readable, plus at
-  most one stale temporary file, which the next write removes.
+  replace, by ``tests/stores/test_crash.py``) leaves the previous state readable, plus a
+  stale temporary file, which the first write of the next ``FileStore`` opened on that
+  path removes.
 * **Never silently reset.** A store file that is not what this class writes (not JSON, not
   the expected shape, truncated by hand) is ``StoreError(code="store_corrupt")`` naming the
   path, on every operation, until someone moves it aside: a provisioning store that
@@ -78,6 +79,7 @@ class FileStore:
         # A test seam: called after the new file is written and fsync-ed, right before it
         # replaces the store, so a test can kill the process at the worst moment.
         self._before_replace: Callable[[], None] | None = None
+        self._swept = False
 
     @property
     def path(self) -> Path:
@@ -185,7 +187,9 @@ class FileStore:
             separators=(",", ":"),
         ).encode("utf-8")
         directory = self._path.parent
-        self._remove_stale_temps()
+        if not self._swept:  # once per instance: listing a big directory on every write
+            self._remove_stale_temps()  # would cost more than the write
+            self._swept = True
         fd, temp = tempfile.mkstemp(dir=directory, prefix=self._temp_prefix, suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as file:
