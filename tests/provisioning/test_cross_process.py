@@ -2,9 +2,7 @@
 one agent is created (issue 10 acceptance; the emulator's request log is the witness).
 
 The store is built by ``SHARED_STORE`` (a ``module:factory`` the child process imports,
-called with the shared path). Today that is the throwaway ``JsonFileStore`` of
-``tests/provisioning/_filestore.py``; at merge time add ``managedloop.stores:FileStore``
-and ``managedloop.stores:SQLiteStore`` to ``SHARED_STORE`` and nothing else changes.
+called with the shared path): the persistent stores of ``managedloop.stores``.
 
 The two processes start together and race: whichever loses the create gets a 409 and
 adopts the winner's agent by its exact name, so even two *misses* make one agent.
@@ -27,7 +25,7 @@ from managedloop.providers import ClaudeManagedAgents
 from managedloop.testing import ClaudeEmulator
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED_STORE = ["tests.provisioning._filestore:JsonFileStore"]
+SHARED_STORE = ["managedloop.stores:FileStore", "managedloop.stores:SQLiteStore"]
 
 CHILD = textwrap.dedent(
     """
@@ -54,7 +52,12 @@ CHILD = textwrap.dedent(
 @pytest.mark.parametrize("factory", SHARED_STORE)
 def test_two_processes_one_agent(tmp_path: Path, factory: str) -> None:
     with ClaudeEmulator() as emu:
-        args = [emu.base_url, emu.api_key, factory, str(tmp_path / "store.json")]
+        args = [
+            emu.base_url,
+            emu.api_key,
+            factory,
+            str(tmp_path / ("store.json" if "FileStore" in factory else "store.sqlite3")),
+        ]
         children = [
             subprocess.Popen(
                 [sys.executable, "-c", CHILD, *args],

@@ -40,6 +40,7 @@ from temporalio.client import Client
 import managedloop as ml
 from managedloop.contrib import temporal as mlt
 from managedloop.providers import ClaudeManagedAgents
+from managedloop.stores import FileStore
 from managedloop.testing import (
     AgentCoreEmulator,
     AgentCoreFaults,
@@ -48,8 +49,6 @@ from managedloop.testing import (
     ClaudeEmulator,
     ClaudeFaults,
 )
-
-from .dirstore import DirStore
 
 pytestmark = pytest.mark.anyio
 
@@ -217,7 +216,7 @@ def workers(tmp_path: Path, temporal_address: str) -> Iterator[Callable[[Host, s
             "ML_QUEUE": queue,
             "ML_HOST": host.name,
             "ML_HOST_CONFIG": json.dumps(host.config),
-            "ML_STORE": str(tmp_path / "store"),
+            "ML_STORE": str(tmp_path / "store.json"),
             "ML_MARKS": str(tmp_path / "marks"),
         }
         w = Workers(env)
@@ -246,7 +245,7 @@ def _start(client: Client, queue: str, tmp_path: Path) -> asyncio.Task[ml.Sessio
             prompt="add",
             task_queue=queue,
             heartbeat_timeout=2.0,
-            store=DirStore(tmp_path / "store"),
+            store=FileStore(tmp_path / "store.json"),
         )
     )
 

@@ -13,19 +13,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from dirstore import DirStore
 from temporalio.client import Client
 
 import managedloop as ml
 from managedloop.contrib import temporal as mlt
 from managedloop.hosts import Provider
 from managedloop.providers import BedrockAgentCore, ClaudeManagedAgents, Local
+from managedloop.stores import FileStore
 
 MARKS = Path(os.environ["ML_MARKS"])
 TOOL_WAIT_BOUND = 120.0  # the test releases the tool long before; a bound, not a margin
@@ -70,7 +67,7 @@ async def main() -> None:
         task_queue=os.environ["ML_QUEUE"],
         providers={"host": make},
         agents={"calc": SPEC},
-        store=DirStore(Path(os.environ["ML_STORE"])),
+        store=FileStore(os.environ["ML_STORE"]),
     ):
         print("ready", flush=True)
         await asyncio.Event().wait()
