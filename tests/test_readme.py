@@ -37,7 +37,7 @@ def test_the_readme_blocks_run_in_order_and_do_what_they_say() -> None:
     one chain in one namespace."""
     from test_docs_blocks import CHAINS, run_chain
 
-    chain = [c for c in CHAINS if c[0].path == README][0]  # the first: the host blocks
+    chain = next(c for c in CHAINS if c[0].path == README)  # the first: the host blocks
     assert len(chain) == 4
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
