@@ -145,7 +145,11 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser("resolve", help="print the handle BASE:TAG points at", **kw)
     p.add_argument("ref", help="BASE:TAG")
     p.add_argument("--spec", help="read the store from this spec file")
-    p.add_argument("--kind", choices=("agent", "environment", "harness"))
+    p.add_argument(
+        "--kind",
+        choices=("agent", "environment", "harness"),
+        help="which kind when one base has the tag for several",
+    )
     common(p)
 
     p = sub.add_parser("prune", help="archive old untagged versions of the spec's bases", **kw)
@@ -179,9 +183,7 @@ class _Out:
         try:
             from rich.table import Table
         except ImportError:  # the `cli` extra is not installed: plain text
-            from managedloop.cli import render_table
-
-            self.out.write(f"{title}\n{render_table(headers, rows)}\n")
+            self.out.write(f"{title}\n{_plain_table(headers, rows)}\n")
             return
         table = Table(title=title, title_justify="left", header_style="bold")
         for h in headers:
@@ -192,6 +194,15 @@ class _Out:
 
     def line(self, text: str) -> None:
         self.out.write(text + "\n")
+
+
+def _plain_table(headers: list[str], rows: list[list[str]]) -> str:
+    """Columns padded to their widest cell (no wrapping: ids and names stay copyable)."""
+    widths = [max(len(c) for c in col) for col in zip(headers, *rows, strict=True)]
+    lines = [headers, ["-" * w for w in widths], *rows]
+    return "\n".join(
+        " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    )
 
 
 def make_console(file: TextIO) -> Any:
@@ -329,12 +340,16 @@ def _agent_kind(spec: SpecFile) -> str:
     return "agent" if spec.host == "claude" else "harness"
 
 
-def _agent_digest(spec: SpecFile) -> str:
+async def _agent_digest(spec: SpecFile) -> str:
+    """The digest of the spec's agent on its host, without credentials or a request (on
+    AgentCore the harness digest folds the environment in: the host's own rule)."""
     if spec.host == "claude":
         return spec.agent.digest
-    from managedloop.providers.agentcore._provision import harness_digest
+    from managedloop.providers.agentcore import BedrockAgentCore
 
-    return harness_digest(spec.agent, spec.environment)
+    with BedrockAgentCore(region_name="us-east-1") as offline:  # never sends: digest only
+        async with offline.lifecycle() as host:
+            return host.agent_digest(spec.agent, spec.environment)
 
 
 def _handle_doc(handle: Handle, status: str | None = None) -> dict[str, Any]:
@@ -443,7 +458,7 @@ async def _tag(args: argparse.Namespace, spec: SpecFile, store: Store, out: _Out
             )
         kind, base, current = "environment", spec.environment_base, spec.environment.digest
     else:
-        kind, base, current = _agent_kind(spec), spec.agent_base, _agent_digest(spec)
+        kind, base, current = _agent_kind(spec), spec.agent_base, await _agent_digest(spec)
     digest8 = _digest8(args.digest) if args.digest else current[:8]
     lifecycle.parse_reference(f"{base}:{args.tag}")  # a malformed tag fails before any write
     if await anyio.to_thread.run_sync(store.get, lifecycle._index_key(kind, base, digest8)) is None:
@@ -510,7 +525,7 @@ async def _prune(args: argparse.Namespace, spec: SpecFile, store: Store, out: _O
             rows = [[n, action] for n in r["archived"]] + [[n, "kept"] for n in r["kept"]]
             if r["failed"]:
                 rows.append([r["failed"], f"FAILED ({r['reason']})"])
-            title = f"prune {r['kind']} {r['base']} --keep {args.keep}"
+            title = f"{r['kind']} {r['base']}: prune --keep {args.keep}"
             if rows:
                 out.table(title, ["version", "action"], rows)
             else:
@@ -524,7 +539,7 @@ async def _prune(args: argparse.Namespace, spec: SpecFile, store: Store, out: _O
 async def _ls(args: argparse.Namespace, spec: SpecFile, store: Store, out: _Out) -> Any:
     provider = make_provider(spec)
     agent_kind = _agent_kind(spec)
-    targets = [(agent_kind, spec.agent_base, _agent_digest(spec)[:8])]
+    targets = [(agent_kind, spec.agent_base, (await _agent_digest(spec))[:8])]
     if spec.host == "claude" and spec.environment is not None:
         targets.append(("environment", spec.environment_base, spec.environment.digest8))
     bases: list[dict[str, Any]] = []
@@ -545,7 +560,8 @@ async def _ls(args: argparse.Namespace, spec: SpecFile, store: Store, out: _Out)
                     rows.append(
                         {
                             "name": item.name,
-                            "id": item.extra.get("arn", item.id),
+                            "id": item.id,
+                            "arn": item.extra.get("arn"),
                             "digest8": d8,
                             "created_at": item.created_at,
                             "status": item.extra.get("status"),

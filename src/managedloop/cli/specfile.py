@@ -74,6 +74,7 @@ before any request (the commands exit 2).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import sys
 import tomllib
@@ -86,7 +87,7 @@ from typing import Any
 from managedloop.errors import ManagedLoopError
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
 from managedloop.stores import FileStore, SQLiteStore, Store, open_store
-from managedloop.tools import ToolDefinition
+from managedloop.tools import ToolDefinition, Toolset
 
 __all__ = ["HOST_KINDS", "SpecError", "SpecFile", "load", "open_spec_store", "store_label"]
 
@@ -296,15 +297,32 @@ def _agent(path: Path, table: Mapping[str, Any]) -> AgentSpec:
 
 
 def _import_tools(path: Path, refs: list[str]) -> list[Any]:
-    from managedloop.cli import UsageError, load_tools
-
-    folder = str(path.resolve().parent)
-    if folder not in sys.path:  # tools next to the spec file import like tools next to cwd
-        sys.path.insert(0, folder)
-    try:
-        return load_tools(refs)
-    except UsageError as exc:
-        raise _fail(path, f"agent.tools: {str(exc).removeprefix('--tools ')}") from None
+    """``module:attr`` -> tools, as ``managedloop run --tools`` reads them: a tool, a
+    function, or a list/``Toolset`` of them, importable from the spec file's directory or
+    the current one."""
+    for folder in (str(path.resolve().parent), os.getcwd()):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    tools: list[Any] = []
+    for ref in refs:
+        module_name, _, attr = ref.partition(":")
+        if not module_name or not attr:
+            raise _fail(path, f"agent.tools: {ref!r} is not module:attr")
+        try:
+            value: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                value = getattr(value, part)
+        except (ImportError, AttributeError) as exc:
+            raise _fail(path, f"agent.tools: {ref}: {exc}") from None
+        items = list(value) if isinstance(value, Toolset | list | tuple) else [value]
+        for item in items:
+            if not callable(item) or isinstance(item, type):
+                raise _fail(
+                    path,
+                    f"agent.tools: {ref}: {item!r} is not a tool, a function, a list or a Toolset",
+                )
+        tools.extend(items)
+    return tools
 
 
 def _environment(path: Path, value: Any) -> EnvironmentSpec | None:
