@@ -136,3 +136,18 @@ def test_a_missing_execution_role_is_usage_before_any_create(
     monkeypatch.delenv("MANAGEDLOOP_EXECUTION_ROLE_ARN")
     assert run(["provision", SPEC, *store_arg])[0] == 2
     assert not agentcore_emu.operations("CreateHarness")
+
+
+def test_flag_misuse_is_usage_and_an_unusable_store_is_a_failure(
+    agentcore_emu: AgentCoreEmulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, text = run(["tag", SPEC, "prod", "--environment", "--store", "memory:", "--json"])
+    assert code == 2
+    assert json.loads(text)["error"]["code"] == "usage"
+    blocker = tmp_path / "a-file"
+    blocker.touch()
+    code, text = run(["provision", SPEC, "--store", f"sqlite:{blocker / 'x.db'}", "--json"])
+    assert code == 1
+    assert json.loads(text)["error"]["code"] == "store_unavailable"
+    assert not agentcore_emu.operations("CreateHarness")
+    assert "store_unavailable" in capsys.readouterr().err

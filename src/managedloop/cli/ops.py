@@ -36,7 +36,11 @@ Exit codes (stable; a cron job branches on them):
 * ``3`` — not found: an unknown tag, a tag whose version the store does not track, or
   ``tag`` of a version that was never provisioned;
 * ``4`` — partial prune: some versions were archived, then one failed (the report says
-  which, with ``--json`` under ``reports``).
+  which, with ``--json`` under ``reports``);
+* ``130`` — interrupted (Ctrl-C).
+
+Argument errors argparse itself finds (a missing positional, ``--keep x``) exit 2 with a
+plain message on stderr, also under ``--json``.
 
 Secrets never appear: credentials are read from the environment variables the spec file
 names, never printed, never stored; a Redis URL's password is masked in every label.
@@ -71,6 +75,7 @@ from managedloop.stores import Store
 __all__ = [
     "COMMANDS",
     "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
     "EXIT_NOT_FOUND",
     "EXIT_OK",
     "EXIT_PARTIAL",
@@ -86,13 +91,15 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_PARTIAL = 4
+EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
 _NOT_FOUND_CODES = ("unknown_tag", "untracked_digest", "not_provisioned")
 _USAGE_ERRORS = (InvalidOptionsError, ConfigError, ToolDefinitionError)
 _HEX = frozenset("0123456789abcdef")
 
 EXIT_HELP = """exit codes: 0 done (also: nothing to do), 1 failed (host, network, store),
 2 usage (bad flag, spec file or environment; before any request), 3 not found (unknown
-tag, untracked version), 4 partial prune (some archived, then one failed)"""
+tag, untracked version), 4 partial prune (some archived, then one failed), 130
+interrupted"""
 
 _testing: dict[str, Any] = {}
 
@@ -111,6 +118,10 @@ class _NotFoundError(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class _UsageError(Exception):
+    """A bad flag value that argparse cannot check (exit 2, code ``usage``)."""
 
 
 class _PartialError(Exception):
@@ -445,14 +456,14 @@ async def _provision(args: argparse.Namespace, spec: SpecFile, store: Store, out
 def _digest8(text: str) -> str:
     value = text.strip()
     if len(value) not in (8, 64) or not set(value) <= _HEX:
-        raise SpecError(f"--digest takes 8 or 64 lowercase hex characters, got {text!r}")
+        raise _UsageError(f"--digest takes 8 or 64 lowercase hex characters, got {text!r}")
     return value[:8]
 
 
 async def _tag(args: argparse.Namespace, spec: SpecFile, store: Store, out: _Out) -> Any:
     if args.environment:
         if spec.host != "claude" or spec.environment is None:
-            raise SpecError(
+            raise _UsageError(
                 "--environment tags a Claude environment: this spec has none "
                 "(on AgentCore the harness folds the environment in)"
             )
@@ -495,7 +506,7 @@ def _prune_targets(spec: SpecFile, only: str | None) -> list[tuple[str, str]]:
     if only in (None, "environment") and spec.host == "claude" and spec.environment is not None:
         targets.append(("environment", spec.environment_base))
     if not targets:
-        raise SpecError("--only environment: this spec has no separate environment to prune")
+        raise _UsageError("--only environment: this spec has no separate environment to prune")
     return targets
 
 
@@ -635,7 +646,7 @@ _RUNNERS: dict[str, _Command] = {
 def _check_keep(args: argparse.Namespace) -> None:
     keep = getattr(args, "keep", None)
     if keep is not None and keep < 1:
-        raise SpecError(f"--keep must be at least 1, got {keep}")
+        raise _UsageError(f"--keep must be at least 1, got {keep}")
 
 
 def run(args: argparse.Namespace, stdout: TextIO) -> int:
@@ -662,6 +673,8 @@ def run(args: argparse.Namespace, stdout: TextIO) -> int:
         return _error(out, EXIT_NOT_FOUND, exc.code, str(exc))
     except SpecError as exc:
         return _error(out, EXIT_USAGE, "invalid_spec", str(exc))
+    except _UsageError as exc:
+        return _error(out, EXIT_USAGE, "usage", str(exc))
     except ProvisioningError as exc:
         code = EXIT_NOT_FOUND if exc.code in _NOT_FOUND_CODES else EXIT_FAILED
         return _error(out, code, exc.code, exc.message)
@@ -671,6 +684,8 @@ def run(args: argparse.Namespace, stdout: TextIO) -> int:
         return _error(out, EXIT_FAILED, exc.code, exc.message)
     except ImportError as exc:  # an optional SDK (anthropic, botocore, redis) is missing
         return _error(out, EXIT_FAILED, "missing_dependency", str(exc))
+    except KeyboardInterrupt:  # asyncio cancels the run first: the verbs roll back on that
+        return _error(out, EXIT_INTERRUPTED, "interrupted", "interrupted")
     finally:
         if store is not None:
             store.close()

@@ -84,7 +84,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from managedloop.errors import ManagedLoopError
+from managedloop.errors import ConfigError, InvalidOptionsError, ManagedLoopError
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
 from managedloop.stores import FileStore, SQLiteStore, Store, open_store
 from managedloop.tools import ToolDefinition, Toolset
@@ -366,7 +366,7 @@ def _open(where: str, relative_to: Path) -> Store:
         if where == "memory:" or where.startswith(("redis://", "rediss://", "unix://")):
             return open_store(where)
         return open_store(at(where))
-    except ManagedLoopError as exc:
+    except (InvalidOptionsError, ConfigError) as exc:  # a bad name; a StoreError is a failure
         raise SpecError(f"store {store_label(where)}: {exc.code}: {exc.message}") from None
     except ImportError as exc:
         raise SpecError(f"store {store_label(where)}: {exc}") from None
