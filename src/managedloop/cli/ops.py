@@ -142,7 +142,7 @@ def add_parsers(sub: Any) -> None:
 
     kw: dict[str, Any] = {"epilog": EXIT_HELP}
     p = sub.add_parser("provision", help="build the spec's agent/environment if absent", **kw)
-    p.add_argument("spec", help="a TOML spec file (see managedloop.cli.specfile)")
+    p.add_argument("spec", help="a TOML spec file (format: pydoc managedloop.cli.specfile)")
     p.add_argument("--tag", action="append", default=[], help="then tag it (repeatable)")
     common(p)
 
