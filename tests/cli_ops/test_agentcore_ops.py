@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -151,3 +152,19 @@ def test_flag_misuse_is_usage_and_an_unusable_store_is_a_failure(
     assert json.loads(text)["error"]["code"] == "store_unavailable"
     assert not agentcore_emu.operations("CreateHarness")
     assert "store_unavailable" in capsys.readouterr().err
+
+
+def test_progress_lines_without_rich(
+    agentcore_emu: AgentCoreEmulator,
+    store_arg: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name in ("rich", "rich.console", "rich.table", "rich.progress"):
+        monkeypatch.setitem(sys.modules, name, None)  # the `cli` extra is not installed
+    code, text = run(["provision", SPEC, *store_arg])
+    assert code == 0
+    assert "weather_" in text
+    err = capsys.readouterr().err
+    assert "waiting: harness weather_" in err
+    assert "waiting: endpoint DEFAULT: READY" in err
