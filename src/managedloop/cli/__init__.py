@@ -7,7 +7,9 @@
 * ``managedloop run --provider local --base-url URL --model M --tools pkg.mod:tools
   --prompt "..."`` drives a real endpoint, streaming text to stdout as it arrives, then
   prints the summary;
-* ``managedloop emulate local --port 8000`` serves a host's emulator until Ctrl-C.
+* ``managedloop emulate local --port 8000`` serves a host's emulator until Ctrl-C;
+* ``managedloop provision/tag/resolve/prune/ls`` run the provisioning lifecycle from a spec
+  file (:mod:`managedloop.cli.ops`, its own exit codes; format: :mod:`managedloop.cli.specfile`).
 
 This package is the top layer: it may import the package root, the test kit, the session
 and the hosts' public names; nothing below imports it. Each host's part is a module
@@ -472,6 +474,9 @@ def build_parser(run_module: ModuleType | None = None) -> argparse.ArgumentParse
     emulate = sub.add_parser("emulate", help="serve a host's emulator until Ctrl-C")
     emulate.add_argument("host", choices=HOSTS, help="the host whose emulator to serve")
     emulate.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    from managedloop.cli import ops  # provision, tag, resolve, prune, ls
+
+    ops.add_parsers(sub)
     return parser
 
 
@@ -504,6 +509,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         if args.command == "run":
             assert run_module is not None
             return cmd_run(args, run_module, stdout)
+        if args.command != "emulate":
+            from managedloop.cli import ops
+
+            return ops.run(args, stdout)
         module = host_module(args.host)
         if isinstance(module, str):
             raise UsageError(f"emulate {args.host}: {module}")
