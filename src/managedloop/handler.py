@@ -65,7 +65,7 @@ import pydantic_core
 from managedloop import telemetry
 from managedloop._tool_failures import ToolTimeoutError, UnknownToolError
 from managedloop.errors import ToolError
-from managedloop.results import SessionInfo, ToolResult, ToolUse
+from managedloop.results import SessionInfo, ToolResult, ToolUse, make_tool_result
 
 __all__ = [
     "Handler",
@@ -192,7 +192,7 @@ def safe_text(text: str) -> str:
 
 
 def _result(uid: str, text: str, *, is_error: bool = False) -> ToolResult:
-    return ToolResult(tool_use_id=uid, text=safe_text(text), is_error=is_error)
+    return make_tool_result(uid, safe_text(text), is_error)
 
 
 def _to_text(value: Any) -> str:

@@ -89,7 +89,15 @@ from managedloop.providers.local._types import (
     coerce_response,
     text_of,
 )
-from managedloop.results import RawEvent, Terminal, ToolUse, TurnResult, Usage
+from managedloop.results import (
+    RawEvent,
+    Terminal,
+    ToolUse,
+    Usage,
+    make_tool_use,
+    make_turn_result,
+    make_usage,
+)
 
 __all__ = [
     "DUPLICATE_DIRECTIVE",
@@ -285,7 +293,7 @@ class LocalConnection(ConnectionBase):
             if use_id is None:
                 use_id = self._identity(wire_id)
             fresh.append({**call, "id": use_id})
-            uses.append(ToolUse(id=use_id, name=name, input=arguments, input_error=error))
+            uses.append(make_tool_use(name, use_id, arguments, error))
         self.history.append(message)
         for answer in answers:
             self.history.append(answer)
@@ -318,15 +326,7 @@ class LocalConnection(ConnectionBase):
             terminal = Terminal.END_TURN
         else:
             terminal = Terminal.TERMINATED
-        yield TurnResult(
-            terminal=terminal,
-            stop_reason=finish_reason,
-            text=text,
-            custom_tool_uses=uses,
-            usage=_usage(usage),
-            events=events,
-            host_answered=answered,
-        )
+        yield make_turn_result(terminal, finish_reason, text, uses, _usage(usage), events, answered)
 
     def transcript(self) -> list[dict[str, Any]]:
         return list(self.history)
@@ -571,7 +571,7 @@ def _usage(raw: Any) -> Usage | None:
         return None  # null or missing prompt_tokens: this call reported no usage
     completion = raw.get("completion_tokens")
     completion = completion if isinstance(completion, int) else 0
-    return Usage(input_tokens=prompt, output_tokens=completion, raw=[dict(raw)])
+    return make_usage(prompt, completion, [dict(raw)])
 
 
 def _tool_use(call: Mapping[str, Any]) -> ToolUse:
