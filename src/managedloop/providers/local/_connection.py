@@ -180,8 +180,18 @@ class RetryPolicy:
 _canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str).encode
 
 
-def _key(name: str, arguments: dict[str, Any]) -> tuple[str, str]:
-    return name, _canonical(arguments)
+def _key(name: str, arguments: dict[str, Any]) -> tuple[str, str | frozenset[tuple[str, str]]]:
+    """Equal for two calls exactly when their names and canonical JSON arguments are equal.
+
+    Arguments whose values are all strings (most calls) are keyed by their items, without
+    encoding them: JSON keys are strings, and two such objects encode to the same canonical
+    JSON exactly when their items are equal. No other object can encode like one of them (a
+    non-string value never encodes as a string), so the two kinds of key never need to meet.
+    """
+    for value in arguments.values():
+        if type(value) is not str:
+            return name, _canonical(arguments)
+    return name, frozenset(arguments.items())
 
 
 class LocalConnection(ConnectionBase):
@@ -221,7 +231,7 @@ class LocalConnection(ConnectionBase):
         self._closed = False
         self._plain: ChatRequest | None = None
         # per-request guard state
-        self._seen: set[tuple[str, str]] = set()
+        self._seen: set[tuple[str, str | frozenset[tuple[str, str]]]] = set()
         self._errors: dict[str, int] = {}
         # per-session call identity: every call the loop sees gets an id unused so far in
         # this session; ``_wire`` maps a minted id back to the id the server sent
@@ -277,8 +287,8 @@ class LocalConnection(ConnectionBase):
             use_id: str | None = None
             if not wire_id:  # the server gave none: the minted id goes on the wire too
                 call["id"] = wire_id = use_id = self._mint(None)
-            key = _key(name, arguments)
-            if error is None and key in self._seen:
+            key = _key(name, arguments) if error is None else None
+            if key is not None and key in self._seen:
                 # Answered here. A malformed call is never a "duplicate": each one is
                 # answered with its own error and the model may try again.
                 answers.append(
@@ -288,11 +298,11 @@ class LocalConnection(ConnectionBase):
                     {"type": DUPLICATE, "tool_call_id": wire_id, "name": name, "input": arguments}
                 )
                 continue
-            if error is None:
+            if key is not None:
                 self._seen.add(key)
             if use_id is None:
                 use_id = self._identity(wire_id)
-            fresh.append({**call, "id": use_id})
+            fresh.append(call if use_id == wire_id else {**call, "id": use_id})
             uses.append(make_tool_use(name, use_id, arguments, error))
         self.history.append(message)
         for answer in answers:
