@@ -93,8 +93,12 @@ class ClientPool:
     def __init__(self, *, timeout: float, connect_timeout: float, max_connections: int) -> None:
         # sock_read bounds the wait for *any* bytes (a first token or the next chunk), so a
         # long stream that keeps talking is never cut off by a wall-clock total.
+        # sock_connect, not connect: aiohttp's ``connect`` also counts the wait for a free
+        # connection in a bounded pool (``max_connections``), so a session queued behind
+        # busy ones failed with a connect timeout while no connect had even started. The
+        # pool wait has no bound of its own (the run's timeout bounds it).
         self._timeout = aiohttp.ClientTimeout(
-            total=None, connect=connect_timeout, sock_read=timeout
+            total=None, connect=None, sock_connect=connect_timeout, sock_read=timeout
         )
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
