@@ -68,6 +68,7 @@ from typing import Any
 import anyio
 
 from managedloop import _retry
+from managedloop._json import encoder
 from managedloop.errors import (
     ProviderError,
     UnsupportedError,
@@ -177,7 +178,7 @@ class RetryPolicy:
 
 
 # Canonical arguments (sorted keys) so a reordered repeat still counts as a duplicate.
-_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str).encode
+_canonical = encoder(sort_keys=True, default=str)
 
 
 def _key(name: str, arguments: dict[str, Any]) -> tuple[str, str | frozenset[tuple[str, str]]]:
