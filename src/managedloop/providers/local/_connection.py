@@ -93,6 +93,7 @@ from managedloop.providers.local._types import (
 from managedloop.results import (
     RawEvent,
     Terminal,
+    ToolResult,
     ToolUse,
     Usage,
     make_tool_use,
@@ -356,7 +357,9 @@ class LocalConnection(ConnectionBase):
         self._errors = {}
 
     def _apply_results(self, input: ToolResults) -> list[RawEvent]:
-        by_id = {r.tool_use_id: r for r in input.results}
+        by_id: dict[str, ToolResult] = {}
+        for r in input.results:  # a loop, not a comprehension: no extra frame per turn
+            by_id[r.tool_use_id] = r
         failed: list[tuple[str, str]] = []
         for use in input.tool_uses:
             result = by_id.get(use.id or "")
@@ -532,17 +535,17 @@ def _assistant_message(raw: Mapping[str, Any], null_content: bool = False) -> di
     server known to want it.
     """
     calls = raw.get("tool_calls")
-    calls = (
-        [c for c in calls if type(c) is dict or isinstance(c, Mapping)]
+    neutral = (
+        [_call(c) for c in calls if type(c) is dict or isinstance(c, Mapping)]
         if isinstance(calls, list)
         else []
     )
     content = raw.get("content")
-    if content is None and not (null_content and calls):
+    if content is None and not (null_content and neutral):
         content = ""
     message: dict[str, Any] = {"role": "assistant", "content": content}
-    if calls:
-        message["tool_calls"] = [_call(c) for c in calls]
+    if neutral:
+        message["tool_calls"] = neutral
     return message
 
 
