@@ -12,7 +12,7 @@ import importlib
 import sys
 import time
 
-SUITES: list[str] = ["bench.local", "bench.claude", "bench.agentcore"]
+SUITES: list[str] = ["bench.imports", "bench.local", "bench.claude", "bench.agentcore"]
 
 
 def main(argv: list[str]) -> int:
