@@ -13,6 +13,7 @@ import sys
 import time
 
 SUITES: list[str] = [
+    "bench.imports",
     "bench.local",
     "bench.claude",
     "bench.agentcore",

@@ -5,6 +5,7 @@ its defaults)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -206,3 +207,30 @@ def test_deep_or_truncated_nesting_is_refused_not_raised(
     assert isinstance(decoded, dict)
     if depth > MAX_INPUT_DEPTH:
         assert error is not None
+
+
+def _json_outcome(loads: Any, text: str) -> Any:
+    try:
+        return "ok", repr(loads(text))
+    except (ValueError, RecursionError) as exc:
+        return type(exc), str(exc)
+
+
+@pytest.mark.fuzz
+@given(
+    st.text(alphabet='{}[]",: \n\t\ufeff0123456789.eE-+truefalsnNaI\\u', max_size=30)
+    | st.builds(
+        json.dumps,
+        st.recursive(
+            st.none() | st.floats() | st.text(max_size=5),
+            lambda i: st.lists(i, max_size=3) | st.dictionaries(st.text(max_size=3), i, max_size=3),
+            max_leaves=10,
+        ),
+    )
+)
+def test_the_argument_decoder_reads_json_as_json_loads(text: str) -> None:
+    """handler._loads (json.loads without its Python frames) gives json.loads's value or
+    its error, message included (the message reaches the model in the input error)."""
+    from managedloop.handler import _loads
+
+    assert _json_outcome(_loads, text) == _json_outcome(json.loads, text)

@@ -72,7 +72,7 @@ import pydantic_core
 from managedloop import telemetry
 from managedloop._tool_failures import ToolTimeoutError, UnknownToolError
 from managedloop.errors import ToolError
-from managedloop.results import SessionInfo, ToolResult, ToolUse
+from managedloop.results import SessionInfo, ToolResult, ToolUse, make_tool_result
 
 __all__ = [
     "Handler",
@@ -120,7 +120,7 @@ def decode_tool_input(raw: Any) -> tuple[dict[str, Any], str | None]:
         if not shallow and too_deep(text):
             return {}, f"arguments are nested deeper than {MAX_INPUT_DEPTH} levels"
         try:
-            value = json.loads(text)
+            value = _loads(text)
         except (ValueError, RecursionError) as exc:
             return {}, f"arguments were not valid JSON: {exc}"
         if shallow and type(value) is dict:
@@ -138,6 +138,26 @@ def decode_tool_input(raw: Any) -> tuple[dict[str, Any], str | None]:
 
 
 _FLAT = frozenset({str, int, float, bool, type(None)})
+
+# json.loads's own scanner and whitespace pattern (attributes typeshed does not declare).
+_scan: Any = getattr(json.JSONDecoder(), "scan_once")  # noqa: B009
+_space: Any = getattr(json.decoder, "WHITESPACE").match  # noqa: B009
+
+
+def _loads(text: str) -> Any:
+    """``json.loads(text)`` for a ``str``, the same value or the same error, without the
+    three Python frames (``loads``, ``decode``, ``raw_decode``) around the C scanner."""
+    if text.startswith("\ufeff"):
+        return json.loads(text)  # json's own BOM error
+    end = _space(text, 0).end()
+    try:
+        value, end = _scan(text, end)
+    except StopIteration as err:
+        raise json.JSONDecodeError("Expecting value", text, err.value) from None
+    end = _space(text, end).end()
+    if end != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
 
 
 def too_deep(value: Any) -> bool:
@@ -199,7 +219,7 @@ def safe_text(text: str) -> str:
 
 
 def _result(uid: str, text: str, *, is_error: bool = False) -> ToolResult:
-    return ToolResult(tool_use_id=uid, text=safe_text(text), is_error=is_error)
+    return make_tool_result(uid, safe_text(text), is_error)
 
 
 def _to_text(value: Any) -> str:

@@ -321,3 +321,117 @@ _NESTED.update(
         "Pending": Pending,
     }
 )
+
+
+# -- Fast construction on the hot path ---------------------------------------------------
+#
+# A frozen dataclass's generated ``__init__`` parses keyword arguments and sets every field
+# through ``object.__setattr__``: ~2.4x the cost of setting the slots directly. The loop
+# builds a ToolUse, a ToolResult, a TurnResult and (usually) a Usage per tool call, so the
+# hosts and the handler build those with the functions below: the same objects with the
+# same field values (the dataclasses check nothing in ``__init__``, so nothing is skipped).
+# Every field is set: the field list is checked against ``dataclasses.fields`` at import,
+# so a new field cannot be left unset (an unset slot would raise AttributeError on read).
+
+_new = object.__new__
+
+
+def _slot_setters(cls: type, names: tuple[str, ...]) -> tuple[Any, ...]:
+    if names != tuple(f.name for f in dataclasses.fields(cls)):
+        raise RuntimeError(f"{cls.__name__}'s fast constructor does not set every field")
+    return tuple(cls.__dict__[name].__set__ for name in names)
+
+
+_tu_name, _tu_id, _tu_input, _tu_thread, _tu_error = _slot_setters(
+    ToolUse, ("name", "id", "input", "thread_id", "input_error")
+)
+_tr_id, _tr_text, _tr_error = _slot_setters(ToolResult, ("tool_use_id", "text", "is_error"))
+_us_in, _us_out, _us_raw = _slot_setters(Usage, ("input_tokens", "output_tokens", "raw"))
+(
+    _turn_terminal,
+    _turn_stop,
+    _turn_text,
+    _turn_custom,
+    _turn_server,
+    _turn_usage,
+    _turn_events,
+    _turn_answered,
+    _turn_approvals,
+    _turn_reason,
+) = _slot_setters(
+    TurnResult,
+    (
+        "terminal",
+        "stop_reason",
+        "text",
+        "custom_tool_uses",
+        "server_tool_uses",
+        "usage",
+        "events",
+        "host_answered",
+        "host_approvals",
+        "reason",
+    ),
+)
+
+
+def make_tool_use(
+    name: str,
+    id: str | None,
+    input: dict[str, Any],
+    input_error: str | None = None,
+    thread_id: str | None = None,
+) -> ToolUse:
+    """``ToolUse(name=..., id=..., input=..., input_error=..., thread_id=...)``, faster."""
+    use = _new(ToolUse)
+    _tu_name(use, name)
+    _tu_id(use, id)
+    _tu_input(use, input)
+    _tu_thread(use, thread_id)
+    _tu_error(use, input_error)
+    return use
+
+
+def make_tool_result(tool_use_id: str, text: str, is_error: bool = False) -> ToolResult:
+    """``ToolResult(tool_use_id=..., text=..., is_error=...)``, faster."""
+    result = _new(ToolResult)
+    _tr_id(result, tool_use_id)
+    _tr_text(result, text)
+    _tr_error(result, is_error)
+    return result
+
+
+def make_usage(input_tokens: int, output_tokens: int, raw: list[Any]) -> Usage:
+    """``Usage(input_tokens=..., output_tokens=..., raw=...)``, faster."""
+    usage = _new(Usage)
+    _us_in(usage, input_tokens)
+    _us_out(usage, output_tokens)
+    _us_raw(usage, raw)
+    return usage
+
+
+def make_turn_result(  # noqa: PLR0917 (positional: one call per turn on the hot path)
+    terminal: Terminal,
+    stop_reason: Any,
+    text: str,
+    custom_tool_uses: list[ToolUse],
+    usage: Usage | None,
+    events: list[RawEvent],
+    host_answered: bool = False,
+    server_tool_uses: list[ToolUse] | None = None,
+    reason: str | None = None,
+) -> TurnResult:
+    """``TurnResult(...)`` with every field given (``server_tool_uses`` ``None``: a new
+    empty list, as the dataclass default; no ``host_approvals``: Local holds none), faster."""
+    turn = _new(TurnResult)
+    _turn_terminal(turn, terminal)
+    _turn_stop(turn, stop_reason)
+    _turn_text(turn, text)
+    _turn_custom(turn, custom_tool_uses)
+    _turn_server(turn, [] if server_tool_uses is None else server_tool_uses)
+    _turn_usage(turn, usage)
+    _turn_events(turn, events)
+    _turn_answered(turn, host_answered)
+    _turn_approvals(turn, [])
+    _turn_reason(turn, reason)
+    return turn

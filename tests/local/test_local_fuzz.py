@@ -206,3 +206,22 @@ def test_tool_arguments_through_the_local_host(arguments: str) -> None:
 def get_weather(city: str = "x") -> str:
     """Current weather for a city."""
     return f"Sunny in {city}"
+
+
+# Flat objects like most tool arguments, with few distinct values so equal pairs are common.
+_small = st.sampled_from(["a", "b", "1", "", "\ud800"]) | st.sampled_from(
+    [1, 1.0, True, None, 0, -0.0]
+)
+flat_args = st.dictionaries(st.sampled_from(["x", "y", "1"]), _small | json_values, max_size=3)
+
+
+@given(flat_args, flat_args)
+def test_duplicate_key_is_the_canonical_json(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """Two calls count as repeats exactly when their canonical JSON arguments are equal (the
+    key skips the encoding for all-string objects)."""
+    from managedloop.providers.local._connection import _canonical, _key
+
+    # the arguments the Local turn keys are always decoded from JSON text
+    a, b = json.loads(json.dumps(a)), json.loads(json.dumps(b))
+    assert (_key("t", a) == _key("t", b)) == (_canonical(a) == _canonical(b))
+    assert _key("t", a) != _key("u", a)

@@ -4,6 +4,7 @@ bodies, option validation, secrets, connection pooling across event loops
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import threading
@@ -314,3 +315,25 @@ def test_a_password_in_base_url_never_reaches_a_transport_error() -> None:
     for text in (str(failed.value), repr(failed.value), repr(failed.value.context)):
         assert "pw-secret" not in text
     assert "pw-secret" not in repr(provider._http)
+
+
+async def test_a_session_queued_for_a_pooled_connection_is_not_failed_by_connect_timeout() -> None:
+    """``connect_timeout`` bounds establishing a connection, not the wait for a free one in
+    a bounded pool (aiohttp's ``connect`` counts both; Local sets ``sock_connect``). The
+    second session waits 1 s behind the first, 5x its connect timeout, and still succeeds;
+    the only real connect is a loopback one (kernel-side, far below 0.2 s)."""
+    with ChatEmulator([say("hi")], faults=ChatFaults(slow=1, delay=1.0)) as emu:
+        async with Local(
+            model="m",
+            base_url=emu.base_url,
+            api_key=emu.api_key,
+            max_connections=1,
+            connect_timeout=0.2,
+            max_retries=0,
+        ) as provider:
+            results = await asyncio.gather(
+                ml.run(provider, agent=AGENT, prompt="first"),
+                ml.run(provider, agent=AGENT, prompt="second"),
+            )
+    assert [r.terminal for r in results] == [ml.Terminal.END_TURN, ml.Terminal.END_TURN]
+    assert len(emu.received) == 2

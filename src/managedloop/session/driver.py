@@ -182,6 +182,14 @@ class _Driver:
         self.buffer.append(event)
         if self._on_event is not None or self.subscribers:
             await self._deliver(event)
+        self._emit_event(event)
+
+    def _record(self, event: RawEvent) -> None:
+        """:meth:`_event` when nobody is delivered to (no ``handle_event``, no ``events()``)."""
+        self.buffer.append(event)
+        self._emit_event(event)
+
+    def _emit_event(self, event: RawEvent) -> None:
         if telemetry.enabled("stream.event"):
             meta: dict[str, Any] = {"type": _event_type(event), "session_id": self.conn.session_id}
             if isinstance(event, Mapping):
@@ -229,7 +237,12 @@ class _Driver:
                     raise _host_failure(exc) from exc
                 if result is not None:
                     raise _contract(f"turn() yielded {_kind(item)} after its TurnResult")
-                if isinstance(item, TurnResult):
+                if type(item) is dict:  # most items: a raw event (no isinstance chain)
+                    if self._on_event is None and not self.subscribers:
+                        self._record(item)  # nobody to deliver to: no await
+                    else:
+                        await self._event(item)
+                elif isinstance(item, TurnResult):
                     result = item
                 elif isinstance(item, TextDelta):
                     if item.text and self._on_event is not None:
@@ -276,8 +289,17 @@ class _Driver:
             elif uid not in done and uid not in claimed:
                 claimed.add(uid)
                 fresh.append(i)
-        if len(fresh) == len(uses):  # the common case: nothing repeated
-            return ToolResults(tool_uses=list(uses), results=await self._run_fresh(uses))
+        if len(fresh) == len(uses):  # the common case: nothing repeated (one await less)
+            ran = await run_tool_calls(
+                self.p.handler,
+                uses,
+                self.info,
+                max_concurrent=self.p.max_concurrent_tools,
+                timeout=self.p.tool_timeout,
+                caller=self.p.caller,
+            )
+            self._store(uses, ran)
+            return ToolResults(tool_uses=list(uses), results=ran)
         computed = iter(await self._run_fresh([uses[i] for i in fresh]) if fresh else [])
         run_now = set(fresh)
         results: list[ToolResult] = []
@@ -304,12 +326,16 @@ class _Driver:
             timeout=self.p.tool_timeout,
             caller=self.p.caller,
         )
+        self._store(uses, results)
+        return results
+
+    def _store(self, uses: Sequence[ToolUse], results: Sequence[ToolResult]) -> None:
+        """Keep each computed result under its use's id (at most once per id)."""
         for use, result in zip(uses, results, strict=True):
             if use.id:
                 self.done[use.id] = result
                 self._calls[use.id] = (use.name, use.input)
                 self._ran.add(use.id)
-        return results
 
     async def _answer(
         self,

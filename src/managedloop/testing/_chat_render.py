@@ -23,7 +23,7 @@ from typing import Any
 
 from managedloop.handler import is_error_payload
 from managedloop.providers.local import text_of
-from managedloop.results import ToolResult
+from managedloop.results import ToolResult, make_tool_result
 from managedloop.testing.script import ModelRequest, Reply, ScriptedAgent, dumps_args
 from managedloop.tools import ToolDefinition
 
@@ -74,11 +74,7 @@ def model_request(
         elif role == "tool":
             text = text_of(m.get("content"))
             results.append(
-                ToolResult(
-                    tool_use_id=str(m.get("tool_call_id")),
-                    text=text,
-                    is_error=is_error_payload(text),
-                )
+                make_tool_result(str(m.get("tool_call_id")), text, is_error_payload(text))
             )
     results.reverse()
     return ModelRequest(

@@ -15,12 +15,12 @@ turn) with arguments made from the tool's schema, then answers with the results.
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from managedloop._json import encoder
 from managedloop.results import ToolResult
 from managedloop.tools import ToolDefinition
 
@@ -217,8 +217,9 @@ class ScriptedAgent:
         return Reply(text=f"You said: {request.user_text}" if request.user_text else "Done.")
 
 
-# One encoder: ``json.dumps`` with options builds a new encoder on every call.
-_dumps_compact = json.JSONEncoder(separators=(",", ":")).encode
+# One encoder (``json.dumps`` with options builds one per call), without the JSONEncoder
+# wrapper's per-call Python frames (managedloop._json).
+_dumps_compact = encoder()
 
 
 def dumps_args(args: Mapping[str, Any]) -> str:

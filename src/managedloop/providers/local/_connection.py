@@ -68,6 +68,7 @@ from typing import Any
 import anyio
 
 from managedloop import _retry
+from managedloop._json import encoder
 from managedloop._log import fields
 from managedloop.errors import (
     ProviderError,
@@ -90,7 +91,16 @@ from managedloop.providers.local._types import (
     coerce_response,
     text_of,
 )
-from managedloop.results import RawEvent, Terminal, ToolUse, TurnResult, Usage
+from managedloop.results import (
+    RawEvent,
+    Terminal,
+    ToolResult,
+    ToolUse,
+    Usage,
+    make_tool_use,
+    make_turn_result,
+    make_usage,
+)
 
 __all__ = [
     "DUPLICATE_DIRECTIVE",
@@ -172,11 +182,21 @@ class RetryPolicy:
 
 
 # Canonical arguments (sorted keys) so a reordered repeat still counts as a duplicate.
-_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str).encode
+_canonical = encoder(sort_keys=True, default=str)
 
 
-def _key(name: str, arguments: dict[str, Any]) -> tuple[str, str]:
-    return name, _canonical(arguments)
+def _key(name: str, arguments: dict[str, Any]) -> tuple[str, str | frozenset[tuple[str, str]]]:
+    """Equal for two calls exactly when their names and canonical JSON arguments are equal.
+
+    Arguments whose values are all strings (most calls) are keyed by their items, without
+    encoding them: JSON keys are strings, and two such objects encode to the same canonical
+    JSON exactly when their items are equal. No other object can encode like one of them (a
+    non-string value never encodes as a string), so the two kinds of key never need to meet.
+    """
+    for value in arguments.values():
+        if type(value) is not str:
+            return name, _canonical(arguments)
+    return name, frozenset(arguments.items())
 
 
 class LocalConnection(ConnectionBase):
@@ -224,7 +244,7 @@ class LocalConnection(ConnectionBase):
         self._closed = False
         self._plain: ChatRequest | None = None
         # per-request guard state
-        self._seen: set[tuple[str, str]] = set()
+        self._seen: set[tuple[str, str | frozenset[tuple[str, str]]]] = set()
         self._errors: dict[str, int] = {}
         # per-session call identity: every call the loop sees gets an id unused so far in
         # this session; ``_wire`` maps a minted id back to the id the server sent
@@ -284,8 +304,8 @@ class LocalConnection(ConnectionBase):
             use_id: str | None = None
             if not wire_id:  # the server gave none: the minted id goes on the wire too
                 call["id"] = wire_id = use_id = self._mint(None)
-            key = _key(name, arguments)
-            if error is None and key in self._seen:
+            key = _key(name, arguments) if error is None else None
+            if key is not None and key in self._seen:
                 # Answered here. A malformed call is never a "duplicate": each one is
                 # answered with its own error and the model may try again.
                 answers.append(
@@ -295,12 +315,12 @@ class LocalConnection(ConnectionBase):
                     {"type": DUPLICATE, "tool_call_id": wire_id, "name": name, "input": arguments}
                 )
                 continue
-            if error is None:
+            if key is not None:
                 self._seen.add(key)
             if use_id is None:
                 use_id = self._identity(wire_id)
-            fresh.append({**call, "id": use_id})
-            uses.append(ToolUse(id=use_id, name=name, input=arguments, input_error=error))
+            fresh.append(call if use_id == wire_id else {**call, "id": use_id})
+            uses.append(make_tool_use(name, use_id, arguments, error))
         self.history.append(message)
         for answer in answers:
             self.history.append(answer)
@@ -347,15 +367,7 @@ class LocalConnection(ConnectionBase):
             terminal = Terminal.END_TURN
         else:
             terminal = Terminal.TERMINATED
-        yield TurnResult(
-            terminal=terminal,
-            stop_reason=finish_reason,
-            text=text,
-            custom_tool_uses=uses,
-            usage=_usage(usage),
-            events=events,
-            host_answered=answered,
-        )
+        yield make_turn_result(terminal, finish_reason, text, uses, _usage(usage), events, answered)
 
     def transcript(self) -> list[dict[str, Any]]:
         return list(self.history)
@@ -386,7 +398,9 @@ class LocalConnection(ConnectionBase):
 
     def _apply_results(self, input: ToolResults) -> list[RawEvent]:
         self._open = []
-        by_id = {r.tool_use_id: r for r in input.results}
+        by_id: dict[str, ToolResult] = {}
+        for r in input.results:  # a loop, not a comprehension: no extra frame per turn
+            by_id[r.tool_use_id] = r
         failed: list[tuple[str, str]] = []
         for use in input.tool_uses:
             result = by_id.get(use.id or "")
@@ -576,17 +590,17 @@ def _assistant_message(raw: Mapping[str, Any], null_content: bool = False) -> di
     server known to want it.
     """
     calls = raw.get("tool_calls")
-    calls = (
-        [c for c in calls if type(c) is dict or isinstance(c, Mapping)]
+    neutral = (
+        [_call(c) for c in calls if type(c) is dict or isinstance(c, Mapping)]
         if isinstance(calls, list)
         else []
     )
     content = raw.get("content")
-    if content is None and not (null_content and calls):
+    if content is None and not (null_content and neutral):
         content = ""
     message: dict[str, Any] = {"role": "assistant", "content": content}
-    if calls:
-        message["tool_calls"] = [_call(c) for c in calls]
+    if neutral:
+        message["tool_calls"] = neutral
     return message
 
 
@@ -626,7 +640,7 @@ def _usage(raw: Any) -> Usage | None:
         return None  # null or missing prompt_tokens: this call reported no usage
     completion = raw.get("completion_tokens")
     completion = completion if isinstance(completion, int) else 0
-    return Usage(input_tokens=prompt, output_tokens=completion, raw=[dict(raw)])
+    return make_usage(prompt, completion, [dict(raw)])
 
 
 def _tool_use(call: Mapping[str, Any]) -> ToolUse:

@@ -22,12 +22,12 @@ body says the request was invalid) are retried by the connection; anything else 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from managedloop._json import encoder
 from managedloop.errors import MalformedResponseError
 from managedloop.handler import decode_tool_input
 
@@ -48,7 +48,7 @@ _BODY_EXCERPT = 500  # characters of a bad body kept in an error: enough to diag
 
 
 # One encoder for every body: ``json.dumps`` with options builds a new encoder per call.
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_encode = encoder(ensure_ascii=False)  # JSONEncoder(...).encode without its Python frames
 
 
 # Any surrogate code point left in a str: JSON decoding pairs escaped surrogates into one

@@ -1,0 +1,80 @@
+"""The hot path's fast constructors (``managedloop.results.make_*``) build exactly what the
+dataclass constructors build: equal objects, every field set, still frozen."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from managedloop import results
+from managedloop.results import Terminal, ToolResult, ToolUse, TurnResult, Usage
+
+
+def _same(fast: Any, slow: Any) -> None:
+    assert type(fast) is type(slow)
+    assert fast == slow
+    for f in dataclasses.fields(slow):  # every slot set (an unset one raises here)
+        assert getattr(fast, f.name) == getattr(slow, f.name)
+    assert repr(fast) == repr(slow)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.__setattr__(dataclasses.fields(slow)[0].name, None)
+
+
+def test_make_tool_use() -> None:
+    _same(
+        results.make_tool_use("t", "id1", {"a": 1}, "bad", "thread"),
+        ToolUse(name="t", id="id1", input={"a": 1}, input_error="bad", thread_id="thread"),
+    )
+    _same(results.make_tool_use("t", None, {}), ToolUse(name="t"))
+
+
+def test_make_tool_result() -> None:
+    _same(
+        results.make_tool_result("x", "text", True),
+        ToolResult(tool_use_id="x", text="text", is_error=True),
+    )
+    _same(results.make_tool_result("x", ""), ToolResult(tool_use_id="x"))
+
+
+def test_make_usage() -> None:
+    _same(
+        results.make_usage(3, 4, [{"p": 3}]), Usage(input_tokens=3, output_tokens=4, raw=[{"p": 3}])
+    )
+
+
+def test_make_turn_result() -> None:
+    use = ToolUse(name="t", id="1")
+    usage = Usage(input_tokens=1)
+    fast = results.make_turn_result(
+        Terminal.REQUIRES_ACTION, "tool_calls", "hi", [use], usage, [{"e": 1}], True
+    )
+    slow = TurnResult(
+        terminal=Terminal.REQUIRES_ACTION,
+        stop_reason="tool_calls",
+        text="hi",
+        custom_tool_uses=[use],
+        usage=usage,
+        events=[{"e": 1}],
+        host_answered=True,
+    )
+    _same(fast, slow)
+    other = results.make_turn_result(Terminal.END_TURN, "stop", "", [], None, [])
+    _same(other, TurnResult(terminal=Terminal.END_TURN, stop_reason="stop"))
+    assert (
+        other.server_tool_uses
+        is not results.make_turn_result(
+            Terminal.END_TURN, "stop", "", [], None, []
+        ).server_tool_uses
+    )  # a fresh default list each time, as default_factory gives
+
+
+def test_a_field_the_fast_path_does_not_set_fails_at_import() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Two:
+        a: int
+        b: int
+
+    with pytest.raises(RuntimeError, match="does not set every field"):
+        results._slot_setters(Two, ("a",))
