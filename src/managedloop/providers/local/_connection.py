@@ -539,10 +539,11 @@ class LocalConnection(ConnectionBase):
         def log(exc: BaseException, n: int, delay: float) -> None:
             context = getattr(exc, "context", {})
             logger.warning(
-                "local chat call failed (%s, code=%s, status=%s); retry %d/%d in %.3gs",
+                "local chat call failed (%s, code=%s, status=%s, cause=%s); retry %d/%d in %.3gs",
                 type(exc).__name__,
                 getattr(exc, "code", None),
                 context.get("status"),
+                context.get("cause"),
                 n,
                 retry.max_retries,
                 delay,
@@ -557,6 +558,7 @@ class LocalConnection(ConnectionBase):
                     error_type=type(exc).__name__,
                     code=getattr(exc, "code", None),
                     status=context.get("status"),
+                    cause=context.get("cause"),
                 ),
             )
 

@@ -118,7 +118,10 @@ class ClientPool:
             session = aiohttp.ClientSession(
                 connector=connector, timeout=self._timeout, skip_auto_headers=("User-Agent",)
             )
-            self._session, self._loop, self._users = session, loop, 0
+            # The user count is not reset here: the connections that opened before this
+            # first request are users of this session (resetting it let the first of them
+            # to close shut the session under the others' requests in flight).
+            self._session, self._loop = session, loop
         return session
 
     def one_shot(self) -> aiohttp.ClientSession:
@@ -130,6 +133,13 @@ class ClientPool:
         )
 
     def acquire(self) -> None:
+        """A connection opened on the running loop uses the pool until it releases it."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            # Users counted on another (finished) loop are gone with it: its sessions cannot
+            # be used here, and the next request makes one for this loop.
+            self._loop, self._users = loop, 0
+            self._session = None
         self._users += 1
 
     async def release(self) -> None:
