@@ -175,6 +175,10 @@ class OpenRequest:
     """Reattach to this existing session instead of creating one."""
     transcript: list[dict[str, Any]] | None = None
     """Client-held history to reattach (hosts that keep history client-side)."""
+    environment: Any = None
+    """``environment=`` exactly as given to ``run``/``start`` (a handle, its dict or an
+    id), or ``None``. A host with environments uses it over its own; a host without
+    refuses it (``InvalidOptionsError(option="environment")``) rather than ignore it."""
     replay_from: str | None = None
     """On reattach (``session_id``) to a host that keeps the history: the id of the last
     raw event the caller already holds (``""``: none). The next turn then yields the

@@ -11,7 +11,7 @@ from managedloop import _validate
 from managedloop.errors import InvalidOptionsError
 from managedloop.hosts import OpenRequest, Provider
 from managedloop.outcome import Outcome
-from managedloop.provisioning.specs import AgentSpec
+from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
 from managedloop.results import Approve, Deny, Pending, SessionResult
 from managedloop.session.approvals import Confirm, check_approvals
 from managedloop.session.machine import GuardInput, LoopOptions, TurnGuard
@@ -91,6 +91,9 @@ class SessionOptions(TypedDict, total=False):
     async): ``ml.Approve()``, ``ml.Deny("why")``, or ``None`` to leave it pending."""
     outcome: Outcome | Mapping[str, Any] | None
     """Kick off with an outcome instead of a prompt (hosts with outcome support)."""
+    environment: Any
+    """Where the session runs, on hosts with environments (Claude): an environment handle
+    (``ml.ensure_environment``), its dict, or an id; over the provider's own."""
     max_turns: int
     turn_guard: Callable[[GuardInput], str | None] | None
     max_total_tokens: int | None
@@ -110,6 +113,7 @@ DEFAULTS: SessionOptions = {
     "approvals": None,
     "confirm": None,
     "outcome": None,
+    "environment": None,
     "max_turns": 50,
     "turn_guard": None,
     "max_total_tokens": None,
@@ -137,6 +141,26 @@ def _check_agent(agent: Any) -> None:
             f"agent must be an AgentSpec or a provisioned handle (an id string, a mapping or "
             f"a handle object), got {agent!r}",
             option="agent",
+        )
+
+
+def _check_environment(environment: Any) -> None:
+    """``None``, or what a host takes as an environment handle: a non-empty id string, a
+    mapping, or a handle object (a spec must be built first: ``ml.ensure_environment``)."""
+    if environment is None:
+        return
+    if isinstance(environment, EnvironmentSpec):
+        raise InvalidOptionsError(
+            "environment= takes a built environment (ml.ensure_environment's handle, its "
+            "dict or an id), not an EnvironmentSpec",
+            option="environment",
+        )
+    if isinstance(environment, int | float | complex | bytes | bytearray | list | tuple | set) or (
+        isinstance(environment, str) and not environment.strip()
+    ):
+        raise InvalidOptionsError(
+            f"environment must be an environment handle, its dict or an id, got {environment!r}",
+            option="environment",
         )
 
 
@@ -211,6 +235,7 @@ def prepare(
     _check_provider(provider)
     _check_turn_guard(o.turn_guard)
     _check_agent(agent)
+    _check_environment(o.environment)
     spec = agent if isinstance(agent, AgentSpec) else None
     if prompt is not None:
         _validate.text("prompt", prompt)
@@ -242,6 +267,7 @@ def prepare(
         transcript=transcript,
         metadata=info_metadata,
         pending=pending,
+        environment=o.environment,
     )
     prepared = Prepared(
         provider=provider,

@@ -267,6 +267,12 @@ class BedrockAgentCore:
     # -------------------------------------------------------------- sessions
 
     async def open(self, request: OpenRequest) -> AgentCoreConnection:
+        if request.environment is not None:
+            raise InvalidOptionsError(
+                "a harness folds its environment in (ml.ensure_agent builds both): "
+                "environment= is for Claude Managed Agents",
+                option="environment",
+            )
         arn = arn_of(request.agent) or self.harness_arn
         if arn is None:
             raise InvalidOptionsError(

@@ -299,6 +299,13 @@ class ClaudeManagedAgents:
                 "agent= takes an AgentSpec, a ClaudeHandle, its dict or an agent id",
                 option="agent",
             )
+        if request.environment is not None:  # run(environment=...) wins over the rest
+            environment_id = id_of(request.environment, "environment_id")
+            if environment_id is None:
+                raise InvalidOptionsError(
+                    "environment= takes an environment handle, its dict or an environment id",
+                    option="environment",
+                )
         if agent_id is None:
             agent_id = self.agent_id
         if environment_id is None:

@@ -269,6 +269,11 @@ class Local:
         await self._pool.unpin()
 
     async def open(self, request: OpenRequest) -> LocalConnection:
+        if request.environment is not None:
+            raise InvalidOptionsError(
+                "the local host has no environments: environment= is for Claude Managed Agents",
+                option="environment",
+            )
         spec = request.spec
         spec_config: Mapping[str, Any] = spec.model_config if spec is not None else {}
         model = self.model or (spec.model if spec is not None else None)
