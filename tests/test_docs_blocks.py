@@ -243,3 +243,12 @@ def test_the_reference_shows_rest_roles_as_inline_code() -> None:
         "A.\n\n```pycon\n>>> import x\n>>> x.y\n```\n\nB."
     )
     assert module.markdown(">>> last") == "```pycon\n>>> last\n```"
+    table = (
+        "Intro:\n\n=====  ==========\nname   what\n=====  ==========\n"
+        "``a``  first\nb      second,\n       continued\n"
+        "longer overflows\n=====  ==========\n\nAfter."
+    )
+    assert module.markdown(table) == (
+        "Intro:\n\n| name | what |\n|---|---|\n| ``a`` | first |\n"
+        "| b | second, continued |\n| longer | overflows |\n\nAfter."
+    )
