@@ -23,10 +23,12 @@ from managedloop.errors import (
     ProviderError,
     ProvisioningError,
     SessionTimeoutError,
+    StoreError,
     ToolDefinitionError,
     ToolError,
     TransportError,
     UnsupportedError,
+    WebhookVerificationError,
 )
 from managedloop.handler import Handler
 from managedloop.outcome import Outcome
@@ -108,6 +110,7 @@ __all__ = [
     "SessionInfo",
     "SessionResult",
     "SessionTimeoutError",
+    "StoreError",
     "Terminal",
     "Tool",
     "ToolDefinition",
@@ -120,6 +123,7 @@ __all__ = [
     "TurnResult",
     "UnsupportedError",
     "Usage",
+    "WebhookVerificationError",
     "__version__",
     "configure",
     "ensure_agent",

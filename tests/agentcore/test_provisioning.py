@@ -365,6 +365,20 @@ async def test_409_waits_out_a_deleting_namesake_then_recreates() -> None:
         assert len(emu.operations("ListHarnesses")) >= 2
 
 
+async def test_409_from_a_namesake_gone_by_the_lookup_creates_once_more() -> None:
+    """A teardown then a re-provision: CreateHarness answers 409 while the old harness is
+    still deleting, and by the ListHarnesses lookup it is gone. The name is free: one more
+    create (this was ``harness_name_conflict``, found by the AgentCore docs example)."""
+    faults = fast()
+    faults.create_status, faults.create_failures = 409, 1
+    async with AgentCoreEmulator(faults=faults) as emu:
+        with make_provider(emu) as provider:
+            handle = await provision(emu, provider)
+        assert handle.harness_name == harness_name(SPEC)
+        assert len(emu.operations("CreateHarness")) == 2
+        assert [h for h in emu.harness_names() if h == handle.harness_name] == [handle.harness_name]
+
+
 async def test_a_namesake_that_never_finishes_deleting(caplog: pytest.LogCaptureFixture) -> None:
     async with manual() as emu:
         name = harness_name(SPEC)

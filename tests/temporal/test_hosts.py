@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 import anthropic
+import anyio
 import pytest
 from temporalio.client import Client
 
@@ -93,3 +94,59 @@ async def test_an_agentcore_session_runs_as_a_workflow(
     assert result.terminal == ml.Terminal.END_TURN, result
     assert sorted(u.name for u in result.custom_tool_uses) == ["get_time", "get_weather"]
     assert result.session_id is not None
+
+
+async def test_a_claude_permission_policy_is_decided_by_signal(temporal_address: str) -> None:
+    """A built-in tool held by an ``always_ask`` policy parks the durable session: the
+    decision comes by ``managedloop.decide`` and reaches the host as one confirmation."""
+    from managedloop.providers.claude import agent_toolset
+    from managedloop.testing import Reply, ToolCall, say
+
+    spec = ml.AgentSpec(
+        name="ops",
+        system_prompt="Use tools.",
+        tools=[get_weather],
+        host_tools=[agent_toolset("always_allow", tools={"bash": "always_ask"})],
+    )
+    client = await Client.connect(temporal_address)
+    queue = _queue()
+    with ClaudeEmulator() as emu:
+        emu.agent.script = [
+            Reply(
+                text="running",
+                tool_calls=[ToolCall(name="bash", input={"command": "ls"}, server=True)],
+            ),
+            say("listed"),
+        ]
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as c:
+            handle = await ml.provision(ClaudeManagedAgents(client=c), spec)
+
+        def make() -> ClaudeManagedAgents:
+            return ClaudeManagedAgents(
+                base_url=emu.base_url,
+                api_key=emu.api_key,
+                agent=handle,
+                environment=handle,
+                reconnect_backoff=0.0,
+            )
+
+        async with mlt.worker(
+            client, task_queue=queue, providers={"claude": make}, agents={"ops": spec}
+        ):
+            wid = await mlt.start(
+                client, provider="claude", agent="ops", prompt="list files", task_queue=queue
+            )
+            held: list[ml.ApprovalRequest] = []
+            while not held:  # polling Temporal's memo
+                await anyio.sleep(0.02)
+                held = await mlt.pending(client, wid)
+            [request] = held
+            assert (request.source, request.tool_use.name) == ("host", "bash")
+            await mlt.decide(client, wid, {request.tool_use.id or "": ml.Deny("not on prod")})
+            result = await mlt.result(client, wid)
+        confirmations = [
+            e for e in emu.sent_events(result.session_id) if e["type"] == "user.tool_confirmation"
+        ]
+    assert result.terminal == ml.Terminal.END_TURN, result
+    assert len(confirmations) == 1  # one answer on the wire
+    assert confirmations[0]["result"] == "deny"

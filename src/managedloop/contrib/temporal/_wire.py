@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from managedloop.hosts import ToolResults, TurnInput, UserMessage
-from managedloop.results import ToolResult, ToolUse
+from managedloop.results import Approve, Deny, ToolResult, ToolUse
 
 __all__ = [
     "Carry",
@@ -31,6 +31,7 @@ __all__ = [
     "ToolCall",
     "TurnCall",
     "TurnDone",
+    "decision",
     "decode_input",
     "encode_input",
 ]
@@ -148,6 +149,7 @@ def encode_input(value: TurnInput) -> dict[str, Any]:
             "tool_uses": [u.to_dict() for u in value.tool_uses],
             "results": [r.to_dict() for r in value.results],
             "final_turn": value.final_turn,
+            "decisions": {k: d.to_dict() for k, d in value.decisions.items()},
         }
     raise TypeError(f"a durable session does not carry {type(value).__name__} inputs")
 
@@ -159,4 +161,14 @@ def decode_input(data: dict[str, Any]) -> TurnInput:
         tool_uses=[ToolUse.from_dict(u) for u in data["tool_uses"]],
         results=[ToolResult.from_dict(r) for r in data["results"]],
         final_turn=data["final_turn"],
+        decisions={k: decision(d) for k, d in data.get("decisions", {}).items()},
     )
+
+
+def decision(data: Any) -> Approve | Deny:
+    """``Approve().to_dict()`` / ``Deny("why").to_dict()`` back; anything else is refused."""
+    if isinstance(data, dict) and data.get("decision") == "approve":
+        return Approve()
+    if isinstance(data, dict) and data.get("decision") == "deny":
+        return Deny(str(data.get("message") or ""))
+    raise ValueError(f"not a decision: {data!r} (want Approve().to_dict() or Deny(...).to_dict())")

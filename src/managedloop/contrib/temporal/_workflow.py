@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         TurnCall,
         TurnDone,
+        decision,
         encode_input,
     )
 
@@ -80,14 +81,6 @@ def _last_id(events: Any, default: str) -> str:
         if isinstance(eid, str) and eid:
             return eid
     return default
-
-
-def _decision(data: Any) -> Approve | Deny:
-    if isinstance(data, dict) and data.get("decision") == "approve":
-        return Approve()
-    if isinstance(data, dict) and data.get("decision") == "deny":
-        return Deny(str(data.get("message") or ""))
-    raise ValueError(f"not a decision: {data!r} (want Approve().to_dict() or Deny(...).to_dict())")
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -147,7 +140,7 @@ class SessionWorkflow:
         """Decisions by tool-use id (``Approve().to_dict()`` / ``Deny("why").to_dict()``).
         A decision for a call not held is kept: it may be held by a turn still running."""
         for tool_use_id, data in decisions.items():
-            self._decisions.setdefault(str(tool_use_id), _decision(data))
+            self._decisions.setdefault(str(tool_use_id), decision(data))
 
     @workflow.signal(name="managedloop.close")
     def close(self) -> None:
@@ -299,7 +292,7 @@ class SessionWorkflow:
                 result["transcript_key"] = self._transcript
                 return result
             if isinstance(action, RunTools):
-                next_input = await self._run_tools(action.tool_uses)
+                next_input = await self._run_tools(action.tool_uses, action.host_approvals)
             else:
                 next_input = action.input
 
@@ -323,8 +316,11 @@ class SessionWorkflow:
             retry_policy=_RETRY,
         )
 
-    async def _run_tools(self, uses: Any) -> ToolResults:
+    async def _run_tools(self, uses: Any, host_held: Any = ()) -> ToolResults:
+        """Results for the custom calls, and decisions for the host-run tools the host holds
+        (a Claude permission policy): every held call waits for ``managedloop.decide``."""
         tool_uses: list[ToolUse] = list(uses)
+        host = {r.tool_use.id or "": r for r in host_held}
         results: dict[int, ToolResult] = {}
         fresh: list[int] = []
         for i, use in enumerate(tool_uses):
@@ -345,10 +341,11 @@ class SessionWorkflow:
                 held.append(i)
             else:
                 results[i] = ToolResult.from_dict(out["result"])
-        if held:
+        self._held.update(host)
+        if held or host:
             self._status = "waiting_for_approval"
             self._publish_pending()
-            ids = [tool_uses[i].id or "" for i in held]
+            ids = [tool_uses[i].id or "" for i in held] + list(host)
             await workflow.wait_condition(lambda: all(i in self._decisions for i in ids))
             approved = [
                 i for i in held if isinstance(self._decisions[tool_uses[i].id or ""], Approve)
@@ -357,14 +354,19 @@ class SessionWorkflow:
             for i, out in zip(approved, runs, strict=True):
                 results[i] = ToolResult.from_dict(out["result"])
             for i in held:
-                decision = self._decisions[tool_uses[i].id or ""]
-                if isinstance(decision, Deny):
-                    results[i] = denial(tool_uses[i], decision)
+                verdict = self._decisions[tool_uses[i].id or ""]
+                if isinstance(verdict, Deny):
+                    results[i] = denial(tool_uses[i], verdict)
                 self._held.pop(tool_uses[i].id or "", None)
             self._publish_pending()
             self._status = "tools"
+        decisions = {hid: self._decisions[hid] for hid in host}
+        for hid in host:
+            self._held.pop(hid, None)
+        if host:
+            self._publish_pending()
         ordered = [results[i] for i in range(len(tool_uses))]
         for use, result in zip(tool_uses, ordered, strict=True):
             if use.id:
                 self._done[use.id] = (use.name, dict(use.input), result.to_dict())
-        return ToolResults(tool_uses=tool_uses, results=ordered)
+        return ToolResults(tool_uses=tool_uses, results=ordered, decisions=decisions)

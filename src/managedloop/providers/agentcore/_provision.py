@@ -771,6 +771,11 @@ async def _create_or_adopt(run: _Run) -> tuple[bool, AgentCoreHandle]:
                 WaitContext(harness_id=run.name, phase="deleted", last_status=None),
             )
         return True, await _create_checked(run)  # a second 409 is returned as is
+    if entry is None:
+        # The namesake that made the 409 is gone by the lookup (it finished deleting in
+        # between, as after a teardown): the name is free, so create once more.
+        logger.info("agent_core provision: namesake of %s gone after a 409; creating", run.name)
+        return True, await _create_checked(run)  # a second 409 is returned as is
     logger.warning(
         "agent_core provision cannot recover harness %s (status %s)", run.name, status or "none"
     )

@@ -115,7 +115,10 @@ class ControlPlane:
 
     def create_harness(self, body: dict[str, Any], now: float) -> web.Response:
         f = self.faults()
-        if f.create_status is not None and not f.create_commits:
+        failing = f.create_status is not None and f.create_failures != 0
+        if failing and f.create_failures is not None:
+            f.create_failures -= 1
+        if failing and f.create_status is not None and not f.create_commits:
             return create_failure(f.create_status)
         name = body.get("harnessName")
         if not isinstance(name, str) or not _HARNESS_NAME_RE.fullmatch(name):
@@ -155,7 +158,7 @@ class ControlPlane:
                 outcome=f.endpoint_outcome,
             )
             self.account.harnesses[hid] = harness
-        if f.create_status is not None:
+        if failing and f.create_status is not None:
             return create_failure(f.create_status)
         return web.json_response({"harness": harness.view(now)}, status=201)
 

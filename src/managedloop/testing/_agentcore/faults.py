@@ -65,6 +65,10 @@ class AgentCoreFaults:
     create_commits: bool = False
     """With ``create_status``: create the harness anyway, then answer the error (a 5xx
     whose create went through)."""
+    create_failures: int | None = None
+    """With ``create_status``: answer only this many creates so, then create as usual
+    (``None``: every create). ``create_status=409, create_failures=1`` plays a namesake
+    that finished deleting between the 409 and the client's lookup."""
     create_latency: float = 0.0
     """Seconds CreateHarness waits *after* creating the harness before answering (a client
     that times out first leaves a harness it never heard of)."""
