@@ -18,12 +18,19 @@ line's default, an ``SQLiteStore`` at ``default_store_path()``. ``RedisStore`` n
 extra ``managedloop[redis]``, imported only when one is made.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from managedloop.stores._base import Store
-from managedloop.stores._file import FileStore
 from managedloop.stores._memory import MemoryStore
-from managedloop.stores._open import open_store
-from managedloop.stores._redis import RedisStore
-from managedloop.stores._sqlite import SQLiteStore, default_store_path
+
+if TYPE_CHECKING:  # loaded on first use: `import managedloop` pays for none of them
+    from managedloop.stores._file import FileStore
+    from managedloop.stores._open import open_store
+    from managedloop.stores._redis import RedisStore
+    from managedloop.stores._sqlite import SQLiteStore, default_store_path
 
 __all__ = [
     "FileStore",
@@ -34,3 +41,25 @@ __all__ = [
     "default_store_path",
     "open_store",
 ]
+
+_WHERE = {
+    "FileStore": "managedloop.stores._file",
+    "RedisStore": "managedloop.stores._redis",
+    "SQLiteStore": "managedloop.stores._sqlite",
+    "default_store_path": "managedloop.stores._sqlite",
+    "open_store": "managedloop.stores._open",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # The persistent backends load their dependencies (filelock, sqlite3) on first use.
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'managedloop.stores' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
