@@ -258,3 +258,21 @@ async def test_the_workflow_outside_temporal_fails_loudly() -> None:
     start = SessionStart(provider="p", agent="a", prompt="x", task_queue="q")
     with pytest.raises(TemporalError, match="Not in workflow"):
         await SessionWorkflow(start).run(start)
+
+
+async def test_a_result_is_read_after_the_session_has_ended(temporal_address: str) -> None:
+    client = await Client.connect(temporal_address)
+    queue, store = _queue(), MemoryStore()
+    with ChatEmulator() as emu:
+        async with _worker(client, queue, emu, store):
+            wid = await mlt.start(
+                client, provider="local", agent="calc", prompt="add", task_queue=queue
+            )
+            await client.get_workflow_handle(wid).result()  # over: no update can land now
+        later = await Client.connect(temporal_address)  # another process, no worker running
+        result = await mlt.result(later, wid, store=store)
+        with pytest.raises(ml.InvalidOptionsError):
+            await mlt.result(later, wid, request=2)
+    assert result.terminal == ml.Terminal.END_TURN
+    assert [u.name for u in result.custom_tool_uses] == ["add"]
+    assert result.transcript is not None

@@ -4,7 +4,12 @@ A session request runs as a Temporal workflow (:class:`SessionWorkflow`): the lo
 decisions inside the workflow, every host turn and tool call as an activity on the
 user's own workers (see ``_workflow`` and ``_activities`` for the invariants)::
 
-    from temporalio.client import Client
+    from temporalio.client import (
+        Client,
+        WorkflowExecutionStatus,
+        WorkflowUpdateRPCTimeoutOrCancelledError,
+    )
+    from temporalio.service import RPCError
     from managedloop.contrib import temporal as mlt
 
     client = await Client.connect("127.0.0.1:7233")
@@ -42,7 +47,12 @@ from managedloop.stores import MemoryStore, Store
 from managedloop.tools import Toolset, as_tool
 
 try:
-    from temporalio.client import Client
+    from temporalio.client import (
+        Client,
+        WorkflowExecutionStatus,
+        WorkflowUpdateRPCTimeoutOrCancelledError,
+    )
+    from temporalio.service import RPCError
     from temporalio.worker import Worker
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
@@ -52,7 +62,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ._activities import SessionActivities
 from ._wire import SessionStart
-from ._workflow import PENDING_MEMO, WORKFLOW_NAME, SessionWorkflow
+from ._workflow import LIVE_MEMO, PENDING_MEMO, SERVED_MEMO, WORKFLOW_NAME, SessionWorkflow
 
 __all__ = [
     "SessionWorker",
@@ -221,7 +231,15 @@ async def start(
         live=live,
     )
     wid = workflow_id or f"managedloop-{uuid.uuid4().hex}"
-    await client.start_workflow(WORKFLOW_NAME, session, id=wid, task_queue=task_queue)
+    # The memo is set at the start, not by the workflow's first task: `result` reads it to
+    # know how to wait, possibly before any worker has run the workflow.
+    await client.start_workflow(
+        WORKFLOW_NAME,
+        session,
+        id=wid,
+        task_queue=task_queue,
+        memo={LIVE_MEMO: live, SERVED_MEMO: 0},
+    )
     return wid
 
 
@@ -239,12 +257,33 @@ def _session_result(data: dict[str, Any], store: Store | None) -> SessionResult:
 async def result(
     client: Client, workflow_id: str, *, request: int = 1, store: Store | None = None
 ) -> SessionResult:
-    """The result of request ``request`` of a session (1: its prompt's), once it is there.
+    """The result of request ``request`` of a session (1: its prompt's), once it is there —
+    also after the session has ended (then from the workflow's own result: a one-request
+    session's, or a live session's last request's).
 
     With ``store`` (the workers' store), a Local result carries its transcript.
     """
+    _validate.integer("request", request, minimum=1)
     handle = client.get_workflow_handle(workflow_id)
-    data = await handle.execute_update("managedloop.result", request, result_type=dict)
+    described = await handle.describe()
+    live = await described.memo_value(LIVE_MEMO, default=False)
+    if not live:  # one request: the workflow's result is it (no race with its end)
+        if request != 1:
+            raise InvalidOptionsError(
+                f"a session that is not live serves one request, not {request}",
+                option="request",
+            )
+        data = await handle.result()
+        return _session_result(data, store)
+    try:
+        data = await handle.execute_update("managedloop.result", request, result_type=dict)
+    except (WorkflowUpdateRPCTimeoutOrCancelledError, RPCError):
+        # The session may have ended while we asked: its last result is still readable.
+        described = await handle.describe()
+        served = await described.memo_value(SERVED_MEMO, default=0)
+        if described.status is WorkflowExecutionStatus.RUNNING or request != served:
+            raise
+        data = await handle.result()
     return _session_result(data, store)
 
 

@@ -59,10 +59,14 @@ with workflow.unsafe.imports_passed_through():
         encode_input,
     )
 
-__all__ = ["PENDING_MEMO", "WORKFLOW_NAME", "SessionWorkflow"]
+__all__ = ["LIVE_MEMO", "PENDING_MEMO", "SERVED_MEMO", "WORKFLOW_NAME", "SessionWorkflow"]
 
 WORKFLOW_NAME = "managedloop.session"
 PENDING_MEMO = "managedloop.pending"
+LIVE_MEMO = "managedloop.live"
+"""Memo key: whether the session is live (its own result is its last request's)."""
+SERVED_MEMO = "managedloop.served"
+"""Memo key: how many requests the session has served (the number of its last result)."""
 """Memo key of the calls waiting for a decision (readable with no worker running)."""
 
 _RETRY = RetryPolicy(
@@ -186,6 +190,9 @@ class SessionWorkflow:
     async def run(self, start: SessionStart) -> dict[str, Any]:
         info = workflow.info()
         self._base = f"managedloop:temporal:{info.workflow_id}:{info.run_id}"
+        # In the memo (readable once the workflow has ended, with no worker): how to read a
+        # result back after the session is over (``mlt.result``).
+        workflow.upsert_memo({LIVE_MEMO: start.live, SERVED_MEMO: self._requests})
         text: str | None = None
         if start.carry is None:
             opened: Opened = await workflow.execute_activity(
@@ -225,6 +232,7 @@ class SessionWorkflow:
             self._requests += 1
             self._last = await self._request(text)
             self._results[self._requests] = entry["result"] = self._last
+            workflow.upsert_memo({SERVED_MEMO: self._requests})
             text = None
         self._status = "done"
         assert self._last is not None  # a fresh run serves its prompt; a carried one had one
@@ -247,7 +255,11 @@ class SessionWorkflow:
             requests=self._requests,
             last=self._last,
         )
-        workflow.continue_as_new(SessionStart(**{**start.__dict__, "carry": carry, "prompt": ""}))
+        workflow.continue_as_new(
+            SessionStart(**{**start.__dict__, "carry": carry, "prompt": ""}),
+            # The memo the readers rely on goes along (not left to the new run's first task).
+            memo={LIVE_MEMO: start.live, SERVED_MEMO: self._requests, PENDING_MEMO: []},
+        )
 
     async def _request(self, text: str) -> dict[str, Any]:
         start = self._start
