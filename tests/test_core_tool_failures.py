@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
+import sys
 from typing import Any
 
 import anyio
@@ -91,6 +93,53 @@ async def test_a_tool_error_and_a_result_that_cannot_be_printed() -> None:
     )
     assert strange.is_error
     assert strange.text == "tool 'odd' raised ValueError: nope"
+
+
+# -- pydantic's ValidationError from a handler of one's own ------------------------------
+# pydantic loads with the first @tool, not with `import managedloop`, so the handler names
+# ValidationError only once pydantic is loaded; a handler's own is still an input error.
+
+
+async def test_a_handlers_own_validation_error_is_an_invalid_input_result() -> None:
+    import pydantic
+
+    class Point(pydantic.BaseModel):
+        x: int
+
+    class Validating:
+        def handle_tool_call(self, name: str, input: dict[str, Any], info: Any) -> str:
+            return str(Point.model_validate(input).x)
+
+    [good, bad] = await run_tool_calls(
+        Validating(),
+        [ToolUse(id="a", name="pt", input={"x": 1}), ToolUse(id="b", name="pt", input={})],
+        SessionInfo(),
+    )
+    assert good == ml.ToolResult(tool_use_id="a", text="1")
+    assert bad.is_error
+    assert bad.text == "invalid input for tool 'pt': x: Field required"
+
+
+def test_tool_failures_without_pydantic_loaded_stay_error_results() -> None:
+    # A fresh process that never defines a @tool: pydantic is not loaded, and a failing
+    # handler call is the usual error result (and loads nothing to say so).
+    code = """
+import sys, anyio, managedloop as ml
+from managedloop.handler import run_tool_calls
+from managedloop.results import SessionInfo, ToolUse
+
+class Failing:
+    def handle_tool_call(self, name, input, info):
+        raise ValueError("bad value")
+
+async def main():
+    return await run_tool_calls(Failing(), [ToolUse(id="a", name="f")], SessionInfo())
+
+[result] = anyio.run(main)
+print(result.is_error, result.text, "pydantic_core" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True tool 'f' raised ValueError: bad value False"
 
 
 # -- a tool's own CancelledError, and genuine cancellation -------------------------------

@@ -62,17 +62,19 @@ import contextlib
 import inspect
 import json
 import math
+import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
-import pydantic
-import pydantic_core
 
 from managedloop import telemetry
 from managedloop._tool_failures import ToolTimeoutError, UnknownToolError
 from managedloop.errors import ToolError
 from managedloop.results import SessionInfo, ToolResult, ToolUse, make_tool_result
+
+if TYPE_CHECKING:
+    import pydantic
 
 __all__ = [
     "Handler",
@@ -231,6 +233,8 @@ def _to_text(value: Any) -> str:
     # Not JSON-able for pydantic (a lone surrogate, a cycle, an odd type): json copes with
     # lone surrogates (safe_text replaces them later); str() is the last resort.
     with contextlib.suppress(Exception):
+        import pydantic_core  # off `import managedloop`'s path; a str result never needs it
+
         return pydantic_core.to_json(value).decode()
     with contextlib.suppress(Exception):
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
@@ -244,6 +248,16 @@ def _describe(exc: BaseException) -> str:
     except Exception:
         return f"{type(exc).__name__} (its message could not be read)"
     return f"{type(exc).__name__}: {message}"
+
+
+def _validation_error() -> type[pydantic.ValidationError] | tuple[()]:
+    """What ``except`` catches as a validation failure: pydantic's ``ValidationError`` once
+    pydantic is loaded, else nothing (an empty tuple matches no exception). Only pydantic
+    raises one, so without pydantic loaded there is none to catch; pydantic itself loads on
+    the first ``@tool``, not with ``import managedloop``. ``except`` evaluates this only when
+    an exception reaches it, never on a call that succeeds."""
+    core = sys.modules.get("pydantic_core")
+    return () if core is None else core.ValidationError
 
 
 def _validation_text(name: str, exc: pydantic.ValidationError) -> str:
@@ -324,7 +338,7 @@ async def _call(
         except Exception:
             message = "ToolError (its message could not be read)"
         return _result(uid, message, is_error=True)
-    except pydantic.ValidationError as exc:
+    except _validation_error() as exc:
         return _result(uid, _validation_text(use.name, exc), is_error=True)
     except (UnknownToolError, ToolTimeoutError) as exc:
         return _result(uid, str(exc), is_error=True)

@@ -40,8 +40,6 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, get_type_hin
 
 import anyio
 import anyio.to_thread
-import pydantic
-import pydantic.json_schema
 
 from managedloop._loops import syncify
 from managedloop._tool_failures import ToolTimeoutError, UnknownToolError
@@ -49,6 +47,9 @@ from managedloop.errors import ToolDefinitionError, ToolError
 from managedloop.results import SessionInfo, ToolResult
 
 if TYPE_CHECKING:
+    import pydantic
+    import pydantic.json_schema
+
     from managedloop._mcp import Connection, Server
 
 __all__ = ["Tool", "ToolDefinition", "Toolset", "tool"]
@@ -145,8 +146,10 @@ class Tool(Generic[P, R]):
         self._model, self._model_params, self._info_param = _input_model(
             function, tool_name, param_docs
         )
+        import pydantic  # loaded by _input_model; here for its exception classes
+
         try:
-            schema = self._model.model_json_schema(schema_generator=_SchemaWithoutTitles)
+            schema = self._model.model_json_schema(schema_generator=_schema_without_titles())
         except pydantic.PydanticUserError as exc:
             raise ToolDefinitionError(
                 f"tool {tool_name!r}: cannot derive a JSON schema: {exc}", tool=tool_name
@@ -180,16 +183,25 @@ class Tool(Generic[P, R]):
         return kwargs
 
 
-class _SchemaWithoutTitles(pydantic.json_schema.GenerateJsonSchema):
-    """Pydantic's schema minus the auto-generated titles: tokens a model does not need."""
+@functools.cache
+def _schema_without_titles() -> type[pydantic.json_schema.GenerateJsonSchema]:
+    """Pydantic's schema generator minus the auto-generated titles: tokens a model does not
+    need. Made on first use: pydantic stays off ``import managedloop``'s path (~20 ms) and
+    loads with the first ``@tool``."""
+    import pydantic.json_schema
 
-    def field_title_should_be_set(self, schema: Any) -> bool:
-        return False
+    class _SchemaWithoutTitles(pydantic.json_schema.GenerateJsonSchema):
+        def field_title_should_be_set(self, schema: Any) -> bool:
+            return False
+
+    return _SchemaWithoutTitles
 
 
 def _input_model(
     function: Callable[..., Any], tool_name: str, param_docs: Mapping[str, str]
 ) -> tuple[type[pydantic.BaseModel], tuple[str, ...], str | None]:
+    import pydantic  # the first @tool pays for it, not `import managedloop`
+
     try:
         signature = inspect.signature(function)
         hints = get_type_hints(function)
