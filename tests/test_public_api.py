@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import managedloop as ml
 
 PUBLIC = [
@@ -140,11 +142,89 @@ def test_every_error_derives_from_the_root_and_has_a_code() -> None:
             assert value().code, name
 
 
-def test_import_does_not_load_provider_sdks() -> None:
+NOT_ON_IMPORT = (
+    # provider SDKs: each provider loads its own on first use
+    "anthropic",
+    "botocore",
+    "boto3",
+    "httpx",
+    "aiohttp",
+    "opentelemetry",
+    # pydantic: the first @tool loads it (schemas, validation)
+    "pydantic",
+    "pydantic_core",
+    # the provisioning lifecycle and the stores it keeps handles in: first use
+    "managedloop.provisioning.lifecycle",
+    "managedloop.provisioning.facade",
+    "managedloop.provisioning.handles",
+    "managedloop.provisioning.names",
+    "managedloop.provisioning.runtimes",
+    "managedloop.stores",
+    "sqlite3",
+    "filelock",
+)
+"""Modules ``import managedloop`` (and the test kit, and the providers package) must not
+load: each costs import time (issue 9: ``import managedloop`` <= 100 ms,
+``bench/imports.py``) that a program which never uses it should not pay."""
+
+
+def test_import_does_not_load_provider_sdks_or_what_loads_on_first_use() -> None:
     code = (
         "import sys, managedloop, managedloop.testing, managedloop.providers;"
-        "bad = [m for m in ('anthropic', 'botocore', 'boto3', 'httpx', 'opentelemetry')"
-        " if m in sys.modules]; print(bad)"
+        f"bad = [m for m in {NOT_ON_IMPORT!r} if m in sys.modules]; print(bad)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+LAZY = {
+    "AgentHandle": "managedloop.provisioning.handles",
+    "EnvironmentHandle": "managedloop.provisioning.handles",
+    "HarnessHandle": "managedloop.provisioning.handles",
+    "Bootstrap": "managedloop.provisioning.runtimes",
+    "PruneReport": "managedloop.provisioning.lifecycle",
+    "ensure_agent": "managedloop.provisioning.lifecycle",
+    "ensure_environment": "managedloop.provisioning.lifecycle",
+    "prune_agents": "managedloop.provisioning.lifecycle",
+    "prune_environments": "managedloop.provisioning.lifecycle",
+    "resolve": "managedloop.provisioning.lifecycle",
+    "tag": "managedloop.provisioning.lifecycle",
+    "provision": "managedloop.provisioning.facade",
+    "teardown": "managedloop.provisioning.facade",
+}
+
+
+def test_names_that_load_on_first_use_are_the_defining_modules_objects() -> None:
+    import importlib
+
+    import managedloop.provisioning as provisioning
+
+    for name, where in LAZY.items():
+        defined = getattr(importlib.import_module(where), name)
+        assert getattr(ml, name) is defined, name
+        assert getattr(provisioning, name) is defined, name
+        assert name in dir(ml), name
+        if callable(defined) and not isinstance(defined, type):
+            twin = getattr(ml, f"{name}_sync")
+            assert twin.__name__ == f"{name}_sync"
+            assert twin.__wrapped__ is defined  # syncify's functools.wraps
+            assert getattr(ml, f"{name}_sync") is twin  # made once
+    assert provisioning.AgentSpec is ml.AgentSpec
+    assert provisioning.clear_cache is importlib.import_module(LAZY["provision"]).clear_cache
+    assert set(provisioning.__all__) <= set(dir(provisioning))
+    assert set(ml.__all__) <= set(dir(ml))
+    for module, missing in ((ml, "PruneReport_sync"), (ml, "nope"), (provisioning, "nope")):
+        with pytest.raises(AttributeError, match=missing):
+            getattr(module, missing)
+
+
+def test_from_imports_of_names_that_load_on_first_use() -> None:
+    code = (
+        "from managedloop import ensure_agent_sync, HarnessHandle, provision;"
+        "from managedloop.provisioning import lifecycle, tag;"
+        "from managedloop import *;"
+        "assert tag is lifecycle.tag and ensure_agent_sync.__wrapped__ is lifecycle.ensure_agent;"
+        "print(sorted(n for n in __import__('managedloop').__all__ if n not in globals()))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"  # `import *` binds every name of __all__

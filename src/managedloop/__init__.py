@@ -7,7 +7,8 @@ The curated public API. Provider SDKs (``anthropic``, ``botocore``) are not impo
 each provider loads its SDK on first use.
 """
 
-from managedloop._loops import syncify
+from typing import TYPE_CHECKING
+
 from managedloop.artifacts import Artifacts, ArtifactStore
 from managedloop.config import Secret, configure
 from managedloop.errors import (
@@ -32,18 +33,6 @@ from managedloop.errors import (
 )
 from managedloop.handler import Handler
 from managedloop.outcome import Outcome
-from managedloop.provisioning.facade import provision, teardown
-from managedloop.provisioning.handles import AgentHandle, EnvironmentHandle, HarnessHandle
-from managedloop.provisioning.lifecycle import (
-    PruneReport,
-    ensure_agent,
-    ensure_environment,
-    prune_agents,
-    prune_environments,
-    resolve,
-    tag,
-)
-from managedloop.provisioning.runtimes import Bootstrap
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec, Runtime
 from managedloop.results import (
     ApprovalRequest,
@@ -63,14 +52,80 @@ from managedloop.results import (
 from managedloop.session import GuardInput, LiveSession, run, run_sync, start
 from managedloop.tools import Tool, ToolDefinition, Toolset, tool
 
-provision_sync = syncify(provision)
-teardown_sync = syncify(teardown)
-ensure_agent_sync = syncify(ensure_agent)
-ensure_environment_sync = syncify(ensure_environment)
-tag_sync = syncify(tag)
-resolve_sync = syncify(resolve)
-prune_agents_sync = syncify(prune_agents)
-prune_environments_sync = syncify(prune_environments)
+if TYPE_CHECKING:  # what type checkers see; at run time these load on first use (below)
+    from managedloop._loops import syncify
+    from managedloop.provisioning.facade import provision, teardown
+    from managedloop.provisioning.handles import AgentHandle, EnvironmentHandle, HarnessHandle
+    from managedloop.provisioning.lifecycle import (
+        PruneReport,
+        ensure_agent,
+        ensure_environment,
+        prune_agents,
+        prune_environments,
+        resolve,
+        tag,
+    )
+    from managedloop.provisioning.runtimes import Bootstrap
+
+    provision_sync = syncify(provision)
+    teardown_sync = syncify(teardown)
+    ensure_agent_sync = syncify(ensure_agent)
+    ensure_environment_sync = syncify(ensure_environment)
+    tag_sync = syncify(tag)
+    resolve_sync = syncify(resolve)
+    prune_agents_sync = syncify(prune_agents)
+    prune_environments_sync = syncify(prune_environments)
+else:
+    # The lifecycle (ensure/tag/resolve/prune, provision/teardown) and its handles load on
+    # first use, as in PEP 562: most programs run sessions and never provision, and the
+    # lifecycle's modules are a fifth of `import managedloop`. Defined only at run time so
+    # that type checkers see the precise names above, not a catch-all `__getattr__`.
+    _LAZY = {
+        "AgentHandle": "managedloop.provisioning.handles",
+        "EnvironmentHandle": "managedloop.provisioning.handles",
+        "HarnessHandle": "managedloop.provisioning.handles",
+        "Bootstrap": "managedloop.provisioning.runtimes",
+        "PruneReport": "managedloop.provisioning.lifecycle",
+        "ensure_agent": "managedloop.provisioning.lifecycle",
+        "ensure_environment": "managedloop.provisioning.lifecycle",
+        "prune_agents": "managedloop.provisioning.lifecycle",
+        "prune_environments": "managedloop.provisioning.lifecycle",
+        "resolve": "managedloop.provisioning.lifecycle",
+        "tag": "managedloop.provisioning.lifecycle",
+        "provision": "managedloop.provisioning.facade",
+        "teardown": "managedloop.provisioning.facade",
+    }
+    _SYNC = {  # each async verb's blocking face, `syncify` of it
+        f"{verb}_sync": verb
+        for verb in (
+            "provision",
+            "teardown",
+            "ensure_agent",
+            "ensure_environment",
+            "tag",
+            "resolve",
+            "prune_agents",
+            "prune_environments",
+        )
+    }
+
+    def __getattr__(name: str) -> object:
+        import importlib
+
+        if name in _LAZY:
+            value = getattr(importlib.import_module(_LAZY[name]), name)
+        elif name in _SYNC:
+            from managedloop._loops import syncify
+
+            value = syncify(__getattr__(_SYNC[name]))
+        else:
+            raise AttributeError(f"module 'managedloop' has no attribute {name!r}")
+        globals()[name] = value  # once: later reads are plain module attributes
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(__all__))
+
 
 __version__ = "0.1.0.dev0"
 
