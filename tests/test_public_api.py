@@ -162,6 +162,9 @@ NOT_ON_IMPORT = (
     "managedloop.stores",
     "sqlite3",
     "filelock",
+    # OpenSSL's hashes (the first spec digest) and anyio's streams (the first session)
+    "hashlib",
+    "anyio.streams.memory",
 )
 """Modules ``import managedloop`` (and the test kit, and the providers package) must not
 load: each costs import time (issue 9: ``import managedloop`` <= 100 ms,

@@ -35,7 +35,6 @@ Elixir reference (Erlang term hashing) are not recognised: the encodings differ.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
 import re
@@ -110,6 +109,8 @@ def canonical_json(value: Any) -> bytes:
 
 def digest_of(value: Any) -> str:
     """Lowercase hex SHA-256 of the canonical encoding (64 characters)."""
+    import hashlib  # with the first digest: OpenSSL's hashes cost ~1.5 ms at import
+
     return hashlib.sha256(canonical_json(value)).hexdigest()
 
 

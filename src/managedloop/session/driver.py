@@ -48,11 +48,9 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 import anyio
-from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from managedloop import _validate, telemetry
 from managedloop._log import fields
@@ -90,6 +88,10 @@ from managedloop.results import (
 from managedloop.session import approvals as _approvals
 from managedloop.session.machine import Finish, Machine, RunTools
 from managedloop.session.options import Prepared, SessionOptions, coerce_outcome, prepare
+
+if TYPE_CHECKING:  # annotations only: anyio loads these with the first session (~5 ms)
+    from anyio.abc import TaskGroup
+    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 __all__ = ["TEXT_DELTA", "LiveSession", "run", "run_sync", "start"]
 
