@@ -10,9 +10,11 @@ Two conditions, because bytecode caching moves the figure by a quarter:
   or any second run of a source tree loads. The caches live under a temporary
   ``PYTHONPYCACHEPREFIX``, written by one warm-up run, so the source tree is untouched.
 * **uncached**: managedloop's own modules compiled from source on every import, as under
-  ``PYTHONDONTWRITEBYTECODE=1`` with a source checkout (this sandbox sets it, so this is
-  what ``python -c "import managedloop"`` costs here); the standard library and the
-  installed dependencies keep their install-time ``.pyc`` files.
+  ``PYTHONDONTWRITEBYTECODE=1`` with a source checkout that has no ``__pycache__`` yet
+  (this sandbox sets it; a test run that starts subprocesses without it leaves caches in
+  ``src/``, which is why plain ``python -c "import managedloop"`` figures drift here). A
+  copy of the warm cache without managedloop's files makes the condition exact: the
+  standard library and the dependencies keep their ``.pyc`` files, ``src/`` is ignored.
 
 ``python -X importtime -c "import managedloop"`` shows where the time goes; the
 ``self`` line below sums its self times over managedloop's modules (median of the runs),
@@ -22,24 +24,32 @@ a figure that moves less with the machine's load than the wall time does.
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 RUNS = 15
 _TIMED = "import time; t = time.perf_counter(); import {}; print(time.perf_counter() - t)"
 
 
-def _env(cache: str | None) -> dict[str, str]:
-    env = dict(os.environ)
-    if cache is None:
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-        env.pop("PYTHONPYCACHEPREFIX", None)
-    else:
+def _env(cache: Path, *, write: bool) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPYCACHEPREFIX=str(cache))
+    if write:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = cache
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
+
+
+def _package_dir(env: dict[str, str]) -> Path:
+    code = "import managedloop, os; print(os.path.dirname(os.path.abspath(managedloop.__file__)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    return Path(out.stdout.strip())
 
 
 def _once(module: str, env: dict[str, str]) -> float:
@@ -75,10 +85,15 @@ def _line(label: str, row: list[float]) -> str:
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory(prefix="ml-pycache-") as cache:
-        cached, uncached = _env(cache), _env(None)
+    with tempfile.TemporaryDirectory(prefix="ml-pycache-") as tmp:
+        warm, cold = Path(tmp, "warm"), Path(tmp, "cold")
         for module in ("asyncio", "managedloop"):  # warm-up: writes the .pyc files
-            _once(module, cached)
+            _once(module, _env(warm, write=True))
+        cached = _env(warm, write=False)
+        # The same caches minus managedloop's own (the prefix mirrors absolute paths).
+        shutil.copytree(warm, cold)
+        shutil.rmtree(cold / _package_dir(cached).relative_to("/"))
+        uncached = _env(cold, write=False)
         times: dict[str, list[float]] = {"asyncio": [], "cached": [], "uncached": []}
         own: dict[str, list[float]] = {"cached": [], "uncached": []}
         for _ in range(RUNS):
