@@ -153,6 +153,10 @@ NOT_ON_IMPORT = (
     # pydantic: the first @tool loads it (schemas, validation)
     "pydantic",
     "pydantic_core",
+    # the session loop and the host contract: the first run/start
+    "managedloop.session",
+    "managedloop.session.driver",
+    "managedloop.hosts",
     # the provisioning lifecycle and the stores it keeps handles in: first use
     "managedloop.provisioning.lifecycle",
     "managedloop.provisioning.facade",
@@ -180,7 +184,14 @@ def test_import_does_not_load_provider_sdks_or_what_loads_on_first_use() -> None
     assert out.stdout.strip() == "[]"
 
 
-LAZY = {
+SESSION = {
+    "GuardInput": "managedloop.session.machine",
+    "LiveSession": "managedloop.session.driver",
+    "run": "managedloop.session.driver",
+    "run_sync": "managedloop.session.driver",
+    "start": "managedloop.session.driver",
+}
+LIFECYCLE = {
     "AgentHandle": "managedloop.provisioning.handles",
     "EnvironmentHandle": "managedloop.provisioning.handles",
     "HarnessHandle": "managedloop.provisioning.handles",
@@ -195,6 +206,7 @@ LAZY = {
     "provision": "managedloop.provisioning.facade",
     "teardown": "managedloop.provisioning.facade",
 }
+"""The package root's names that load on first use, and the modules defining them."""
 
 
 def test_names_that_load_on_first_use_are_the_defining_modules_objects() -> None:
@@ -202,18 +214,20 @@ def test_names_that_load_on_first_use_are_the_defining_modules_objects() -> None
 
     import managedloop.provisioning as provisioning
 
-    for name, where in LAZY.items():
+    for name, where in {**SESSION, **LIFECYCLE}.items():
         defined = getattr(importlib.import_module(where), name)
         assert getattr(ml, name) is defined, name
-        assert getattr(provisioning, name) is defined, name
         assert name in dir(ml), name
-        if callable(defined) and not isinstance(defined, type):
+    for name in LIFECYCLE:
+        assert getattr(provisioning, name) is getattr(ml, name), name
+        if not isinstance(getattr(ml, name), type):  # each verb's blocking twin
             twin = getattr(ml, f"{name}_sync")
             assert twin.__name__ == f"{name}_sync"
-            assert twin.__wrapped__ is defined  # syncify's functools.wraps
+            assert twin.__wrapped__ is getattr(ml, name)  # syncify's functools.wraps
             assert getattr(ml, f"{name}_sync") is twin  # made once
+    assert ml.run_sync.__wrapped__ is ml.run
     assert provisioning.AgentSpec is ml.AgentSpec
-    assert provisioning.clear_cache is importlib.import_module(LAZY["provision"]).clear_cache
+    assert provisioning.clear_cache is importlib.import_module(LIFECYCLE["provision"]).clear_cache
     assert set(provisioning.__all__) <= set(dir(provisioning))
     assert set(ml.__all__) <= set(dir(ml))
     for module, missing in ((ml, "PruneReport_sync"), (ml, "nope"), (provisioning, "nope")):
@@ -223,10 +237,11 @@ def test_names_that_load_on_first_use_are_the_defining_modules_objects() -> None
 
 def test_from_imports_of_names_that_load_on_first_use() -> None:
     code = (
-        "from managedloop import ensure_agent_sync, HarnessHandle, provision;"
+        "from managedloop import ensure_agent_sync, HarnessHandle, provision, run_sync;"
         "from managedloop.provisioning import lifecycle, tag;"
         "from managedloop import *;"
         "assert tag is lifecycle.tag and ensure_agent_sync.__wrapped__ is lifecycle.ensure_agent;"
+        "from managedloop.session.driver import run_sync as defined; assert run_sync is defined;"
         "print(sorted(n for n in __import__('managedloop').__all__ if n not in globals()))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

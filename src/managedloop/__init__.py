@@ -4,7 +4,11 @@
 >>> from managedloop.providers import Local
 
 The curated public API. Provider SDKs (``anthropic``, ``botocore``) are not imported here;
-each provider loads its SDK on first use.
+each provider loads its SDK on first use. So do, for ``import managedloop`` to stay cheap
+(issue 9: <= 100 ms, ``bench/imports.py``): pydantic (the first ``@tool``), the session
+loop (the first ``run``, ``run_sync``, ``start``, ``LiveSession`` or ``GuardInput``) and
+the provisioning lifecycle (the first ``ensure_agent``, ``provision``, a handle...).
+``tests/test_public_api.py`` pins which modules an import leaves unloaded.
 """
 
 from typing import TYPE_CHECKING
@@ -49,7 +53,6 @@ from managedloop.results import (
     TurnResult,
     Usage,
 )
-from managedloop.session import GuardInput, LiveSession, run, run_sync, start
 from managedloop.tools import Tool, ToolDefinition, Toolset, tool
 
 if TYPE_CHECKING:  # what type checkers see; at run time these load on first use (below)
@@ -66,6 +69,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time these load on first use
         tag,
     )
     from managedloop.provisioning.runtimes import Bootstrap
+    from managedloop.session import GuardInput, LiveSession, run, run_sync, start
 
     provision_sync = syncify(provision)
     teardown_sync = syncify(teardown)
@@ -76,11 +80,18 @@ if TYPE_CHECKING:  # what type checkers see; at run time these load on first use
     prune_agents_sync = syncify(prune_agents)
     prune_environments_sync = syncify(prune_environments)
 else:
-    # The lifecycle (ensure/tag/resolve/prune, provision/teardown) and its handles load on
-    # first use, as in PEP 562: most programs run sessions and never provision, and the
-    # lifecycle's modules are a fifth of `import managedloop`. Defined only at run time so
-    # that type checkers see the precise names above, not a catch-all `__getattr__`.
+    # The session loop and the lifecycle (ensure/tag/resolve/prune, provision/teardown,
+    # the handles) load on first use, as in PEP 562. A program that runs a session pays
+    # for the loop then (~10 ms: the driver, the machine, the host contract); one that only
+    # defines tools, builds specs or provisions never does; most never provision. Defined
+    # only at run time so that type checkers see the precise names above, not a catch-all
+    # `__getattr__`.
     _LAZY = {
+        "GuardInput": "managedloop.session",
+        "LiveSession": "managedloop.session",
+        "run": "managedloop.session",
+        "run_sync": "managedloop.session",
+        "start": "managedloop.session",
         "AgentHandle": "managedloop.provisioning.handles",
         "EnvironmentHandle": "managedloop.provisioning.handles",
         "HarnessHandle": "managedloop.provisioning.handles",
