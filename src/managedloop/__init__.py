@@ -4,11 +4,12 @@
 >>> from managedloop.providers import Local
 
 The curated public API. Provider SDKs (``anthropic``, ``botocore``) are not imported here;
-each provider loads its SDK on first use. So do, for ``import managedloop`` to stay cheap
-(issue 9: <= 100 ms, ``bench/imports.py``): pydantic (the first ``@tool``), the session
-loop (the first ``run``, ``run_sync``, ``start``, ``LiveSession`` or ``GuardInput``) and
-the provisioning lifecycle (the first ``ensure_agent``, ``provision``, a handle...).
-``tests/test_public_api.py`` pins which modules an import leaves unloaded.
+each provider loads its SDK on first use. For ``import managedloop`` to stay cheap (issue 9:
+<= 100 ms, ``bench/imports.py``) three more things load on first use: pydantic (with the
+first ``@tool``), the session loop (the first ``run``, ``run_sync``, ``start``,
+``LiveSession`` or ``GuardInput``) and the provisioning lifecycle (the first
+``ensure_agent``, ``provision``, a handle...). ``tests/test_public_api.py`` pins which
+modules the import leaves unloaded.
 """
 
 from typing import TYPE_CHECKING
