@@ -88,7 +88,7 @@ def test_the_chat_response_normaliser_raises_only_named_errors(body: Any) -> Non
 class _Transport:
     """Enough of a transport for a connection fed by hand: it takes the request."""
 
-    def write(self, data: bytes) -> None:
+    def writelines(self, data: Any) -> None:
         pass
 
     def is_closing(self) -> bool:
@@ -107,7 +107,7 @@ def _read(data: bytes, cuts: list[int]) -> tuple[str, Any]:
         pool = _wire.Pool(read_timeout=60, connect_timeout=60)
         conn = _wire._Conn(pool, ("http", "127.0.0.1", 9), True)
         conn.transport = _Transport()  # type: ignore[assignment]
-        head = ready = conn.start(b"", True)
+        head = ready = conn.start(b"", b"", True)
         marks = [*sorted({c % (len(data) + 1) for c in cuts}), len(data)]
         body, start = [], 0
         for mark in marks:

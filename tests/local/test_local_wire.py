@@ -397,7 +397,7 @@ async def test_the_read_timeout_counts_from_the_last_byte_not_the_request() -> N
     async with RawServer([HANG]) as srv:
         pool = _wire.Pool(read_timeout=1000.0, connect_timeout=30)
         conn = await pool._connect(("http", "127.0.0.1", srv.port), pooled=True)
-        waiter = conn.start(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", False)
+        waiter = conn.start(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", b"", False)
         loop = asyncio.get_running_loop()
         conn.last_io = loop.time() - 999.0  # a byte 999 s ago: 1 s of the window left
         conn._on_timer()

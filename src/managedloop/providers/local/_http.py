@@ -477,8 +477,8 @@ class OpenAIChat:
             for _ in range(_MAX_REDIRECTS + 1):
                 # Redirects are followed here and only to the same origin: the request
                 # carries the conversation and the credentials.
-                data = b"".join((target.head, self._request_headers(len(body)), body))
-                resp = await pool.request(target.key, data, stream=stream, fresh=fresh)
+                head = target.head + self._request_headers(len(body))
+                resp = await pool.request(target.key, head, body, stream=stream, fresh=fresh)
                 try:
                     status = extra["status"] = resp.status
                     if status in (307, 308) and _same_origin(url, resp):

@@ -295,7 +295,7 @@ class _Conn(asyncio.Protocol):
 
     # -- the exchange -------------------------------------------------------------------
 
-    def start(self, data: bytes, stream: bool) -> asyncio.Future[None]:
+    def start(self, head: bytes, body: bytes, stream: bool) -> asyncio.Future[None]:
         """Send one request; the future resolves as described in the class docstring."""
         assert self.transport is not None
         assert self.done
@@ -311,7 +311,9 @@ class _Conn(asyncio.Protocol):
         self.last_io = self.loop.time()
         self.waiter = waiter = self.loop.create_future()
         self.timer = self.loop.call_at(self.last_io + self.read_timeout, self._on_timer)
-        self.transport.write(data)
+        # Two pieces, not one joined copy: the caller keeps the body (a redirect re-sends
+        # it), and a second copy of every body in flight showed in the memory per session.
+        self.transport.writelines((head, body))
         return waiter
 
     def wait(self) -> asyncio.Future[None]:
@@ -474,12 +476,14 @@ class Pool:
     async def request(
         self,
         key: tuple[str, str, int],
-        data: bytes,
+        head: bytes,
+        body: bytes = b"",
         *,
         stream: bool = False,
         fresh: bool = False,
     ) -> Response:
-        """Send ``data`` (a whole HTTP/1.1 request) to ``key`` = (scheme, host, port).
+        """Send ``head`` (an HTTP/1.1 request's line and headers, through the blank line)
+        and ``body`` to ``key`` = (scheme, host, port).
 
         Not ``stream``: returns once the whole answer is in. ``stream``: once its head is.
         ``fresh``: on a new connection, closed after the answer.
@@ -488,23 +492,22 @@ class Pool:
         if conn is None:
             conn = await self._connect(key, pooled=not fresh)
         try:
-            await self._exchange(conn, data, stream)
-        except DisconnectedError:
-            if not conn.reused or conn.received:
+            await conn.start(head, body, stream)
+        except BaseException as exc:
+            conn.close()  # failed or cancelled mid-exchange: never reused
+            if not isinstance(exc, DisconnectedError) or not conn.reused or conn.received:
                 raise
             # The server closed this pooled connection while it sat idle: the request
             # never reached it (not one byte came back). Once more on a new connection.
+            # (No helper coroutine for the two tries: each suspended frame is one more
+            # object for the garbage collector to walk per request in flight.)
             conn = await self._connect(key, pooled=True)
-            await self._exchange(conn, data, stream)
+            try:
+                await conn.start(head, body, stream)
+            except BaseException:
+                conn.close()
+                raise
         return Response(conn)
-
-    @staticmethod
-    async def _exchange(conn: _Conn, data: bytes, stream: bool) -> None:
-        try:
-            await conn.start(data, stream)
-        except BaseException:
-            conn.close()  # failed or cancelled mid-exchange: never reused
-            raise
 
     def _take_idle(self, key: tuple[str, str, int]) -> _Conn | None:
         idle = self._idle.get(key)
