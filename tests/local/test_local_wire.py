@@ -526,6 +526,14 @@ async def test_a_content_type_header_of_the_callers_own_replaces_the_default() -
     assert b"content-type: application/json; x=1" in head
 
 
+async def test_a_host_header_of_the_callers_own_replaces_the_default() -> None:
+    async with RawServer([ok()]) as srv:
+        await run(local(srv.base_url, headers={"host": "virtual.example"}))
+    head = srv.requests[0].split(b"\r\n\r\n")[0]
+    assert head.lower().count(b"\r\nhost:") == 1
+    assert b"\r\nhost: virtual.example" in head
+
+
 async def test_the_api_key_wins_over_an_authorization_header() -> None:
     async with RawServer([ok()]) as srv:
         await run(local(srv.base_url, headers={"Authorization": "Bearer other"}))
@@ -753,7 +761,7 @@ def test_the_request_target_and_host_are_ascii_and_escaped(
 
     target = _Target(url)
     assert target.key == key
-    assert target.head == head + b"\r\n"
+    assert target.line + target.host == head + b"\r\n"
 
 
 @pytest.mark.parametrize(

@@ -236,9 +236,9 @@ _TARGET_SAFE = "/?%:@!$&'()*+,;=-._~"
 
 
 class _Target:
-    """Where one URL's requests go: the pool key and the request line and ``Host``."""
+    """Where one URL's requests go: the pool key, the request line and ``Host``."""
 
-    __slots__ = ("basic", "head", "key")
+    __slots__ = ("basic", "host", "key", "line")
 
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
@@ -256,7 +256,8 @@ class _Target:
         target = quote(parts.path or "/", safe=_TARGET_SAFE)
         if parts.query:
             target += "?" + quote(parts.query, safe=_TARGET_SAFE)
-        self.head = f"POST {target} HTTP/1.1\r\nHost: {name}\r\n".encode("ascii")
+        self.line = f"POST {target} HTTP/1.1\r\n".encode("ascii")
+        self.host = f"Host: {name}\r\n".encode("ascii")
         # user:password@ in the URL: HTTP Basic credentials, as aiohttp sent them
         self.basic: str | None = None
         if parts.username is not None or parts.password is not None:
@@ -324,6 +325,7 @@ class OpenAIChat:
         "_api_key",
         "_content_type",
         "_headers",
+        "_host",
         "_pool",
         "_shown",
         "_target",
@@ -360,8 +362,10 @@ class OpenAIChat:
                 "or api_key is set too; pass only one of them",
                 option="base_url",
             )
-        # Content-Type unless the caller's headers name it (in any case)
+        # Content-Type and Host unless the caller's headers name them (in any case): one
+        # of each (a second Host is a 400 on most servers)
         self._content_type = "content-type" not in names
+        self._host = "host" not in names
         # Send calls offering tools with tool_choice "auto" unstreamed: set by the profile,
         # or for the rest of this client's life once the server showed it cannot stream them.
         self._whole_auto_tools = not self.profile.stream_auto_tools
@@ -378,8 +382,8 @@ class OpenAIChat:
         return isinstance(choice, str) and choice == "auto"
 
     def _request_headers(self, length: int) -> bytes:
-        """The header lines after ``Host``, through the blank line (validated at
-        construction: no value can inject a line)."""
+        """The header lines after the request line and ``Host``, through the blank line
+        (validated at construction: no value can inject a line)."""
         lines = ["Content-Type: application/json\r\n"] if self._content_type else []
         api_key = self._api_key
         for name, value in self._headers.items():
@@ -477,7 +481,13 @@ class OpenAIChat:
             for _ in range(_MAX_REDIRECTS + 1):
                 # Redirects are followed here and only to the same origin: the request
                 # carries the conversation and the credentials.
-                head = target.head + self._request_headers(len(body))
+                head = b"".join(
+                    (
+                        target.line,
+                        target.host if self._host else b"",
+                        self._request_headers(len(body)),
+                    )
+                )
                 resp = await pool.request(target.key, head, body, stream=stream, fresh=fresh)
                 try:
                     status = extra["status"] = resp.status
