@@ -1,12 +1,16 @@
 """One measurement of (c) in a fresh process: N concurrent sessions x 3 requests.
 
 ``python -m bench._concurrent CLIENT BASE_URL KEY N`` prints one JSON line:
-``{"client", "sessions", "wall_s", "kib_per_session", "failed"}``. Memory is the growth of
-peak RSS over the baseline taken after imports and a warm-up session, divided by N.
-Clients: ``managedloop`` (Local, default pool), ``aiohttp`` / ``httpx`` (a bare loop with
-the library's default pool), each optionally ``:N`` for a pool of N connections (0:
-unbounded, aiohttp only), and ``raw`` (the floor: the same requests over asyncio streams,
-one keep-alive connection per session, no HTTP library).
+``{"client", "sessions", "wall_s", "cpu_s", "kib_per_session", "failed", "errors",
+"gc_full", "gc_full_s", "gc_young_s"}``. Memory is the growth of peak RSS over the baseline
+taken after imports and a warm-up session, divided by N; ``cpu_s`` is this process's CPU
+time over the run (less moved by other load than the wall time); the ``gc_*`` figures are
+the collector's full (generation 2) collections and the seconds spent in them and in the
+young ones (``gc.callbacks``). Clients: ``managedloop`` (Local, default pool), ``wire``
+(a bare loop on Local's transport, ``providers/local/_wire.py``), ``aiohttp`` / ``httpx``
+(a bare loop with the library's default pool), each optionally ``:N`` for a pool of N
+connections (0: unbounded; not httpx), and ``raw`` (the floor: the same requests over
+asyncio streams, one keep-alive connection per session, no HTTP library).
 """
 
 from __future__ import annotations
@@ -119,6 +123,35 @@ async def run(client: str, base_url: str, key: str, n: int) -> dict[str, Any]:
     if name == "raw":
         return await _measure(client, n, lambda: raw_session(url, headers))
 
+    if name == "wire":
+        from urllib.parse import urlsplit
+
+        from managedloop.providers.local._wire import Pool
+
+        parts = urlsplit(url)
+        assert parts.hostname is not None
+        assert parts.port is not None
+        key = ("http", parts.hostname, parts.port)
+        head = (
+            f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+            + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        ).encode()
+        pool = Pool(read_timeout=600, connect_timeout=600, limit=int(size) if size else 0)
+
+        async def wpost(body: bytes) -> bytes:
+            resp = await pool.request(key, head + b"Content-Length: %d\r\n\r\n" % len(body), body)
+            try:
+                if resp.status != 200:
+                    raise RuntimeError(f"HTTP {resp.status}")
+                return await resp.read()
+            finally:
+                resp.release()
+
+        try:
+            return await _measure(client, n, lambda: bare_session(wpost, "m"))
+        finally:
+            await pool.aclose()
+
     if name == "aiohttp":
         import aiohttp
 
@@ -150,8 +183,29 @@ async def run(client: str, base_url: str, key: str, n: int) -> dict[str, Any]:
     return {"failed": failed}
 
 
+class _GCStats:
+    """Collections and the time spent in them (``gc.callbacks``), by generation."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            generation = info["generation"]
+            self.count[generation] += 1
+            self.seconds[generation] += time.perf_counter() - self._start
+
+
 async def _measure(client: str, n: int, one: Any) -> dict[str, Any]:
+    import gc
+
     await one()  # warm-up: imports, first connection
+    stats = _GCStats()
+    gc.callbacks.append(stats)
     base = _rss_kib()
     peak = base
     done = asyncio.Event()
@@ -163,9 +217,11 @@ async def _measure(client: str, n: int, one: Any) -> dict[str, Any]:
             await asyncio.sleep(0.01)
 
     sampler = asyncio.create_task(sample())
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     results = await asyncio.gather(*(one() for _ in range(n)), return_exceptions=True)
     wall = time.perf_counter() - start
+    cpu = time.process_time() - cpu_start
+    gc.callbacks.remove(stats)
     peak = max(peak, _rss_kib())
     done.set()
     await sampler
@@ -179,9 +235,13 @@ async def _measure(client: str, n: int, one: Any) -> dict[str, Any]:
         "client": client,
         "sessions": n,
         "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
         "kib_per_session": round((peak - base) / n, 1),
         "failed": failed,
         "errors": kinds,
+        "gc_full": stats.count[2],
+        "gc_full_s": round(stats.seconds[2], 2),
+        "gc_young_s": round(stats.seconds[0] + stats.seconds[1], 2),
     }
 
 

@@ -10,10 +10,12 @@ choice. Every ratio is against a baseline measured in this same run.
     OpenAI Agents SDK (``Runner.run`` with a fake ``Model``, ``function_tool``), and a bare
     asyncio loop for scale. Tools are sync in every loop (Local runs them inline).
 (c) 1,000 concurrent sessions x 3 requests against one emulator, each client in a fresh
-    process (``bench._concurrent``): wall time and peak RSS growth per session, without and
-    with 200 ms of simulated model latency; then 10,000 sessions, ``Local`` against the
-    raw-asyncio floor (``raw``: asyncio streams, no HTTP library) on one emulator, with the
-    kernel's accept-queue overflows (``TcpExtListenOverflows``, from ``nstat``) per run.
+    process (``bench._concurrent``): wall and CPU time, peak RSS growth per session and
+    the garbage collector's share, without and with 200 ms of simulated model latency;
+    then 10,000 sessions, ``Local`` against the raw-asyncio floor (``raw``: asyncio
+    streams, no HTTP library) and bare loops on Local's transport (``wire``) and on aiohttp
+    on one emulator, with the kernel's accept-queue overflows (``TcpExtListenOverflows``,
+    from ``nstat``) per run.
 
 The load average is printed with each suite: on a shared machine the absolute figures
 move with it; the ratios (both sides measured in the same run) and the in-process
@@ -320,9 +322,10 @@ def bench_c(clients: list[str], latency: float, sessions: int = SESSIONS_C) -> l
 def _print_c(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         print(
-            f"   {row['client']:<16} wall {row['wall_s']:6.2f} s   "
-            f"{row['kib_per_session']:6.1f} KiB/session   failed {row['failed']}   "
-            f"accept-queue overflows {row['overflows']}"
+            f"   {row['client']:<16} wall {row['wall_s']:6.2f} s  cpu {row['cpu_s']:6.2f} s  "
+            f"{row['kib_per_session']:5.1f} KiB/session  failed {row['failed']}  "
+            f"gc: {row['gc_full']} full {row['gc_full_s']:.2f} s, young "
+            f"{row['gc_young_s']:.2f} s  accept-queue overflows {row['overflows']}"
         )
 
 
@@ -358,21 +361,31 @@ def main() -> None:
         f"than pydantic-ai and {b['vs_openai_agents']:.1f}x faster than the Agents SDK"
     )
     print(f"    (targets: <= 20 µs per tool call; {_load()})")
+    main_c()
+
+
+def main_c() -> None:
+    """(c) alone: ``python -m bench.local c``."""
     for latency in (0.0, 0.2):
-        clients = ["raw", "managedloop", "aiohttp:0", "aiohttp:100"]
+        clients = ["raw", "managedloop", "wire", "aiohttp:0", "aiohttp:100"]
         if latency == 0.0:
             clients += ["managedloop:100", "httpx"]
         rows = bench_c(clients, latency)
         print(f"(c) {SESSIONS_C} concurrent sessions x 3 requests, model latency {latency:g} s:")
         _print_c(rows)
         print(f"    (target: managedloop <= 1 s and <= 25 KiB/session at latency 0; {_load()})")
-    rows = bench_c(["raw", "managedloop"], 0.0, SESSIONS_C_LARGE)
+    rows = bench_c(["raw", "managedloop", "wire", "aiohttp:0"], 0.0, SESSIONS_C_LARGE)
     print(f"(c) {SESSIONS_C_LARGE} concurrent sessions x 3 requests, model latency 0 s:")
     _print_c(rows)
     by = {row["client"]: row for row in rows}
     if "raw" in by and "managedloop" in by:
         print(
             f"    managedloop / raw wall time: "
-            f"{by['managedloop']['wall_s'] / by['raw']['wall_s']:.2f} "
-            f"(target: <= 2, 0 failed, <= 25 KiB/session; {_load()})"
+            f"{by['managedloop']['wall_s'] / by['raw']['wall_s']:.2f}, CPU time: "
+            f"{by['managedloop']['cpu_s'] / by['raw']['cpu_s']:.2f} "
+            f"(target: <= 2 wall, 0 failed, <= 25 KiB/session; {_load()})"
         )
+
+
+if __name__ == "__main__":
+    main_c() if sys.argv[1:] == ["c"] else main()

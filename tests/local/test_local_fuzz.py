@@ -8,9 +8,7 @@ import asyncio
 import json
 from typing import Any
 
-import aiohttp
 import pytest
-from aiohttp.base_protocol import BaseProtocol
 from hypothesis import given
 from hypothesis import strategies as st
 from tests_local_helpers import RecordingChat, completion, drive, open_conn, tc
@@ -18,10 +16,10 @@ from tests_local_helpers import RecordingChat, completion, drive, open_conn, tc
 import managedloop as ml
 from managedloop.errors import ManagedLoopError
 from managedloop.hosts import UserMessage
-from managedloop.providers.local import Local
+from managedloop.providers.local import Local, _wire
 from managedloop.providers.local._connection import _assistant_message
-from managedloop.providers.local._http import _MAX_SSE_LINE, StreamFold
-from managedloop.providers.local._types import parse_chat_completion
+from managedloop.providers.local._http import _read_stream
+from managedloop.providers.local._types import ChatRequest, parse_chat_completion
 from managedloop.testing._chat_render import sse_chunks
 
 pytestmark = pytest.mark.fuzz
@@ -87,27 +85,55 @@ def test_the_chat_response_normaliser_raises_only_named_errors(body: Any) -> Non
         assert error is None or decoded == {}
 
 
+class _Transport:
+    """Enough of a transport for a connection fed by hand: it takes the request."""
+
+    def writelines(self, data: Any) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def abort(self) -> None:
+        pass
+
+
 def _read(data: bytes, cuts: list[int]) -> tuple[str, Any]:
-    """Feed ``data`` to a real aiohttp StreamReader in pieces cut at ``cuts`` and fold it."""
+    """Frame ``data`` as a chunked HTTP/1.1 answer body (one chunk per piece between
+    ``cuts``), feed the wire bytes to Local's transport cut at the same offsets, and fold
+    the stream with Local's reader."""
 
     async def main() -> tuple[str, Any]:
-        loop = asyncio.get_running_loop()
-        # a limit above any generated stream: the fake protocol cannot pause reading
-        reader = aiohttp.StreamReader(BaseProtocol(loop), 2**24, loop=loop)
+        pool = _wire.Pool(read_timeout=60, connect_timeout=60)
+        conn = _wire._Conn(pool, ("http", "127.0.0.1", 9), True)
+        conn.transport = _Transport()  # type: ignore[assignment]
+        head = ready = conn.start(b"", b"", True)
+        marks = [*sorted({c % (len(data) + 1) for c in cuts}), len(data)]
+        body, start = [], 0
+        for mark in marks:
+            if mark > start:
+                body.append(b"%x\r\n%s\r\n" % (mark - start, data[start:mark]))
+                start = mark
+        wire = (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + b"".join(body) + b"0\r\n\r\n"
+        )
         start = 0
-        for cut in [*sorted(set(cuts)), len(data)]:
+        for cut in [*sorted({c % (len(wire) + 1) for c in cuts}), len(wire)]:
             if cut > start:
-                reader.feed_data(data[start:cut])
+                conn.data_received(wire[start:cut])
                 start = cut
-        reader.feed_eof()
+        await head
+        assert ready.done()
         deltas: list[str] = []
-        fold = StreamFold(deltas.append)
+        request = ChatRequest(
+            model="m",
+            messages=[],
+            tools=[{"type": "function", "function": {"name": "get_weather"}}],
+            on_delta=deltas.append,
+        )
         try:
-            while True:
-                line = await reader.readline(max_line_length=_MAX_SSE_LINE)
-                if not line or fold.line(line):
-                    break
-            response = fold.result([{"type": "function", "function": {"name": "get_weather"}}])
+            response = await _read_stream(_wire.Response(conn), request, False)
         except ManagedLoopError as exc:
             return "error", (type(exc).__name__, exc.code)
         return "ok", ("".join(deltas), response.message, response.finish_reason, response.usage)

@@ -139,16 +139,16 @@ def test_run_sync_twice_on_one_provider_and_no_unclosed_sessions() -> None:
         provider = Local(model="m", base_url=emu.base_url, api_key=emu.api_key)
         for _ in range(3):  # each run_sync is a fresh event loop
             assert ml.run_sync(provider, agent=AGENT, prompt="q").terminal == "end_turn"
-    gc.collect()  # an unclosed aiohttp session would warn here (warnings are errors)
+    gc.collect()  # an unclosed socket or transport would warn here (warnings are errors)
 
 
 async def test_async_with_keeps_the_pool_across_runs() -> None:
     with ChatEmulator() as emu:
         async with Local(model="m", base_url=emu.base_url, api_key=emu.api_key) as provider:
             first = await ml.run(provider, agent=AGENT, prompt="a")
-            session = provider._pool._session
+            session = provider._pool._pool
             second = await ml.run(provider, agent=AGENT, prompt="b")
-            assert provider._pool._session is session is not None
+            assert provider._pool._pool is session is not None
         assert session.closed
     assert first.text == second.text
 
@@ -319,9 +319,10 @@ def test_a_password_in_base_url_never_reaches_a_transport_error() -> None:
 
 async def test_a_session_queued_for_a_pooled_connection_is_not_failed_by_connect_timeout() -> None:
     """``connect_timeout`` bounds establishing a connection, not the wait for a free one in
-    a bounded pool (aiohttp's ``connect`` counts both; Local sets ``sock_connect``). The
-    second session waits 1 s behind the first, 5x its connect timeout, and still succeeds;
-    the only real connect is a loopback one (kernel-side, far below 0.2 s)."""
+    a bounded pool (aiohttp's ``connect`` counted both; Local's transport times only the
+    socket connect). The second session waits 1 s behind the first, 5x its connect
+    timeout, and still succeeds; the only real connect is a loopback one (kernel-side, far
+    below 0.2 s)."""
     with ChatEmulator([say("hi")], faults=ChatFaults(slow=1, delay=1.0)) as emu:
         async with Local(
             model="m",

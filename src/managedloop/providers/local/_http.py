@@ -1,19 +1,37 @@
-"""The default chat function: OpenAI Chat Completions over HTTP (aiohttp).
+"""The default chat function: OpenAI Chat Completions over HTTP/1.1 (:mod:`._wire`).
 
-Why aiohttp and these pool settings: measured with 1,000 concurrent sessions against one
-loopback server (``bench/README.md``), aiohttp with an unbounded pool finished several
-times faster than httpx, whose pool (httpcore) scans every connection for every request.
-aiohttp is already a core dependency.
+Why its own transport (measured, ``bench/README.md``): Local first used aiohttp, chosen
+over httpx at 1,000 concurrent sessions (httpcore's pool scans every connection for every
+request). At 10,000 sessions the garbage collector became the largest cost: each full
+collection walks every live tracked object, and an aiohttp request in flight holds dozens,
+so a bare aiohttp loop alone cost about 1.8x a raw asyncio client and Local about 3x.
+:mod:`._wire` (``asyncio.Protocol`` and httptools' llhttp parser) holds a handful per
+request and costs about what the raw client does. AgentCore keeps aiohttp.
 
 Invariants:
 
-* One :class:`aiohttp.ClientSession` per :class:`ClientPool` (one per ``Local`` instance),
-  bound to the event loop that created it. It is kept open while a connection uses it or
-  while the provider is entered (``async with Local(...)``) and closed when neither holds
-  it, so ``run_sync`` (a fresh event loop per call) never leaves a session on a dead loop.
+* One :class:`._wire.Pool` per :class:`ClientPool` (one per ``Local`` instance), bound to
+  the event loop that created it. It is kept open while a connection uses it or while the
+  provider is entered (``async with Local(...)``) and closed when neither holds it, so
+  ``run_sync`` (a fresh event loop per call) never leaves a socket on a dead loop.
+* Timeouts: ``connect_timeout`` bounds the socket connect (and TLS handshake); ``timeout``
+  bounds each wait for *any* bytes (a first token or the next chunk), never a whole
+  stream. In a bounded pool (``max_connections``) the wait for a free connection is
+  neither: it has no bound of its own (the run's timeout bounds it).
 * The API key is a :class:`~managedloop.config.Secret` revealed only into the
   ``Authorization`` header of one request; it never reaches an exception or a log. Nor
-  does a password in ``base_url``'s userinfo: reprs and errors show :func:`redact_url`.
+  does a password in ``base_url``'s userinfo (sent as HTTP Basic credentials, as aiohttp
+  did): reprs and errors show :func:`redact_url`. A header name or value that could
+  inject a header (CR, LF, NUL...), in ``headers`` or the key, is refused at
+  construction, as are ``Content-Length`` and ``Transfer-Encoding`` (the framing is ours).
+* No proxy from the environment (aiohttp's ``trust_env`` was off too); TLS for ``https``
+  with the system trust store, hostname checks and SNI.
+* No ``Accept-Encoding`` is sent; a gzip/deflate body sent anyway is decoded, any other
+  ``Content-Encoding`` is a :class:`~managedloop.MalformedResponseError`.
+* A failure on the wire (refused or timed-out connect, read timeout, a connection closed
+  mid-answer, bytes that are not HTTP/1.1) is a :class:`~managedloop.TransportError`
+  (retried by the connection) whose ``cause`` names it. A pooled connection the server
+  closed while idle (not one byte back) is re-sent once at once, not counted as a retry.
 * Non-streaming: ``POST {base_url}/chat/completions`` and read one JSON body. Streaming:
   ``stream: true`` with ``stream_options.include_usage`` (when the profile allows); SSE
   ``data:`` lines carry chunks until ``data: [DONE]``; a stream that ends without
@@ -32,7 +50,8 @@ Invariants:
 * An error object in a 200 answer (``data: {"error": ...}`` mid-stream, or a JSON body
   with ``error`` and no ``choices``) is a :class:`~managedloop.HostStreamError`
   (``chat_stream_error``), retried when its ``code``/``type`` says transient.
-* Redirects are handled here, not by aiohttp: only a same-origin 307/308 is followed.
+* Redirects: only a same-origin 307/308 is followed (with the body), at most
+  :data:`_MAX_REDIRECTS` times; any other is an ``APIStatusError`` (``redirect_refused``).
 * A non-2xx answer is an :class:`~managedloop.APIStatusError` whose message leads with the
   server's own error message (``error.message``, ``detail``, ``message``), up to 4 KiB:
   the cause is often deep in a long body. ``context["invalid_request"]`` marks a body that
@@ -44,14 +63,15 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import logging
+import re
+import ssl
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
-from urllib.parse import urljoin
-
-import aiohttp
+from urllib.parse import quote, unquote, urljoin, urlsplit
 
 from managedloop import telemetry
 from managedloop._retry import parse_retry_after, says_invalid  # one retry policy
@@ -61,9 +81,11 @@ from managedloop.errors import (
     APIStatusError,
     AuthenticationError,
     HostStreamError,
+    InvalidOptionsError,
     MalformedResponseError,
     TransportError,
 )
+from managedloop.providers.local import _wire
 from managedloop.providers.local._profiles import PROFILES, Profile
 from managedloop.providers.local._types import (
     ChatRequest,
@@ -82,64 +104,60 @@ logger = logging.getLogger("managedloop.local")
 # ``stream_options`` is merged in for streamed requests only (OpenAI refuses it otherwise).
 _SET_HERE = frozenset({"model", "messages", "tools", "stream", "stream_options"})
 _MAX_SSE_LINE = 1 << 24  # one SSE line may carry a whole tool call's arguments; 16 MiB is ample
-_EXPECTED = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 
 
 class ClientPool:
-    """One lazily created aiohttp session, shared by every connection of a provider."""
+    """One lazily created connection pool, shared by every connection of a provider."""
 
-    __slots__ = ("_loop", "_max_connections", "_pinned", "_session", "_timeout", "_users")
+    __slots__ = (
+        "_connect_timeout",
+        "_loop",
+        "_max_connections",
+        "_pinned",
+        "_pool",
+        "_timeout",
+        "_users",
+        "ssl_context",
+    )
 
     def __init__(self, *, timeout: float, connect_timeout: float, max_connections: int) -> None:
-        # sock_read bounds the wait for *any* bytes (a first token or the next chunk), so a
-        # long stream that keeps talking is never cut off by a wall-clock total.
-        # sock_connect, not connect: aiohttp's ``connect`` also counts the wait for a free
-        # connection in a bounded pool (``max_connections``), so a session queued behind
-        # busy ones failed with a connect timeout while no connect had even started. The
-        # pool wait has no bound of its own (the run's timeout bounds it).
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, connect=None, sock_connect=connect_timeout, sock_read=timeout
-        )
+        self._timeout = timeout
+        self._connect_timeout = connect_timeout
         self._max_connections = max_connections
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: _wire.Pool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._users = 0
         self._pinned = False
+        # None: the default context (system trust store). Tests set a context trusting
+        # their own certificate authority.
+        self.ssl_context: ssl.SSLContext | None = None
 
-    def session(self) -> aiohttp.ClientSession:
+    def session(self) -> _wire.Pool:
         loop = asyncio.get_running_loop()
-        session = self._session
-        if session is None or session.closed or self._loop is not loop:
-            # A session made on another (finished) loop cannot be reused: its sockets belong
+        pool = self._pool
+        if pool is None or pool.closed or self._loop is not loop:
+            # A pool made on another (finished) loop cannot be reused: its sockets belong
             # to that loop. It was closed when its last user released it.
-            connector = aiohttp.TCPConnector(
-                limit=self._max_connections, limit_per_host=0, enable_cleanup_closed=False
-            )
-            session = aiohttp.ClientSession(
-                connector=connector, timeout=self._timeout, skip_auto_headers=("User-Agent",)
+            pool = _wire.Pool(
+                read_timeout=self._timeout,
+                connect_timeout=self._connect_timeout,
+                limit=self._max_connections,
+                ssl_context=self.ssl_context,
             )
             # The user count is not reset here: the connections that opened before this
-            # first request are users of this session (resetting it let the first of them
-            # to close shut the session under the others' requests in flight).
-            self._session, self._loop = session, loop
-        return session
-
-    def one_shot(self) -> aiohttp.ClientSession:
-        """A session for one request on a new connection, closed after it (``async with``)."""
-        return aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(force_close=True, enable_cleanup_closed=False),
-            timeout=self._timeout,
-            skip_auto_headers=("User-Agent",),
-        )
+            # first request are users of this pool (resetting it let the first of them
+            # to close shut the pool under the others' requests in flight).
+            self._pool, self._loop = pool, loop
+        return pool
 
     def acquire(self) -> None:
         """A connection opened on the running loop uses the pool until it releases it."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
-            # Users counted on another (finished) loop are gone with it: its sessions cannot
+            # Users counted on another (finished) loop are gone with it: its pool cannot
             # be used here, and the next request makes one for this loop.
             self._loop, self._users = loop, 0
-            self._session = None
+            self._pool = None
         self._users += 1
 
     async def release(self) -> None:
@@ -156,9 +174,9 @@ class ClientPool:
             await self.aclose()
 
     async def aclose(self) -> None:
-        session, self._session = self._session, None
-        if session is not None and not session.closed:
-            await session.close()
+        pool, self._pool = self._pool, None
+        if pool is not None and not pool.closed:
+            await pool.aclose()
 
 
 _ERROR_EXCERPT = 4096  # characters of an error body kept: pydantic's messages run long
@@ -207,15 +225,110 @@ def status_error(status: int, body: str, retry_after: float | None) -> APIStatus
     )
 
 
+_MAX_REDIRECTS = 3  # same-origin 307/308 hops (a trailing-slash fix-up needs one)
+# RFC 9110: a field name is a token; a field value has no control character but HTAB.
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEADER_VALUE_BAD = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_FRAMING = frozenset({"content-length", "transfer-encoding"})  # set here, from the body
+# Characters a request target may carry as they are (RFC 3986 pchar, "/", "?" and "%",
+# so escapes already in the URL stay); anything else (non-ASCII, a space) is escaped.
+_TARGET_SAFE = "/?%:@!$&'()*+,;=-._~"
+
+
+class _Target:
+    """Where one URL's requests go: the pool key, the request line and ``Host``."""
+
+    __slots__ = ("basic", "host", "key", "line")
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        scheme, host = parts.scheme, parts.hostname or ""
+        port = parts.port or (443 if scheme == "https" else 80)
+        self.key = (scheme, host, port)
+        try:
+            name = host.encode("idna").decode("ascii") if not host.isascii() else host
+        except UnicodeError:
+            name = host
+        if ":" in name:
+            name = f"[{name}]"  # an IPv6 literal
+        if parts.port is not None and parts.port != (443 if scheme == "https" else 80):
+            name = f"{name}:{parts.port}"
+        target = quote(parts.path or "/", safe=_TARGET_SAFE)
+        if parts.query:
+            target += "?" + quote(parts.query, safe=_TARGET_SAFE)
+        self.line = f"POST {target} HTTP/1.1\r\n".encode("ascii")
+        self.host = f"Host: {name}\r\n".encode("ascii")
+        # user:password@ in the URL: HTTP Basic credentials, as aiohttp sent them
+        self.basic: str | None = None
+        if parts.username is not None or parts.password is not None:
+            pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+            self.basic = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
+
+
+def _check_header(name: str, value: str, option: str) -> None:
+    if _HEADER_NAME.fullmatch(name) is None:
+        raise InvalidOptionsError(f"header name {name!r} is not an HTTP token", option=option)
+    if _HEADER_VALUE_BAD.search(value) is not None:
+        raise InvalidOptionsError(  # the value is never shown: it may be a credential
+            f"the value of header {name!r} contains a control character (CR, LF, NUL...)",
+            option=option,
+        )
+    if name.lower() in _FRAMING:
+        raise InvalidOptionsError(
+            f"header {name!r} is set by the client from the body; it cannot be configured",
+            option=option,
+        )
+
+
+def _content_type(resp: _wire.Response) -> str:
+    return resp.headers.get("content-type", "").partition(";")[0].strip().lower()
+
+
+def _text(resp: _wire.Response, raw: bytes) -> str:
+    """The body as text: the ``charset`` the server named, else UTF-8; never raises."""
+    charset = "utf-8"
+    for param in resp.headers.get("content-type", "").split(";")[1:]:
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "charset" and value.strip():
+            charset = value.strip().strip('"')
+    try:
+        return raw.decode(charset, "replace")
+    except LookupError:
+        return raw.decode("utf-8", "replace")
+
+
+def _location(url: str, resp: _wire.Response) -> str:
+    return urljoin(url, resp.headers.get("location", ""))
+
+
+def _same_origin(url: str, resp: _wire.Response) -> bool:
+    target = _location(url, resp)
+    return origin(target) is not None and origin(target) == origin(url)
+
+
+def _transport_error(shown: str, exc: _wire.WireError) -> TransportError | MalformedResponseError:
+    if isinstance(exc, _wire.UnsupportedEncodingError | _wire.LineTooLongError):
+        # the answer arrived and is not one this client reads: asking again gets the same
+        return MalformedResponseError(
+            f"the chat response from {shown} cannot be read: {exc}",
+            code="malformed_chat_response",
+            cause=exc.kind,
+        )
+    return TransportError(f"the chat request to {shown} failed: {exc.kind}: {exc}", cause=exc.kind)
+
+
 class OpenAIChat:
     """A chat function speaking Chat Completions to ``base_url`` (which ends before
     ``/chat/completions``, e.g. ``http://127.0.0.1:11434/v1``)."""
 
     __slots__ = (
         "_api_key",
+        "_content_type",
         "_headers",
+        "_host",
         "_pool",
         "_shown",
+        "_target",
         "_url",
         "_whole_auto_tools",
         "base_url",
@@ -234,9 +347,25 @@ class OpenAIChat:
         self.profile = profile if profile is not None else PROFILES["default"]
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._shown = redact_url(base_url)  # for reprs and errors
+        self._target = _Target(self._url)
         self._api_key = api_key
         self._pool = pool
         self._headers = dict(headers or {})
+        for name, value in self._headers.items():
+            _check_header(name, value, "headers")
+        if api_key is not None:
+            _check_header("Authorization", api_key.reveal(), "api_key")
+        names = {name.lower() for name in self._headers}
+        if self._target.basic is not None and (api_key is not None or "authorization" in names):
+            raise InvalidOptionsError(
+                "base_url carries credentials (user:password@) and an Authorization header "
+                "or api_key is set too; pass only one of them",
+                option="base_url",
+            )
+        # Content-Type and Host unless the caller's headers name them (in any case): one
+        # of each (a second Host is a 400 on most servers)
+        self._content_type = "content-type" not in names
+        self._host = "host" not in names
         # Send calls offering tools with tool_choice "auto" unstreamed: set by the profile,
         # or for the rest of this client's life once the server showed it cannot stream them.
         self._whole_auto_tools = not self.profile.stream_auto_tools
@@ -252,11 +381,21 @@ class OpenAIChat:
         choice = request.options.get("tool_choice", self.profile.tool_choice)
         return isinstance(choice, str) and choice == "auto"
 
-    def _request_headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", **self._headers}
-        if self._api_key is not None:
-            headers["Authorization"] = "Bearer " + self._api_key.reveal()
-        return headers
+    def _request_headers(self, length: int) -> bytes:
+        """The header lines after the request line and ``Host``, through the blank line
+        (validated at construction: no value can inject a line)."""
+        lines = ["Content-Type: application/json\r\n"] if self._content_type else []
+        api_key = self._api_key
+        for name, value in self._headers.items():
+            if api_key is not None and name.lower() == "authorization":
+                continue  # the api_key's header wins (as it did on aiohttp)
+            lines.append(f"{name}: {value}\r\n")
+        if api_key is not None:
+            lines.append(f"Authorization: Bearer {api_key.reveal()}\r\n")
+        elif self._target.basic is not None:
+            lines.append(f"Authorization: {self._target.basic}\r\n")
+        lines.append(f"Content-Length: {length}\r\n\r\n")
+        return "".join(lines).encode("utf-8")
 
     def _body(self, request: ChatRequest, stream: bool) -> bytes:
         messages = request.messages
@@ -322,44 +461,52 @@ class OpenAIChat:
             self._shown,
         )
         # On a connection of its own: that server (uvicorn) closes the keep-alive
-        # connection after such an answer, and aiohttp has already put it back in the pool
-        # (the body ended), so reusing it at once would race the server's FIN.
-        async with self._pool.one_shot() as session:
-            return await self._send(request, False, extra, session)
+        # connection after such an answer, and the pool has already taken it back (the
+        # body ended), so reusing it at once would race the server's FIN.
+        return await self._send(request, False, extra, fresh=True)
 
     async def _send(
         self,
         request: ChatRequest,
         stream: bool,
         extra: dict[str, Any],
-        session: aiohttp.ClientSession | None = None,
+        fresh: bool = False,
     ) -> ChatResponse:
-        """One request (on the pool's session unless ``session``), following same-origin
+        """One request (on a connection of its own when ``fresh``), following same-origin
         redirects (:class:`_EmptyAutoToolStreamError`: see :func:`_read_stream`)."""
         body = self._body(request, stream)
-        session = session if session is not None else self._pool.session()
-        url = self._url
+        pool = self._pool.session()
+        url, target = self._url, self._target
         try:
             for _ in range(_MAX_REDIRECTS + 1):
-                # Redirects are never followed by aiohttp: it would re-send the body and
-                # the credentials to wherever the server points (another origin included).
-                async with session.post(
-                    url, data=body, headers=self._request_headers(), allow_redirects=False
-                ) as resp:
-                    extra["status"] = resp.status
-                    if resp.status in (307, 308) and _same_origin(url, resp):
+                # Redirects are followed here and only to the same origin: the request
+                # carries the conversation and the credentials.
+                head = b"".join(
+                    (
+                        target.line,
+                        target.host if self._host else b"",
+                        self._request_headers(len(body)),
+                    )
+                )
+                resp = await pool.request(target.key, head, body, stream=stream, fresh=fresh)
+                try:
+                    status = extra["status"] = resp.status
+                    if status in (307, 308) and _same_origin(url, resp):
                         url = _location(url, resp)
+                        target = _Target(url)
                         continue
-                    if 300 <= resp.status < 400:
+                    if 300 <= status < 400:
                         raise self._redirect_error(url, resp)
-                    if resp.status >= 300:
-                        text = await resp.text(errors="replace")
-                        retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-                        raise status_error(resp.status, text, retry_after)
-                    if stream and resp.content_type != "application/json":
+                    if status >= 300:
+                        text = _text(resp, await resp.read())
+                        retry_after = parse_retry_after(resp.headers.get("retry-after"))
+                        raise status_error(status, text, retry_after)
+                    if stream and _content_type(resp) != "application/json":
                         return await _read_stream(resp, request, self._auto_tools(request))
                     raw = await resp.read()  # also a server that ignored stream: true
                     break
+                finally:
+                    resp.release()
             else:
                 raise APIStatusError(
                     f"the chat endpoint at {self._shown} redirected more than "
@@ -367,11 +514,8 @@ class OpenAIChat:
                     code="redirect_refused",
                     status=extra.get("status"),
                 )
-        except _EXPECTED as exc:
-            raise TransportError(
-                f"the chat request to {self._shown} failed: {type(exc).__name__}: {exc}",
-                cause=type(exc).__name__,
-            ) from None
+        except _wire.WireError as exc:
+            raise _transport_error(self._shown, exc) from None
         try:
             decoded = json.loads(raw)
         except (ValueError, RecursionError):
@@ -388,7 +532,7 @@ class OpenAIChat:
             request.on_delta(content)  # the server ignored stream, or it was not sent
         return response
 
-    def _redirect_error(self, url: str, resp: aiohttp.ClientResponse) -> APIStatusError:
+    def _redirect_error(self, url: str, resp: _wire.Response) -> APIStatusError:
         target = origin(_location(url, resp))
         same = target == origin(url)
         why = (
@@ -406,25 +550,13 @@ class OpenAIChat:
         )
 
 
-_MAX_REDIRECTS = 3  # same-origin 307/308 hops (a trailing-slash fix-up needs one)
-
-
-def _location(url: str, resp: aiohttp.ClientResponse) -> str:
-    return urljoin(url, resp.headers.get("Location", ""))
-
-
-def _same_origin(url: str, resp: aiohttp.ClientResponse) -> bool:
-    target = _location(url, resp)
-    return origin(target) is not None and origin(target) == origin(url)
-
-
 class _EmptyAutoToolStreamError(Exception):
     """A stream for a call offering tools with tool_choice "auto" ended cleanly with no
     data (never leaves this module: the call is re-sent unstreamed)."""
 
 
 async def _read_stream(
-    resp: aiohttp.ClientResponse, request: ChatRequest, auto_tools: bool
+    resp: _wire.Response, request: ChatRequest, auto_tools: bool
 ) -> ChatResponse:
     """Fold SSE chunks into one assistant message, handing text chunks to ``on_delta``.
 
@@ -436,7 +568,7 @@ async def _read_stream(
     assert request.on_delta is not None
     fold = StreamFold(request.on_delta)
     while True:
-        raw_line = await resp.content.readline(max_line_length=_MAX_SSE_LINE)
+        raw_line = await resp.readline(_MAX_SSE_LINE)
         if not raw_line or fold.line(raw_line):
             break  # end of body, or data: [DONE]
     if auto_tools and not fold.seen_data:
