@@ -87,6 +87,7 @@ import asyncio
 import atexit
 import json
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -226,6 +227,17 @@ def _end(op: _End, inline: bool) -> None:
         # own), so the flush runs while the loop waits for the answer, not before the
         # request goes out.
         loop.call_later(0, flush)
+
+
+def _forget_in_child() -> None:
+    """A forked child must not end its parent's queued spans again (the parent does)."""
+    global _scheduled
+    _pending.clear()
+    _scheduled = None
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 # -- the bridge --------------------------------------------------------------------------

@@ -12,7 +12,9 @@ span's start and its being current stay inline. Pinned here:
   test in this directory reads the exporter right after ``ml.run``), ``flush()``,
   ``uninstrument()``, a tool call outside any session span (ended inline), ends queued on
   a loop that stopped before its flush ran (the next loop's flush takes them), and the
-  interpreter's exit.
+  interpreter's exit; a forked child does not end its parent's queued spans again;
+* a deferred histogram record keeps the context of its span's stop (exemplars), also
+  when one flush runs the ends of two sessions.
 """
 
 from __future__ import annotations
@@ -235,39 +237,66 @@ async def test_a_tool_call_outside_a_session_ends_inline(otel: Otel) -> None:
     assert _names(otel) == ["time lookup", f"execute_tool {tool.name}"]
 
 
-@pytest.fixture
-def exit_script() -> str:
-    return textwrap.dedent(
+_QUEUE_ONE = """
+import asyncio, os, sys
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+import managedloop.otel
+from managedloop import telemetry
+
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(
+    formatter=lambda s: f"{os.getpid()} ended {s.name}\\n", out=sys.stdout
+)))
+managedloop.otel.instrument(provider)
+loop = asyncio.new_event_loop()
+
+def step():
+    telemetry.span("session.request", {"agent": "a", "provider": "local"}).__enter__()
+    with telemetry.span("tool", {"tool": "queued", "provider": "local"}):
+        pass
+    loop.stop()
+
+loop.call_soon(step)
+loop.run_forever()
+loop.close()
+sys.stdout.flush()
+"""
+
+
+def test_a_forked_child_does_not_end_its_parents_queued_spans() -> None:
+    script = _QUEUE_ONE + textwrap.dedent(
         """
-        import asyncio
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
-        import managedloop.otel
-        from managedloop import telemetry
-
-        provider = TracerProvider()  # its shutdown runs at exit too, after our flush
-        provider.add_span_processor(
-            SimpleSpanProcessor(ConsoleSpanExporter(formatter=lambda s: f"ended {s.name}\\n"))
-        )
-        managedloop.otel.instrument(provider)
-        loop = asyncio.new_event_loop()
-
-        def step():
-            telemetry.span("session.request", {"agent": "a", "provider": "local"}).__enter__()
-            with telemetry.span("tool", {"tool": "at_exit", "provider": "local"}):
-                pass
-            loop.stop()
-
-        loop.call_soon(step)
-        loop.run_forever()
-        loop.close()
-        print("exiting")
+        child = os.fork()
+        if child == 0:
+            managedloop.otel.flush()
+            print(os.getpid(), "child flushed", flush=True)
+            os._exit(0)
+        os.waitpid(child, 0)
+        managedloop.otel.flush()
+        print(os.getpid(), "parent flushed", flush=True)
         """
     )
-
-
-def test_the_exit_flushes_what_is_queued(exit_script: str) -> None:
     out = subprocess.run(
-        [sys.executable, "-c", exit_script], capture_output=True, text=True, check=True
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
     ).stdout
-    assert out.splitlines() == ["exiting", "ended execute_tool at_exit"]
+    lines = [line.split(" ", 1) for line in out.splitlines()]
+    parent = lines[-1][0]
+    assert [text for _, text in lines] == [
+        "child flushed",
+        "ended execute_tool queued",
+        "parent flushed",
+    ]
+    assert [pid for pid, text in lines if text.startswith("ended")] == [parent]
+
+
+def test_the_exit_flushes_what_is_queued() -> None:
+    """The provider's own exit hook (it shuts down at exit) runs after the flush."""
+    script = _QUEUE_ONE + 'print(os.getpid(), "exiting", flush=True)\n'
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
+    assert [line.split(" ", 1)[1] for line in out.splitlines()] == [
+        "exiting",
+        "ended execute_tool queued",
+    ]
