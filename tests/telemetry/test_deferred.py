@@ -300,3 +300,78 @@ def test_the_exit_flushes_what_is_queued() -> None:
         "exiting",
         "ended execute_tool queued",
     ]
+
+
+class _Raising(SimpleSpanProcessor):
+    """Fails on the end of the first ``chat`` span (a broken processor or exporter)."""
+
+    failed = False
+
+    def on_end(self, span: Any) -> None:
+        if span.name.startswith("chat") and not self.failed:
+            self.failed = True
+            raise RuntimeError("processor bug")
+        super().on_end(span)
+
+
+async def test_a_failing_deferred_end_is_logged_and_the_rest_end(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    raising = _Raising(exporter)
+    provider.add_span_processor(raising)
+    managedloop.otel.instrument(provider)
+    try:
+        with ChatEmulator() as emu:
+            local = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+            agent = ml.AgentSpec(name="weather", tools=traced_tools(provider.get_tracer("t")))
+            result = await ml.run(local, agent=agent, prompt="x")
+    finally:
+        managedloop.otel.uninstrument()
+        provider.shutdown()
+    assert result.terminal is ml.Terminal.END_TURN  # the session never notices
+    assert raising.failed
+    assert "failed ending a span" in caplog.text
+    names = sorted(s.name for s in exporter.get_finished_spans())
+    assert names == sorted(  # all but the first chat span
+        [
+            "invoke_agent weather",
+            "chat m1",
+            "execute_tool get_weather",
+            "weather lookup",
+            "execute_tool get_time",
+            "time lookup",
+        ]
+    )
+
+
+def test_spans_started_before_instrument_are_not_ended() -> None:
+    """Instrumenting inside open spans: their stops find no span and are ignored; a turn
+    that starts afterwards is spanned (alone: ended at once) and, with no usage reported,
+    records its duration only."""
+    exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    meters = MeterProvider(metric_readers=[reader])
+
+    async def body() -> None:
+        with telemetry.span("session.request", {"agent": "a", "provider": "local"}):
+            with (
+                telemetry.span("session.turn", {"model": "m", "provider": "local"}),
+                telemetry.span("tool", {"tool": "t", "provider": "local"}),
+            ):
+                managedloop.otel.instrument(provider, meter_provider=meters)
+            with telemetry.span("session.turn", {"model": "m", "provider": "local"}) as x:
+                x["stop_reason"] = "stop"
+            assert [s.name for s in exporter.get_finished_spans()] == ["chat m"]
+
+    try:
+        asyncio.run(body())
+    finally:
+        managedloop.otel.uninstrument()
+        provider.shutdown()
+    assert [s.name for s in exporter.get_finished_spans()] == ["chat m"]
+    points = _points(reader)
+    assert [p[0] for p in points] == ["gen_ai.client.operation.duration"]
+    meters.shutdown()
