@@ -20,10 +20,12 @@ parent under them) and what the bridge defers (ends and records).
 
 Read the two columns differently. Wall time is what a session waits; deferring moves the
 SDK's end-of-span work into time the client would spend waiting on I/O, so it lowers the
-wall figure when a core is free for it. Client CPU is what the process burns: deferring
-moves work, it does not remove any, so the CPU ratio stays well above 1.05x whatever the
-wall ratio does. The SDK's inline part (two span starts per request) is by itself about
-the whole 5 % wall budget, so the target is not met with the SDK. On a loaded machine both
+wall figure when a core is free for it; on a machine whose cores are all busy it does not
+(the flush then competes with the emulator for a core), and the control shows it. Client
+CPU is what the process burns: deferring moves work, it does not remove any (it adds a
+little), so the CPU ratio stays well above 1.05x whatever the wall ratio does. The SDK's
+inline part (two span starts per request) is by itself about the whole 5 % wall budget,
+so the target is not met with the SDK. On a loaded machine both
 columns are noisy (the wall one most: it is the scheduler's as much as ours); compare the
 variants of one run, and run it several times.
 

@@ -70,7 +70,8 @@ ended by the next flush on any loop. Without a running asyncio loop (trio, a pla
 thread) every end is inline. What a span processor sees differs in one way: the
 ``on_end`` of a ``chat`` or ``execute_tool`` span runs up to one loop iteration later,
 from a loop callback. Deferral moves work, it does not remove it: the process's CPU time
-is the same.
+is not lower (a little higher: the queue, and one loop timer per batch), and a session's
+latency gains only when a core is free to run the flush while it waits.
 
 Limits: instrumenting or uninstrumenting while a session runs leaves that session's open
 spans as they were (a stop with no start is ignored; a start whose stop is no longer
