@@ -42,9 +42,10 @@ synchronously in the emitting task, and a span's ``start`` and ``stop``/``except
 emitted in the same context (:mod:`managedloop.telemetry`). On ``start`` the bridge opens
 the span and makes it the current one (``context.attach``); on ``stop`` it detaches and
 ends it. The session driver emits ``session.turn`` around the host's I/O, so HTTP client
-instrumentations (httpx for the ``anthropic`` SDK, aiohttp for Local and AgentCore,
+instrumentations (httpx for the ``anthropic`` SDK, aiohttp for AgentCore's data plane,
 botocore's control calls, which run in worker threads that copy the context) parent their
-spans under ``chat``; ``tool`` is emitted around the call in the task that runs it, and
+spans under ``chat`` (Local's own transport has no instrumentation; its requests run with
+``chat`` current too); ``tool`` is emitted around the call in the task that runs it, and
 anyio copies the context into the worker thread of a sync tool. The span tree of a two-tool
 session on every host, the HTTP parents and a tool's own span under ``execute_tool`` are
 pinned in ``tests/telemetry/test_otel.py``; the cost, in ``bench/otel.py``.
@@ -55,8 +56,10 @@ and its being current are inline, so its children parent correctly; the rest of 
 the time the operation ended, and its histogram records, made in the context the span
 stopped in (an exemplar names the span current then) -- is queued and run on the event
 loop's next iteration, after the callbacks already ready and the I/O that iteration polls
-(a timer due at once rather than ``call_soon``: the next model call's request is written
-by a callback of its own). So it runs while the session waits for the model's answer.
+(a timer due at once rather than ``call_soon``, so that a session that yields once more
+before sending its next request has sent it). So it runs while the session waits for the
+model's answer -- but not while a sync tool runs in a worker thread, which needs the GIL
+the flush holds: there the flush costs what an inline end would.
 Span for span, the ids, parents, start and end times, attributes, status and metric
 points are those an inline end gives (``tests/telemetry/test_deferred.py``, with one
 injected clock). Nothing is left queued where a caller looks: the end of a session
@@ -222,11 +225,11 @@ def _end(op: _End, inline: bool) -> None:
     _pending.append(op)
     if _scheduled is not loop:
         _scheduled = loop
-        # A timer due now, not call_soon: it runs on the loop's next iteration after the
-        # callbacks already ready and the I/O that iteration polls. The next model call's
-        # request is written by such a callback (aiohttp writes it from a task of its
-        # own), so the flush runs while the loop waits for the answer, not before the
-        # request goes out.
+        # A timer due now, not call_soon: it runs on the loop's next iteration, after the
+        # callbacks already ready and the I/O that iteration polls. So a session that
+        # yields once more before its next request goes out (a lock's checkpoint, a writer
+        # task: aiohttp wrote from one) has sent it when the flush runs, and the flush runs
+        # while the session waits for the answer.
         loop.call_later(0, flush)
 
 
