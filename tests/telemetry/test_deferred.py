@@ -1,7 +1,7 @@
 """managedloop.otel's deferred span ends: the same spans and metrics as inline ends.
 
 A turn's and a tool call's span end (its stop attributes, status, ``end()`` and histogram
-records) is queued and run on the event loop's next iteration instead of inline; the
+records) is queued and run when the session's task next yields instead of inline; the
 span's start and its being current stay inline. Pinned here:
 
 * with one injected clock (the SDK's and the bridge's) and deterministic span ids, a
@@ -191,7 +191,7 @@ def _stopped_loop_with_a_queued_end(name: str) -> None:
 
     def step() -> None:
         _queue_one_tool_end(name)
-        loop.stop()  # this iteration is the last: the flush's timer never runs
+        loop.stop()  # this iteration is the last: the flush callback never runs
 
     loop.call_soon(step)
     loop.run_forever()
