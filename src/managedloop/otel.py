@@ -42,12 +42,39 @@ synchronously in the emitting task, and a span's ``start`` and ``stop``/``except
 emitted in the same context (:mod:`managedloop.telemetry`). On ``start`` the bridge opens
 the span and makes it the current one (``context.attach``); on ``stop`` it detaches and
 ends it. The session driver emits ``session.turn`` around the host's I/O, so HTTP client
-instrumentations (httpx for the ``anthropic`` SDK, aiohttp for Local and AgentCore,
+instrumentations (httpx for the ``anthropic`` SDK, aiohttp for AgentCore's data plane,
 botocore's control calls, which run in worker threads that copy the context) parent their
-spans under ``chat``; ``tool`` is emitted around the call in the task that runs it, and
+spans under ``chat`` (Local's own transport has no instrumentation; its requests run with
+``chat`` current too); ``tool`` is emitted around the call in the task that runs it, and
 anyio copies the context into the worker thread of a sync tool. The span tree of a two-tool
 session on every host, the HTTP parents and a tool's own span under ``execute_tool`` are
 pinned in ``tests/telemetry/test_otel.py``; the cost, in ``bench/otel.py``.
+
+Deferred ends (what keeps the SDK's work off a session's critical path): a span's start
+and its being current are inline, so its children parent correctly; the rest of a
+``chat`` or ``execute_tool`` span's end -- its stop attributes and status, ``end()`` with
+the time the operation ended, and its histogram records, made in the context the span
+stopped in (an exemplar names the span current then) -- is queued and run by one
+``call_soon`` callback per batch, when the session's task next yields: on Local that is
+once its next request is written, so the work runs while the session waits for the
+model's answer. A host whose client yields before writing (an HTTP pool's lock, a writer
+task) gets the flush before its request goes out, and a sync tool's worker thread needs
+the GIL the flush holds: there the flush costs what an inline end would.
+Span for span, the ids, parents, start and end times, attributes, status and metric
+points are those an inline end gives (``tests/telemetry/test_deferred.py``, with one
+injected clock). Nothing is left queued where a caller looks: the end of a session
+request (``invoke_agent``) and every failure flush the queue and end inline, so every
+span of a request has reached the span processors when ``ml.run`` returns or raises; a
+tool call with no session span around it (``contrib.temporal``'s activities) ends inline;
+:func:`flush` ends what is queued (call it before reading an exporter from inside a
+running session, e.g. in a tool); :func:`uninstrument`, a new :func:`instrument` and the
+interpreter's exit flush; ends queued on a loop that stopped before their flush ran are
+ended by the next flush on any loop. Without a running asyncio loop (trio, a plain
+thread) every end is inline. What a span processor sees differs in one way: the
+``on_end`` of a ``chat`` or ``execute_tool`` span runs up to one loop iteration later,
+from a loop callback. Deferral moves work, it does not remove it: the process's CPU time
+is not lower (a little higher: the queue, and one loop callback per batch), and a session's
+latency gains only when a core is free to run the flush while it waits.
 
 Limits: instrumenting or uninstrumenting while a session runs leaves that session's open
 spans as they were (a stop with no start is ignored; a start whose stop is no longer
@@ -60,11 +87,16 @@ time (the ``otel`` extra); ``import managedloop`` never imports this module.
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import json
+import logging
+import os
 import threading
-from collections.abc import Mapping
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
@@ -82,7 +114,9 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in every
 
 from managedloop import telemetry
 
-__all__ = ["TOOL_DURATION", "instrument", "instrumented", "uninstrument"]
+__all__ = ["TOOL_DURATION", "flush", "instrument", "instrumented", "uninstrument"]
+
+logger = logging.getLogger("managedloop.otel")
 
 TOOL_DURATION = "managedloop.tool.duration"
 
@@ -91,22 +125,19 @@ _INVOKE_AGENT = gen_ai.GenAiOperationNameValues.INVOKE_AGENT.value
 _CHAT = gen_ai.GenAiOperationNameValues.CHAT.value
 _EXECUTE_TOOL = gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value
 _ANTHROPIC = gen_ai.GenAiProviderNameValues.ANTHROPIC.value
-_TOKEN_TYPES = (
-    (gen_ai.GenAiTokenTypeValues.INPUT.value, "input_tokens"),
-    (gen_ai.GenAiTokenTypeValues.COMPLETION.value, "output_tokens"),
-)
+_INPUT = gen_ai.GenAiTokenTypeValues.INPUT.value
+_OUTPUT = gen_ai.GenAiTokenTypeValues.COMPLETION.value
+_OPERATION = gen_ai.GEN_AI_OPERATION_NAME
+_PROVIDER = gen_ai.GEN_AI_PROVIDER_NAME
+_MODEL = gen_ai.GEN_AI_REQUEST_MODEL
+_CONVERSATION = gen_ai.GEN_AI_CONVERSATION_ID
+_TOOL_NAME = gen_ai.GEN_AI_TOOL_NAME
+_TOOL_CALL_ID = gen_ai.GEN_AI_TOOL_CALL_ID
+_INPUT_TOKENS = gen_ai.GEN_AI_USAGE_INPUT_TOKENS
+_OUTPUT_TOKENS = gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS
+_FINISH_REASONS = gen_ai.GEN_AI_RESPONSE_FINISH_REASONS
 # The attributes a metric point keeps (the span's identifying ones are too many series).
-_METRIC_KEYS = (
-    gen_ai.GEN_AI_OPERATION_NAME,
-    gen_ai.GEN_AI_PROVIDER_NAME,
-    gen_ai.GEN_AI_REQUEST_MODEL,
-    gen_ai.GEN_AI_TOOL_NAME,
-)
-_EVENTS = [
-    telemetry.PREFIX + f"{kind}.{phase}"
-    for kind in ("session.request", "session.turn", "tool")
-    for phase in ("start", "stop", "exception")
-]
+_METRIC_KEYS = (_OPERATION, _PROVIDER, _MODEL, _TOOL_NAME)
 # The managed hosts run the agent remotely (a CLIENT span); Local runs it in process.
 _REMOTE_AGENT = frozenset({"claude", "agentcore"})
 _PROVIDER_NAMES = {
@@ -114,6 +145,9 @@ _PROVIDER_NAMES = {
     "agentcore": gen_ai.GenAiProviderNameValues.AWS_BEDROCK.value,
     "local": gen_ai.GenAiProviderNameValues.OPENAI.value,  # the Chat Completions API
 }
+# Span shapes cached per (host, model) or (host, tool): a session's turns and tool calls
+# repeat the same few. Bounded: cleared when a process sees more shapes than this.
+_SHAPES_MAX = 512
 
 
 def _provider_name(host: Any, model: Any) -> str:
@@ -122,22 +156,101 @@ def _provider_name(host: Any, model: Any) -> str:
     return _PROVIDER_NAMES.get(host, str(host))
 
 
-@dataclass(slots=True)
-class _Open:
-    kind: str
-    span: trace.Span
-    token: Any  # the otel context token that made ``span`` current
-    attrs: dict[str, Any]  # the metric attributes
+def _metric_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: attrs[k] for k in _METRIC_KEYS if k in attrs}
 
 
-# The spans this context opened and has not ended yet, innermost last. A context variable:
-# each task (each concurrent tool call) has its own stack.
-_stack: ContextVar[tuple[_Open, ...]] = ContextVar("managedloop_otel_spans", default=())
+# -- deferred span ends ------------------------------------------------------------------
+
+# What a span's end does besides the end itself: (histogram, value, attributes) records,
+# made in the otel context current when the span stopped (its parent's: an exemplar links
+# a measurement to the span current then, and a deferred record runs elsewhere).
+_Records = tuple[tuple[Any, float, Mapping[str, Any]], ...]
+# One queued end: (span, attributes to set, error type or None, end time in ns or None
+# for "now", records, the context to record them in).
+_End = tuple[trace.Span, Mapping[str, Any] | None, str | None, int | None, _Records, Any]
+
+# Ends waiting for the event loop's next turn (see the module docstring); any thread may
+# append or drain (deque's append and popleft are atomic), and every op runs once.
+_pending: deque[_End] = deque()
+# The loop a flush is scheduled on (``None``: none is): one call_soon per batch.
+_scheduled: asyncio.AbstractEventLoop | None = None
+# False: end every span inline, as it stops (the tests compare both ways).
+_defer = True
+# The SDK's clock (``opentelemetry.sdk.trace`` ends a span at ``time.time_ns()``): a
+# deferred end is stamped with it when the operation ends. Tests inject one clock for both.
+_time_ns: Callable[[], int] = time.time_ns
 
 
-def _set(attrs: dict[str, Any], key: str, value: Any) -> None:
-    if value is not None:
-        attrs[key] = value
+def _finish(op: _End) -> None:
+    span, attrs, error, end_time, records, context = op
+    if attrs:
+        span.set_attributes(attrs)  # one call: the SDK takes its span lock per call
+    if error is not None:
+        span.set_status(Status(StatusCode.ERROR, error))
+    span.end(end_time=end_time)
+    for histogram, value, attributes in records:
+        histogram.record(value, attributes, context)
+
+
+def flush() -> None:
+    """End now every span whose end is still queued, and record its metrics.
+
+    The bridge calls it itself wherever a caller could look: when a session request ends
+    (so the spans of a request are exported, or handed to the span processor, by the time
+    ``ml.run`` returns), on every failure, on :func:`uninstrument` and at exit. Call it
+    before you read an exporter while a session is still running (e.g. from a tool).
+    """
+    global _scheduled
+    _scheduled = None
+    while _pending:
+        try:
+            op = _pending.popleft()
+        except IndexError:  # another thread took the last one
+            return
+        try:
+            _finish(op)
+        except Exception:
+            logger.exception("a span processor or metric reader failed ending a span")
+
+
+def _end(op: _End, inline: bool) -> None:
+    """End a span now (``inline``: nobody would flush it soon) or at the loop's next turn."""
+    global _scheduled
+    loop = asyncio._get_running_loop()
+    if inline or loop is None:  # no asyncio loop (a thread, trio): nothing to wait for
+        flush()  # what was queued before this span ended ends before it
+        _finish(op)
+        return
+    _pending.append(op)
+    if _scheduled is not loop:
+        _scheduled = loop
+        # call_soon: the flush runs when the session's task next yields -- on Local, once
+        # its next request is written, so while it waits for the answer. (A timer due at
+        # once would also cover a host that yields once before writing, but asyncio's
+        # timer heap made it ~35k instructions per request against ~8k, by callgrind.)
+        loop.call_soon(flush)
+
+
+def _forget_in_child() -> None:
+    """A forked child must not end its parent's queued spans again (the parent does)."""
+    global _scheduled
+    _pending.clear()
+    _scheduled = None
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
+# -- the bridge --------------------------------------------------------------------------
+
+# A span this context opened and has not ended yet: (kind, span, the otel context token
+# that made it current, its metric attributes, the enclosing node or None, the otel
+# context it was opened in, which detaching the token makes current again). A context
+# variable: each task (each concurrent tool call) has its own chain.
+_Node = tuple[str, trace.Span, Any, Any, Any, Any]
+_stack: ContextVar[_Node | None] = ContextVar("managedloop_otel_spans", default=None)
 
 
 def _json(value: Any) -> str:
@@ -163,8 +276,41 @@ def _input_messages(content: Any) -> str | None:
     return _json(messages)
 
 
+def _seconds(m: Mapping[str, Any]) -> float:
+    value = m.get("duration")
+    if type(value) is float:  # always, from managedloop.telemetry.span
+        return value
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def _stop_attributes(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Usage and finish reason of a request or turn (a key the event lacks is left out)."""
+    attrs: dict[str, Any] = {}
+    value = meta.get("input_tokens")
+    if isinstance(value, int):
+        attrs[_INPUT_TOKENS] = value
+    value = meta.get("output_tokens")
+    if isinstance(value, int):
+        attrs[_OUTPUT_TOKENS] = value
+    reason = meta.get("stop_reason")
+    if type(reason) is str and reason:  # the usual case, without an ABC check
+        attrs[_FINISH_REASONS] = (reason,)
+        return attrs
+    if isinstance(reason, Mapping):  # Claude's stop_reason object: {"type": ...}
+        reason = reason.get("type")
+    if not isinstance(reason, str) or not reason:
+        reason = meta.get("terminal")
+    if isinstance(reason, str):
+        attrs[_FINISH_REASONS] = (reason,)
+    return attrs
+
+
 class _Bridge:
-    """The telemetry listener: events in, spans and measurements out."""
+    """The telemetry listeners: events in, spans and measurements out.
+
+    Each event has a listener of its own (no dispatch per event), and the attributes a
+    span shares with the other turns or calls of its shape are built once (``_shapes``).
+    """
 
     def __init__(self, tracer: trace.Tracer, meter: metrics.Meter, capture: bool) -> None:
         self.tracer = tracer
@@ -174,163 +320,221 @@ class _Bridge:
         self.tool_duration = meter.create_histogram(
             TOOL_DURATION, unit="s", description="Duration of custom tool calls."
         )
-        self._dispatch = {
-            telemetry.PREFIX + "session.request.start": self._request_start,
-            telemetry.PREFIX + "session.turn.start": self._turn_start,
-            telemetry.PREFIX + "tool.start": self._tool_start,
-            telemetry.PREFIX + "session.request.stop": self._request_stop,
-            telemetry.PREFIX + "session.turn.stop": self._turn_stop,
-            telemetry.PREFIX + "tool.stop": self._tool_stop,
-        }
+        # (kind, host, model or tool) -> (span name, start attributes, metric attributes)
+        self._shapes: dict[tuple[str, Any, Any], tuple[str, dict[str, Any], Any]] = {}
 
-    def __call__(self, name: str, measurements: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        handler = self._dispatch.get(name)
-        if handler is not None:
-            handler(measurements, meta)
-        else:  # an ``.exception``
-            self._failed(name.removeprefix(telemetry.PREFIX).rsplit(".", 1)[0], measurements, meta)
+    def listeners(self) -> dict[str, telemetry.Listener]:
+        p = telemetry.PREFIX
+        return {
+            p + "session.request.start": self.request_start,
+            p + "session.request.stop": self.request_stop,
+            p + "session.request.exception": self.request_failed,
+            p + "session.turn.start": self.turn_start,
+            p + "session.turn.stop": self.turn_stop,
+            p + "session.turn.exception": self.turn_failed,
+            p + "tool.start": self.tool_start,
+            p + "tool.stop": self.tool_stop,
+            p + "tool.exception": self.tool_failed,
+        }
 
     # -- opening -----------------------------------------------------------------------
 
-    def _open(self, kind: str, name: str, span_kind: SpanKind, attrs: dict[str, Any]) -> None:
-        span = self.tracer.start_span(name, kind=span_kind, attributes=attrs)
-        token = otel_context.attach(trace.set_span_in_context(span))
-        metric_attrs = {k: attrs[k] for k in _METRIC_KEYS if k in attrs}
-        _stack.set((*_stack.get(), _Open(kind, span, token, metric_attrs)))
+    def _open(
+        self, kind: str, name: str, span_kind: SpanKind, attrs: dict[str, Any], metric: Any
+    ) -> None:
+        parent = otel_context.get_current()
+        # Positional: the API's order, and cheaper than keywords on every span.
+        span = self.tracer.start_span(name, parent, span_kind, attrs)
+        token = otel_context.attach(trace.set_span_in_context(span, parent))
+        _stack.set((kind, span, token, metric, _stack.get(), parent))
 
-    def _base(self, op: str, meta: Mapping[str, Any]) -> dict[str, Any]:
+    def _shape(self, kind: str, host: Any, key: Any) -> tuple[str, dict[str, Any], Any]:
+        """(span name, start attributes, metric attributes) of a turn or a tool call."""
+        attrs: dict[str, Any]
+        if kind == "session.turn":
+            attrs = {_OPERATION: _CHAT, _PROVIDER: _provider_name(host, key)}
+            if key is not None:
+                attrs[_MODEL] = key
+            name = f"{_CHAT} {key}" if key else _CHAT
+            point = _metric_attributes(attrs)
+            metric: Any = (
+                point,
+                {**point, gen_ai.GEN_AI_TOKEN_TYPE: _INPUT},
+                {**point, gen_ai.GEN_AI_TOKEN_TYPE: _OUTPUT},
+            )
+        else:  # a tool
+            attrs = {_OPERATION: _EXECUTE_TOOL, _PROVIDER: _provider_name(host, None)}
+            if key is not None:
+                attrs[_TOOL_NAME] = key
+            attrs[gen_ai.GEN_AI_TOOL_TYPE] = "function"
+            name = f"{_EXECUTE_TOOL} {key}" if key else _EXECUTE_TOOL
+            metric = _metric_attributes(attrs)
+        if len(self._shapes) >= _SHAPES_MAX:
+            self._shapes.clear()
+        shape = self._shapes[kind, host, key] = (name, attrs, metric)
+        return shape
+
+    def request_start(self, _n: str, _m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+        host, model, agent = meta.get("provider"), meta.get("model"), meta.get("agent")
         attrs: dict[str, Any] = {
-            gen_ai.GEN_AI_OPERATION_NAME: op,
-            gen_ai.GEN_AI_PROVIDER_NAME: _provider_name(meta.get("provider"), meta.get("model")),
+            _OPERATION: _INVOKE_AGENT,
+            _PROVIDER: _provider_name(host, model),
         }
-        _set(attrs, gen_ai.GEN_AI_CONVERSATION_ID, meta.get("session_id"))
-        return attrs
-
-    def _request_start(self, _m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        attrs = self._base(_INVOKE_AGENT, meta)
-        _set(attrs, gen_ai.GEN_AI_AGENT_NAME, meta.get("agent"))
-        _set(attrs, gen_ai.GEN_AI_AGENT_ID, meta.get("agent_id"))
-        _set(attrs, gen_ai.GEN_AI_REQUEST_MODEL, meta.get("model"))
-        agent = meta.get("agent")
+        for key, value in (
+            (_CONVERSATION, meta.get("session_id")),
+            (gen_ai.GEN_AI_AGENT_NAME, agent),
+            (gen_ai.GEN_AI_AGENT_ID, meta.get("agent_id")),
+            (_MODEL, model),
+        ):
+            if value is not None:
+                attrs[key] = value
         name = f"{_INVOKE_AGENT} {agent}" if agent else _INVOKE_AGENT
-        remote = meta.get("provider") in _REMOTE_AGENT
-        self._open("session.request", name, SpanKind.CLIENT if remote else SpanKind.INTERNAL, attrs)
+        kind = SpanKind.CLIENT if host in _REMOTE_AGENT else SpanKind.INTERNAL
+        self._open("session.request", name, kind, attrs, _metric_attributes(attrs))
 
-    def _turn_start(self, _m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        attrs = self._base(_CHAT, meta)
-        model = meta.get("model")
-        _set(attrs, gen_ai.GEN_AI_REQUEST_MODEL, model)
+    # The turn and tool listeners run for every model call and tool call: they inline
+    # what the request's call helpers for (one function call costs about what a dict
+    # lookup and a tuple do together).
+
+    def turn_start(self, _n: str, _m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+        host, model = meta.get("provider"), meta.get("model")
+        shape = self._shapes.get(("session.turn", host, model))
+        if shape is None:
+            shape = self._shape("session.turn", host, model)
+        attrs = shape[1].copy()
+        session_id = meta.get("session_id")
+        if session_id is not None:
+            attrs[_CONVERSATION] = session_id
         if self.capture:
-            _set(attrs, gen_ai.GEN_AI_INPUT_MESSAGES, _input_messages(meta.get("input")))
-        name = f"{_CHAT} {model}" if model else _CHAT
-        self._open("session.turn", name, SpanKind.CLIENT, attrs)
+            messages = _input_messages(meta.get("input"))
+            if messages is not None:
+                attrs[gen_ai.GEN_AI_INPUT_MESSAGES] = messages
+        parent = otel_context.get_current()
+        span = self.tracer.start_span(shape[0], parent, SpanKind.CLIENT, attrs)
+        token = otel_context.attach(trace.set_span_in_context(span, parent))
+        _stack.set(("session.turn", span, token, shape[2], _stack.get(), parent))
 
-    def _tool_start(self, _m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        attrs = self._base(_EXECUTE_TOOL, meta)
-        tool = meta.get("tool")
-        _set(attrs, gen_ai.GEN_AI_TOOL_NAME, tool)
-        _set(attrs, gen_ai.GEN_AI_TOOL_CALL_ID, meta.get("tool_use_id") or None)
-        attrs[gen_ai.GEN_AI_TOOL_TYPE] = "function"
+    def tool_start(self, _n: str, _m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+        host, tool = meta.get("provider"), meta.get("tool")
+        shape = self._shapes.get(("tool", host, tool))
+        if shape is None:
+            shape = self._shape("tool", host, tool)
+        attrs = shape[1].copy()
+        session_id = meta.get("session_id")
+        if session_id is not None:
+            attrs[_CONVERSATION] = session_id
+        call_id = meta.get("tool_use_id")
+        if call_id:
+            attrs[_TOOL_CALL_ID] = call_id
         if self.capture and "arguments" in meta:
             attrs[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS] = _json(meta["arguments"])
-        name = f"{_EXECUTE_TOOL} {tool}" if tool else _EXECUTE_TOOL
-        self._open("tool", name, SpanKind.INTERNAL, attrs)
+        parent = otel_context.get_current()
+        span = self.tracer.start_span(shape[0], parent, SpanKind.INTERNAL, attrs)
+        token = otel_context.attach(trace.set_span_in_context(span, parent))
+        _stack.set(("tool", span, token, shape[2], _stack.get(), parent))
 
     # -- closing -----------------------------------------------------------------------
 
-    def _close(self, kind: str) -> _Open | None:
-        stack = _stack.get()
-        if not stack or stack[-1].kind != kind:
+    @staticmethod
+    def _close(kind: str) -> _Node | None:
+        node = _stack.get()
+        if node is None or node[0] != kind:
             return None  # instrumented after this span started: nothing to end
-        _stack.set(stack[:-1])
-        top = stack[-1]
-        otel_context.detach(top.token)
-        return top
+        _stack.set(node[4])
+        otel_context.detach(node[2])
+        return node
 
-    def _request_stop(self, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        top = self._close("session.request")
-        if top is None:
+    def request_stop(self, _n: str, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+        node = self._close("session.request")
+        if node is None:
             return
-        span = top.span
+        end = _time_ns() if _defer else None  # stamped before the flush below
         attrs = _stop_attributes(meta)
-        _set(attrs, gen_ai.GEN_AI_CONVERSATION_ID, meta.get("session_id"))
-        span.set_attributes(attrs)  # one call: the SDK takes its span lock per call
-        span.end()
-        self.duration.record(_seconds(m), top.attrs)
+        session_id = meta.get("session_id")
+        if session_id is not None:
+            attrs[_CONVERSATION] = session_id
+        # The end of a request is where a caller looks: never deferred.
+        records = ((self.duration, _seconds(m), node[3]),)
+        _end((node[1], attrs, None, end, records, node[5]), True)
 
-    def _turn_stop(self, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        top = self._close("session.turn")
-        if top is None:
-            return
-        span = top.span
+    def turn_stop(self, _n: str, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+        node = _stack.get()
+        if node is None or node[0] != "session.turn":
+            return  # instrumented after this span started: nothing to end
+        _stack.set(node[4])
+        otel_context.detach(node[2])
+        end = _time_ns() if _defer else None
         attrs = _stop_attributes(meta)
         if self.capture and meta.get("output") is not None:
             output = [{"role": "assistant", "parts": [{"type": "text", "content": meta["output"]}]}]
             attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = _json(output)
-        span.set_attributes(attrs)
-        span.end()
-        self.duration.record(_seconds(m), top.attrs)
-        for token_type, key in _TOKEN_TYPES:
-            count = meta.get(key)
-            if isinstance(count, int):
-                self.tokens.record(count, {**top.attrs, gen_ai.GEN_AI_TOKEN_TYPE: token_type})
-
-    def _tool_stop(self, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        top = self._close("tool")
-        if top is None:
-            return
-        span = top.span
-        attrs = top.attrs
-        if meta.get("is_error"):
-            span.set_attribute(ERROR_TYPE, "tool_error")
-            span.set_status(Status(StatusCode.ERROR, "tool_error"))
-            attrs = {**attrs, ERROR_TYPE: "tool_error"}
-        if self.capture and "result" in meta:
-            span.set_attribute(gen_ai.GEN_AI_TOOL_CALL_RESULT, str(meta["result"]))
-        span.end()
-        self.tool_duration.record(_seconds(m), attrs)
-
-    def _failed(self, kind: str, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        top = self._close(kind)
-        if top is None:
-            return
-        error = str(meta.get("code") or meta.get("kind") or "error")
-        top.span.set_attribute(ERROR_TYPE, error)
-        top.span.set_status(Status(StatusCode.ERROR, error))
-        top.span.end()
-        attrs = {**top.attrs, ERROR_TYPE: error}
-        if kind == "tool":
-            self.tool_duration.record(_seconds(m), attrs)
+        metric, tokens_in, tokens_out = node[3]
+        seconds = m.get("duration")
+        if type(seconds) is not float:
+            seconds = _seconds(m)
+        count_in, count_out = meta.get("input_tokens"), meta.get("output_tokens")
+        records: _Records
+        if type(count_in) is int and type(count_out) is int:  # the usual case
+            records = (
+                (self.duration, seconds, metric),
+                (self.tokens, count_in, tokens_in),
+                (self.tokens, count_out, tokens_out),
+            )
         else:
-            self.duration.record(_seconds(m), attrs)
+            records = ((self.duration, seconds, metric),)
+            if isinstance(count_in, int):
+                records += ((self.tokens, count_in, tokens_in),)
+            if isinstance(count_out, int):
+                records += ((self.tokens, count_out, tokens_out),)
+        _end((node[1], attrs, None, end, records, node[5]), not _defer or node[4] is None)
 
+    def tool_stop(self, _n: str, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+        node = _stack.get()
+        if node is None or node[0] != "tool":
+            return  # instrumented after this span started: nothing to end
+        _stack.set(node[4])
+        otel_context.detach(node[2])
+        end = _time_ns() if _defer else None
+        attrs: dict[str, Any] | None = None
+        error = None
+        metric = node[3]
+        if meta.get("is_error"):
+            error = "tool_error"
+            attrs = {ERROR_TYPE: error}
+            metric = {**metric, ERROR_TYPE: error}
+        if self.capture and "result" in meta:
+            attrs = {**(attrs or {}), gen_ai.GEN_AI_TOOL_CALL_RESULT: str(meta["result"])}
+        seconds = m.get("duration")
+        if type(seconds) is not float:
+            seconds = _seconds(m)
+        records = ((self.tool_duration, seconds, metric),)
+        # A tool call outside any session span (contrib.temporal's activities): inline.
+        _end((node[1], attrs, error, end, records, node[5]), not _defer or node[4] is None)
 
-def _seconds(m: Mapping[str, Any]) -> float:
-    value = m.get("duration")
-    return float(value) if isinstance(value, int | float) else 0.0
+    def _failed(
+        self, kind: str, histogram: Any, m: Mapping[str, Any], meta: Mapping[str, Any]
+    ) -> None:
+        node = self._close(kind)
+        if node is None:
+            return
+        end = _time_ns() if _defer else None
+        error = str(meta.get("code") or meta.get("kind") or "error")
+        metric = node[3][0] if kind == "session.turn" else node[3]
+        records = ((histogram, _seconds(m), {**metric, ERROR_TYPE: error}),)
+        _end((node[1], {ERROR_TYPE: error}, error, end, records, node[5]), True)  # inline
 
+    def request_failed(self, _n: str, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+        self._failed("session.request", self.duration, m, meta)
 
-def _stop_attributes(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """Usage and finish reason of a request or turn (a key the event lacks is left out)."""
-    attrs: dict[str, Any] = {}
-    value = meta.get("input_tokens")
-    if isinstance(value, int):
-        attrs[gen_ai.GEN_AI_USAGE_INPUT_TOKENS] = value
-    value = meta.get("output_tokens")
-    if isinstance(value, int):
-        attrs[gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS] = value
-    reason = meta.get("stop_reason")
-    if isinstance(reason, Mapping):  # Claude's stop_reason object: {"type": ...}
-        reason = reason.get("type")
-    if not isinstance(reason, str) or not reason:
-        reason = meta.get("terminal")
-    if isinstance(reason, str):
-        attrs[gen_ai.GEN_AI_RESPONSE_FINISH_REASONS] = (reason,)
-    return attrs
+    def turn_failed(self, _n: str, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+        self._failed("session.turn", self.duration, m, meta)
+
+    def tool_failed(self, _n: str, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+        self._failed("tool", self.tool_duration, m, meta)
 
 
 _lock = threading.Lock()
-_attachment: telemetry.Attachment | None = None
+_attachments: list[telemetry.Attachment] = []
 
 
 def _version() -> str:
@@ -351,30 +555,42 @@ def instrument(
     ``None`` providers mean the global ones (``opentelemetry.trace.set_tracer_provider``).
     Calling it again replaces the previous instrumentation.
     """
-    global _attachment
     version = _version()
     tracer = trace.get_tracer("managedloop", version, tracer_provider=tracer_provider)
     meter = metrics.get_meter("managedloop", version, meter_provider=meter_provider)
     bridge = _Bridge(tracer, meter, bool(capture_content))
     with _lock:
-        if _attachment is not None:
-            telemetry.detach(_attachment)
-        _attachment = telemetry.attach(bridge, _EVENTS)
+        _detach()
+        _attachments.extend(
+            telemetry.attach(listener, [name]) for name, listener in bridge.listeners().items()
+        )
         telemetry.set_capture_content(bool(capture_content))
+    # Registered again on every call, so the exit flush runs before the shutdown of a
+    # provider made before this call (atexit runs the last registered first).
+    atexit.unregister(flush)
+    atexit.register(flush)
+
+
+def _detach() -> bool:
+    flush()  # the previous instrumentation's queued ends
+    if not _attachments:
+        return False
+    for attachment in _attachments:
+        telemetry.detach(attachment)
+    _attachments.clear()
+    return True
 
 
 def uninstrument() -> bool:
-    """Stop emitting spans and metrics; ``False`` if nothing was instrumented."""
-    global _attachment
+    """Stop emitting spans and metrics; ``False`` if nothing was instrumented. Queued
+    span ends are flushed first."""
     with _lock:
-        if _attachment is None:
+        if not _detach():
             return False
-        telemetry.detach(_attachment)
-        _attachment = None
         telemetry.set_capture_content(False)
         return True
 
 
 def instrumented() -> bool:
     """Whether :func:`instrument` is in force."""
-    return _attachment is not None
+    return bool(_attachments)

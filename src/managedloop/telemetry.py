@@ -143,6 +143,19 @@ TABLE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 Listener = Callable[[str, Mapping[str, Any], Mapping[str, Any]], None]
 
+# Short name -> full name, and span name -> (its start, stop, exception) full names: built
+# once, so emitting an event concatenates no strings.
+_FULL: dict[str, str] = {name.removeprefix(PREFIX): name for name in EVENTS}
+_PHASES: dict[str, tuple[str, str, str]] = {
+    name[: -len(".start")]: (
+        name,
+        name[: -len("start")] + "stop",
+        name[: -len("start")] + "exception",
+    )
+    for name in _FULL
+    if name.endswith(".start")
+}
+
 
 @dataclass(frozen=True, slots=True)
 class Attachment:
@@ -156,9 +169,15 @@ _lock = threading.Lock()
 # The tags of the session working in this context (see session_scope); emit merges them.
 _scope: ContextVar[Mapping[str, Any] | None] = ContextVar("managedloop_telemetry", default=None)
 _content = False
-# Copy-on-write: emit() reads a dict that is replaced, never mutated, so it needs no lock.
-_by_event: dict[str, tuple[Attachment, ...]] = {}
+# Copy-on-write: emit() reads structures that are replaced, never mutated, so it needs no
+# lock. Keyed by short name ("tool.stop"): (full name, listeners) of each event that has
+# listeners.
+_by_event: dict[str, tuple[str, tuple[Listener, ...]]] = {}
+_on: frozenset[str] = frozenset()  # the short names with a listener (enabled)
+_spans_on: frozenset[str] = frozenset()  # the span names with a listener (span_enabled)
 _attachments: tuple[Attachment, ...] = ()
+# A clock patchable in tests (durations); system_time stays the wall clock.
+_perf_counter = time.perf_counter
 
 
 def attach(listener: Listener, events: list[str] | None = None) -> Attachment:
@@ -187,24 +206,27 @@ def detach(attachment: Attachment) -> bool:
 
 
 def _rebuild() -> None:
-    global _by_event
-    _by_event = {
-        name: tuple(a for a in _attachments if a.events is None or name in a.events)
-        for name in EVENTS
+    global _by_event, _on, _spans_on
+    by_event = {
+        short: (
+            full,
+            tuple(a.listener for a in _attachments if a.events is None or full in a.events),
+        )
+        for short, full in _FULL.items()
     }
-    _by_event = {k: v for k, v in _by_event.items() if v}
+    _by_event = {k: v for k, v in by_event.items() if v[1]}
+    _on = frozenset(_by_event)
+    _spans_on = frozenset(span for span, names in _PHASES.items() if _on & set(names))
 
 
 def enabled(name: str) -> bool:
     """Whether anything listens to ``name`` (so callers can skip building metadata)."""
-    return bool(_by_event) and PREFIX + name in _by_event
+    return name in _on
 
 
 def span_enabled(name: str) -> bool:
     """Whether anything listens to ``name.start``, ``name.stop`` or ``name.exception``."""
-    return bool(_by_event) and (
-        enabled(name + ".start") or enabled(name + ".stop") or enabled(name + ".exception")
-    )
+    return name in _spans_on
 
 
 def capture_content() -> bool:
@@ -240,6 +262,30 @@ def exit_scope(token: Token[Mapping[str, Any] | None]) -> None:
     _scope.reset(token)
 
 
+def _tags(caller: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """``caller``'s tags under the :func:`session_scope` tags in force (``None``: none).
+
+    The driver passes the session's tags as ``caller`` inside the session's own scope: the
+    same object, merged with nothing."""
+    scope = _scope.get()
+    if caller is None or caller is scope or not caller:
+        return scope
+    return {**caller, **scope} if scope else caller
+
+
+def _deliver(
+    full: str,
+    listeners: tuple[Listener, ...],
+    measurements: Mapping[str, Any],
+    meta: Mapping[str, Any],
+) -> None:
+    for listener in listeners:
+        try:
+            listener(full, measurements, meta)
+        except Exception:
+            logger.exception("telemetry listener %r failed on %s", listener, full)
+
+
 def emit(
     name: str,
     measurements: Mapping[str, Any] | None = None,
@@ -250,49 +296,90 @@ def emit(
     """Deliver one event. ``caller``'s tags, then the :func:`session_scope` tags in force
     (the session's: the caller's plus the library's ``provider``), are merged first, so
     library ``metadata`` wins."""
-    listeners = _by_event.get(PREFIX + name)
-    if not listeners:
+    entry = _by_event.get(name)
+    if entry is None:
         return
-    scope = _scope.get()
-    if scope:
-        caller = {**caller, **scope} if caller else scope
-    meta = {**caller, **(metadata or {})} if caller else dict(metadata or {})
-    for attachment in listeners:
-        try:
-            attachment.listener(PREFIX + name, measurements or {}, meta)
-        except Exception:
-            logger.exception("telemetry listener %r failed on %s", attachment.listener, name)
+    tags = _tags(caller)
+    meta = {**tags, **(metadata or {})} if tags else dict(metadata or {})
+    _deliver(entry[0], entry[1], measurements or {}, meta)
 
 
-@contextmanager
+class _Span:
+    """What :func:`span` returns: a class rather than a generator context manager, because
+    the session driver enters one per turn and per tool call (a generator-based one costs
+    several calls more on each side; the delivery loop is inlined for the same reason)."""
+
+    __slots__ = ("_caller", "_extra", "_meta", "_metadata", "_name", "_start")
+
+    def __init__(
+        self, name: str, metadata: Mapping[str, Any], caller: Mapping[str, Any] | None
+    ) -> None:
+        self._name = name
+        self._metadata = metadata
+        self._caller = caller
+        self._meta: dict[str, Any] | None = None
+
+    def __enter__(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        self._extra = extra
+        if self._name not in _spans_on:
+            return extra
+        # The metadata is merged with the tags once: the stop reuses it.
+        caller, scope = self._caller, _scope.get()
+        if caller and caller is not scope:
+            caller = {**caller, **scope} if scope else caller
+        else:
+            caller = scope
+        meta = self._meta = {**caller, **self._metadata} if caller else dict(self._metadata)
+        entry = _by_event.get(_PHASES[self._name][0])
+        if entry is not None:
+            full, listeners = entry
+            measurements = {"system_time": time.time()}
+            for listener in listeners:
+                try:
+                    listener(full, measurements, meta)
+                except Exception:
+                    logger.exception("telemetry listener %r failed on %s", listener, full)
+        self._start = _perf_counter()
+        return extra
+
+    def __exit__(
+        self, typ: type[BaseException] | None, exc: BaseException | None, _tb: object
+    ) -> None:
+        meta = self._meta
+        if meta is None:
+            return
+        measurements = {"duration": _perf_counter() - self._start}
+        if exc is None:
+            entry = _by_event.get(_PHASES[self._name][1])
+            if entry is None:
+                return
+            meta = {**meta, **self._extra}  # a new dict: a listener may keep the start's
+        else:
+            entry = _by_event.get(_PHASES[self._name][2])
+            if entry is None:
+                return
+            code = getattr(exc, "code", None)
+            meta = {
+                **meta,
+                **self._extra,
+                "kind": type(exc).__name__,
+                "code": code if isinstance(code, str) else None,
+            }
+        full, listeners = entry
+        for listener in listeners:
+            try:
+                listener(full, measurements, meta)
+            except Exception:
+                logger.exception("telemetry listener %r failed on %s", listener, full)
+
+
 def span(
     name: str, metadata: Mapping[str, Any], *, caller: Mapping[str, Any] | None = None
-) -> Iterator[dict[str, Any]]:
-    """Emit ``name.start``, then ``name.stop`` or ``name.exception`` with a ``duration``.
+) -> _Span:
+    """A context manager: emit ``name.start``, then ``name.stop`` or ``name.exception``
+    with a ``duration`` (the exception propagates).
 
-    Yields a dict the body may fill with extra stop metadata (e.g. ``status``).
+    It yields a dict the body may fill with extra stop metadata (e.g. ``status``).
     """
-    extra: dict[str, Any] = {}
-    if not span_enabled(name):
-        yield extra
-        return
-    emit(name + ".start", {"system_time": time.time()}, metadata, caller=caller)
-    start = time.perf_counter()
-    try:
-        yield extra
-    except BaseException as exc:
-        code = getattr(exc, "code", None)
-        failure = {"kind": type(exc).__name__, "code": code if isinstance(code, str) else None}
-        emit(
-            name + ".exception",
-            {"duration": time.perf_counter() - start},
-            {**metadata, **extra, **failure},
-            caller=caller,
-        )
-        raise
-    emit(
-        name + ".stop",
-        {"duration": time.perf_counter() - start},
-        {**metadata, **extra},
-        caller=caller,
-    )
+    return _Span(name, metadata, caller)

@@ -203,15 +203,21 @@ class _Driver:
             telemetry.emit("stream.event", None, meta, caller=self.p.caller)
 
     async def _traced_turn(self, input: TurnInput) -> TurnResult:
-        meta = {"turn": self.machine.turns, "model": self.p.model, **self._ids()}
-        if telemetry.capture_content():
+        content = telemetry.capture_content()
+        meta = {
+            "turn": self.machine.turns,
+            "model": self.p.model,
+            "provider": self.p.provider.name,
+            "session_id": self.conn.session_id,
+        }
+        if content:
             meta["input"] = _input_content(input)
         # The span is current while the host does its I/O, so a listener that makes it the
         # current trace span (managedloop.otel) parents the host's HTTP requests under it.
         with telemetry.span("session.turn", meta) as extra:
             result = await self._turn(input)
             extra.update(_turn_stop(result))
-            if telemetry.capture_content():
+            if content:
                 extra["output"] = result.text
         return result
 
