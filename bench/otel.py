@@ -4,30 +4,16 @@ The conversation of ``bench.local`` (a): 20 tool calls, 21 requests, against a c
 emulator in a child process. ``ml.run`` on ``Local`` uninstrumented ("off") versus
 instrumented with the OpenTelemetry SDK and an exporter that drops every span: once with a
 ``BatchSpanProcessor`` (what an application uses: spans are exported from a background
-thread) and once with a ``SimpleSpanProcessor`` (export at each span's end: the worst
-case), both with an SDK ``MeterProvider`` whose reader aggregates the three histograms.
-Runs interleave (instrument, run, uninstrument), medians per request are reported, and
-the ratio is against "off" measured in the same run. Target: <= 1.05x wall time.
+thread) and once with a ``SimpleSpanProcessor`` (export inline, at each span's end: the
+worst case), both with an SDK ``MeterProvider`` whose reader aggregates the three
+histograms. Runs interleave (instrument, run, uninstrument), medians per request are
+reported, and the ratio is against "off" measured in the same run. Target: <= 1.05x.
 
 A fourth variant instruments with the API's no-op tracer and meter providers: what the
-bridge itself costs per request, with no SDK behind it. A fifth is a control: the batch
-setup with every span ended inline (``managedloop.otel`` normally defers the end of a
-``chat`` or ``execute_tool`` span -- its attributes, ``end()`` and histogram records -- to
-the event loop's next iteration, which runs while the session waits for the model; see
-the module's docstring). The run also times, alone, the SDK work one request causes, split
-into what must run inline (starting the spans and making them current: children must
-parent under them) and what the bridge defers (ends and records).
-
-Read the two columns differently. Wall time is what a session waits; deferring moves the
-SDK's end-of-span work into time the client would spend waiting on I/O, so it lowers the
-wall figure when a core is free for it; on a machine whose cores are all busy it does not
-(the flush then competes with the emulator for a core), and the control shows it. Client
-CPU is what the process burns: deferring moves work, it does not remove any (it adds a
-little), so the CPU ratio stays well above 1.05x whatever the wall ratio does. The SDK's
-inline part (two span starts per request) is by itself about the whole 5 % wall budget,
-so the target is not met with the SDK. On a loaded machine both
-columns are noisy (the wall one most: it is the scheduler's as much as ours); compare the
-variants of one run, and run it several times.
+bridge itself costs per request, with no SDK behind it. The run also times, alone, the SDK
+work one request causes (its spans and histogram records), to split the added cost
+between the SDK and the bridge. On a loaded machine trust the client-CPU columns (the wall
+time is mostly the scheduler's).
 
 ``python -m bench otel``.
 """
@@ -90,14 +76,12 @@ async def _run(provider: Local) -> int:
 
 
 async def measure() -> dict[str, float]:
-    batch = _providers(BatchSpanProcessor)
     variants: dict[str, tuple[Any, Any] | None] = {
         "off": None,
         # the API's no-op providers: what the bridge itself costs, with no SDK behind it
         "bridge": (NoOpTracerProvider(), NoOpMeterProvider()),
-        "batch": batch,
+        "batch": _providers(BatchSpanProcessor),
         "simple": _providers(SimpleSpanProcessor),
-        "inline": batch,  # the control: every span ended inline (no deferred ends)
     }
     wall: dict[str, list[float]] = {name: [] for name in variants}
     cpu: dict[str, list[float]] = {name: [] for name in variants}
@@ -107,39 +91,36 @@ async def measure() -> dict[str, float]:
                 for name, providers in variants.items():
                     if providers is not None:
                         managedloop.otel.instrument(providers[0], meter_provider=providers[1])
-                    managedloop.otel._defer = name != "inline"  # the control ends inline
                     start, cpu_start = time.perf_counter(), time.process_time()
                     n = await _run(provider)
                     elapsed = time.perf_counter() - start
                     used = time.process_time() - cpu_start  # every thread: the batch one too
                     managedloop.otel.uninstrument()
-                    managedloop.otel._defer = True
                     assert n == TOOL_CALLS + 1, (name, n)
                     if run >= 3:
                         wall[name].append(elapsed / n)
                         cpu[name].append(used / n)
-    inline_floor, deferred_floor = _sdk_floor(*batch)
+    batch = variants["batch"]
+    assert batch is not None
+    floor = _sdk_floor(*batch)
     for providers in (variants["batch"], variants["simple"]):
         assert providers is not None
         providers[0].shutdown()
         providers[1].shutdown()
     out = {f"{name}_us": statistics.median(v) * 1e6 for name, v in wall.items()}
     out.update({f"{name}_cpu_us": statistics.median(v) * 1e6 for name, v in cpu.items()})
-    out["floor_inline_us"] = inline_floor * 1e6
-    out["floor_deferred_us"] = deferred_floor * 1e6
-    for name in ("bridge", "batch", "simple", "inline"):
-        out[f"{name}_ratio"] = out[f"{name}_us"] / out["off_us"]
-        out[f"{name}_cpu_ratio"] = out[f"{name}_cpu_us"] / out["off_cpu_us"]
+    out["floor_us"] = floor * 1e6
+    out["batch_ratio"] = out["batch_us"] / out["off_us"]
+    out["simple_ratio"] = out["simple_us"] / out["off_us"]
+    out["batch_cpu_ratio"] = out["batch_cpu_us"] / out["off_cpu_us"]
+    out["simple_cpu_ratio"] = out["simple_cpu_us"] / out["off_cpu_us"]
     return out
 
 
-def _sdk_floor(
-    tracer_provider: TracerProvider, meter_provider: MeterProvider
-) -> tuple[float, float]:
-    """Seconds per request of what the SDK itself does for one -- a ``chat`` and an
-    ``execute_tool`` span, plus 1/21 of an ``invoke_agent``, and four histogram records --
-    as (the inline part: start and make current; the part the bridge defers: set the stop
-    attributes, end, record). The part of the instrumented cost that is not ours."""
+def _sdk_floor(tracer_provider: TracerProvider, meter_provider: MeterProvider) -> float:
+    """Seconds per request of what the SDK itself does for one: a ``chat`` and an
+    ``execute_tool`` span (started, made current, ended; plus 1/21 of an ``invoke_agent``)
+    and four histogram records -- the part of the instrumented cost that is not ours."""
     tracer = tracer_provider.get_tracer("floor")
     meter = meter_provider.get_meter("floor")
     duration, tokens = meter.create_histogram("d"), meter.create_histogram("t")
@@ -150,57 +131,47 @@ def _sdk_floor(
         "gen_ai.conversation.id": "local_0123456789abcdef",
     }
     small = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai"}
-    stop = {"gen_ai.usage.input_tokens": 10, "gen_ai.response.finish_reasons": ("stop",)}
+
+    def one_span() -> None:
+        span = tracer.start_span("chat m", attributes=attrs)
+        token = otel_context.attach(trace.set_span_in_context(span))
+        span.set_attribute("gen_ai.usage.input_tokens", 10)
+        otel_context.detach(token)
+        span.end()
+
     n = 3000
-    inline = deferred = 0.0
+    start = time.perf_counter()
     for i in range(n):
-        t0 = time.perf_counter()
-        spans = []
-        for _ in range(3 if i % (TOOL_CALLS + 1) == 0 else 2):
-            span = tracer.start_span("chat m", attributes=attrs)
-            token = otel_context.attach(trace.set_span_in_context(span))
-            otel_context.detach(token)
-            spans.append(span)
-        t1 = time.perf_counter()
-        for span in spans:
-            span.set_attributes(stop)
-            span.end()
+        one_span()
+        one_span()
+        if i % (TOOL_CALLS + 1) == 0:
+            one_span()
         duration.record(0.001, small)
         tokens.record(10, {**small, "gen_ai.token.type": "input"})
         tokens.record(5, {**small, "gen_ai.token.type": "output"})
         duration.record(0.001, {"gen_ai.tool.name": "get_weather"})
-        t2 = time.perf_counter()
-        inline += t1 - t0
-        deferred += t2 - t1
-    return inline / n, deferred / n
+    return (time.perf_counter() - start) / n
 
 
 def main() -> None:
     r = asyncio.run(measure())
     print(f"(otel) per request over HTTP, {TOOL_CALLS} tool calls, medians of {RUNS} runs")
-    print("                                    wall us   x off   client CPU us   x off")
+    print("                               wall us   x off   client CPU us   x off")
     for name, label in (
         ("off", "off"),
         ("bridge", "instrumented, API no-op"),
         ("batch", "instrumented, batch no-op"),
         ("simple", "instrumented, simple no-op"),
-        ("inline", "control: batch, ends inline"),
     ):
         wall, cpu = r[f"{name}_us"], r[f"{name}_cpu_us"]
         print(
-            f"  {label:32s} {wall:8.1f}  {wall / r['off_us']:6.3f}  {cpu:13.1f}  "
+            f"  {label:27s} {wall:8.1f}  {wall / r['off_us']:6.3f}  {cpu:13.1f}  "
             f"{cpu / r['off_cpu_us']:6.3f}"
         )
     extra = r["batch_cpu_us"] - r["off_cpu_us"]
     print(
         f"  of the {extra:.1f} CPU us added per request, the SDK's own spans and records "
-        f"take {r['floor_inline_us'] + r['floor_deferred_us']:.1f} us measured alone: "
-        f"{r['floor_inline_us']:.1f} inline (starts), {r['floor_deferred_us']:.1f} deferred "
-        "(ends, records)"
-    )
-    print(
-        "  deferred ends move work off the critical path, they do not remove it: the CPU "
-        "ratio does not approach the target"
+        f"take {r['floor_us']:.1f} us (measured alone, same providers)"
     )
     verdict = "met" if r["batch_ratio"] <= TARGET else "NOT met"
     print(f"  target <= {TARGET:.2f}x wall (batch processor): {verdict}")

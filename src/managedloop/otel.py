@@ -50,31 +50,11 @@ anyio copies the context into the worker thread of a sync tool. The span tree of
 session on every host, the HTTP parents and a tool's own span under ``execute_tool`` are
 pinned in ``tests/telemetry/test_otel.py``; the cost, in ``bench/otel.py``.
 
-Deferred ends (what keeps the SDK's work off a session's critical path): a span's start
-and its being current are inline, so its children parent correctly; the rest of a
-``chat`` or ``execute_tool`` span's end -- its stop attributes and status, ``end()`` with
-the time the operation ended, and its histogram records, made in the context the span
-stopped in (an exemplar names the span current then) -- is queued and run by one
-``call_soon`` callback per batch, when the session's task next yields: on Local that is
-once its next request is written, so the work runs while the session waits for the
-model's answer. A host whose client yields before writing (an HTTP pool's lock, a writer
-task) gets the flush before its request goes out, and a sync tool's worker thread needs
-the GIL the flush holds: there the flush costs what an inline end would.
-Span for span, the ids, parents, start and end times, attributes, status and metric
-points are those an inline end gives (``tests/telemetry/test_deferred.py``, with one
-injected clock). Nothing is left queued where a caller looks: the end of a session
-request (``invoke_agent``) and every failure flush the queue and end inline, so every
-span of a request has reached the span processors when ``ml.run`` returns or raises; a
-tool call with no session span around it (``contrib.temporal``'s activities) ends inline;
-:func:`flush` ends what is queued (call it before reading an exporter from inside a
-running session, e.g. in a tool); :func:`uninstrument`, a new :func:`instrument` and the
-interpreter's exit flush; ends queued on a loop that stopped before their flush ran are
-ended by the next flush on any loop. Without a running asyncio loop (trio, a plain
-thread) every end is inline. What a span processor sees differs in one way: the
-``on_end`` of a ``chat`` or ``execute_tool`` span runs up to one loop iteration later,
-from a loop callback. Deferral moves work, it does not remove it: the process's CPU time
-is not lower (a little higher: the queue, and one loop callback per batch), and a session's
-latency gains only when a core is free to run the flush while it waits.
+Span ends are inline, in the task that stopped the operation. Deferring the SDK's end
+work (stop attributes, ``end()``, histogram records) to a loop callback was built and
+measured (``bench/otel.py``, paired runs): it moved ~70 µs of CPU per request off the
+critical path but gave no wall-time gain on the benchmark machine, so the simpler inline
+ends stay.
 
 Limits: instrumenting or uninstrumenting while a session runs leaves that session's open
 spans as they were (a stop with no start is ignored; a start whose stop is no longer
@@ -87,15 +67,9 @@ time (the ``otel`` extra); ``import managedloop`` never imports this module.
 
 from __future__ import annotations
 
-import asyncio
-import atexit
 import json
-import logging
-import os
 import threading
-import time
-from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextvars import ContextVar
 from importlib import metadata
 from typing import Any
@@ -114,9 +88,8 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in every
 
 from managedloop import telemetry
 
-__all__ = ["TOOL_DURATION", "flush", "instrument", "instrumented", "uninstrument"]
+__all__ = ["TOOL_DURATION", "instrument", "instrumented", "uninstrument"]
 
-logger = logging.getLogger("managedloop.otel")
 
 TOOL_DURATION = "managedloop.tool.duration"
 
@@ -160,87 +133,26 @@ def _metric_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return {k: attrs[k] for k in _METRIC_KEYS if k in attrs}
 
 
-# -- deferred span ends ------------------------------------------------------------------
+# -- span ends --------------------------------------------------------------------------
 
 # What a span's end does besides the end itself: (histogram, value, attributes) records,
 # made in the otel context current when the span stopped (its parent's: an exemplar links
-# a measurement to the span current then, and a deferred record runs elsewhere).
+# a measurement to the span current then).
 _Records = tuple[tuple[Any, float, Mapping[str, Any]], ...]
-# One queued end: (span, attributes to set, error type or None, end time in ns or None
-# for "now", records, the context to record them in).
-_End = tuple[trace.Span, Mapping[str, Any] | None, str | None, int | None, _Records, Any]
-
-# Ends waiting for the event loop's next turn (see the module docstring); any thread may
-# append or drain (deque's append and popleft are atomic), and every op runs once.
-_pending: deque[_End] = deque()
-# The loop a flush is scheduled on (``None``: none is): one call_soon per batch.
-_scheduled: asyncio.AbstractEventLoop | None = None
-# False: end every span inline, as it stops (the tests compare both ways).
-_defer = True
-# The SDK's clock (``opentelemetry.sdk.trace`` ends a span at ``time.time_ns()``): a
-# deferred end is stamped with it when the operation ends. Tests inject one clock for both.
-_time_ns: Callable[[], int] = time.time_ns
+# One end: (span, attributes to set, error type or None, records, the context to record
+# them in).
+_End = tuple[trace.Span, Mapping[str, Any] | None, str | None, _Records, Any]
 
 
 def _finish(op: _End) -> None:
-    span, attrs, error, end_time, records, context = op
+    span, attrs, error, records, context = op
     if attrs:
         span.set_attributes(attrs)  # one call: the SDK takes its span lock per call
     if error is not None:
         span.set_status(Status(StatusCode.ERROR, error))
-    span.end(end_time=end_time)
+    span.end()
     for histogram, value, attributes in records:
         histogram.record(value, attributes, context)
-
-
-def flush() -> None:
-    """End now every span whose end is still queued, and record its metrics.
-
-    The bridge calls it itself wherever a caller could look: when a session request ends
-    (so the spans of a request are exported, or handed to the span processor, by the time
-    ``ml.run`` returns), on every failure, on :func:`uninstrument` and at exit. Call it
-    before you read an exporter while a session is still running (e.g. from a tool).
-    """
-    global _scheduled
-    _scheduled = None
-    while _pending:
-        try:
-            op = _pending.popleft()
-        except IndexError:  # another thread took the last one
-            return
-        try:
-            _finish(op)
-        except Exception:
-            logger.exception("a span processor or metric reader failed ending a span")
-
-
-def _end(op: _End, inline: bool) -> None:
-    """End a span now (``inline``: nobody would flush it soon) or at the loop's next turn."""
-    global _scheduled
-    loop = asyncio._get_running_loop()
-    if inline or loop is None:  # no asyncio loop (a thread, trio): nothing to wait for
-        flush()  # what was queued before this span ended ends before it
-        _finish(op)
-        return
-    _pending.append(op)
-    if _scheduled is not loop:
-        _scheduled = loop
-        # call_soon: the flush runs when the session's task next yields -- on Local, once
-        # its next request is written, so while it waits for the answer. (A timer due at
-        # once would also cover a host that yields once before writing, but asyncio's
-        # timer heap made it ~35k instructions per request against ~8k, by callgrind.)
-        loop.call_soon(flush)
-
-
-def _forget_in_child() -> None:
-    """A forked child must not end its parent's queued spans again (the parent does)."""
-    global _scheduled
-    _pending.clear()
-    _scheduled = None
-
-
-if hasattr(os, "register_at_fork"):  # not on Windows
-    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 # -- the bridge --------------------------------------------------------------------------
@@ -448,14 +360,12 @@ class _Bridge:
         node = self._close("session.request")
         if node is None:
             return
-        end = _time_ns() if _defer else None  # stamped before the flush below
         attrs = _stop_attributes(meta)
         session_id = meta.get("session_id")
         if session_id is not None:
             attrs[_CONVERSATION] = session_id
-        # The end of a request is where a caller looks: never deferred.
         records = ((self.duration, _seconds(m), node[3]),)
-        _end((node[1], attrs, None, end, records, node[5]), True)
+        _finish((node[1], attrs, None, records, node[5]))
 
     def turn_stop(self, _n: str, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
         node = _stack.get()
@@ -463,7 +373,6 @@ class _Bridge:
             return  # instrumented after this span started: nothing to end
         _stack.set(node[4])
         otel_context.detach(node[2])
-        end = _time_ns() if _defer else None
         attrs = _stop_attributes(meta)
         if self.capture and meta.get("output") is not None:
             output = [{"role": "assistant", "parts": [{"type": "text", "content": meta["output"]}]}]
@@ -486,7 +395,7 @@ class _Bridge:
                 records += ((self.tokens, count_in, tokens_in),)
             if isinstance(count_out, int):
                 records += ((self.tokens, count_out, tokens_out),)
-        _end((node[1], attrs, None, end, records, node[5]), not _defer or node[4] is None)
+        _finish((node[1], attrs, None, records, node[5]))
 
     def tool_stop(self, _n: str, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
         node = _stack.get()
@@ -494,7 +403,6 @@ class _Bridge:
             return  # instrumented after this span started: nothing to end
         _stack.set(node[4])
         otel_context.detach(node[2])
-        end = _time_ns() if _defer else None
         attrs: dict[str, Any] | None = None
         error = None
         metric = node[3]
@@ -508,8 +416,7 @@ class _Bridge:
         if type(seconds) is not float:
             seconds = _seconds(m)
         records = ((self.tool_duration, seconds, metric),)
-        # A tool call outside any session span (contrib.temporal's activities): inline.
-        _end((node[1], attrs, error, end, records, node[5]), not _defer or node[4] is None)
+        _finish((node[1], attrs, error, records, node[5]))
 
     def _failed(
         self, kind: str, histogram: Any, m: Mapping[str, Any], meta: Mapping[str, Any]
@@ -517,11 +424,10 @@ class _Bridge:
         node = self._close(kind)
         if node is None:
             return
-        end = _time_ns() if _defer else None
         error = str(meta.get("code") or meta.get("kind") or "error")
         metric = node[3][0] if kind == "session.turn" else node[3]
         records = ((histogram, _seconds(m), {**metric, ERROR_TYPE: error}),)
-        _end((node[1], {ERROR_TYPE: error}, error, end, records, node[5]), True)  # inline
+        _finish((node[1], {ERROR_TYPE: error}, error, records, node[5]))
 
     def request_failed(self, _n: str, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
         self._failed("session.request", self.duration, m, meta)
@@ -565,14 +471,9 @@ def instrument(
             telemetry.attach(listener, [name]) for name, listener in bridge.listeners().items()
         )
         telemetry.set_capture_content(bool(capture_content))
-    # Registered again on every call, so the exit flush runs before the shutdown of a
-    # provider made before this call (atexit runs the last registered first).
-    atexit.unregister(flush)
-    atexit.register(flush)
 
 
 def _detach() -> bool:
-    flush()  # the previous instrumentation's queued ends
     if not _attachments:
         return False
     for attachment in _attachments:
@@ -582,8 +483,7 @@ def _detach() -> bool:
 
 
 def uninstrument() -> bool:
-    """Stop emitting spans and metrics; ``False`` if nothing was instrumented. Queued
-    span ends are flushed first."""
+    """Stop emitting spans and metrics; ``False`` if nothing was instrumented."""
     with _lock:
         if not _detach():
             return False
