@@ -78,3 +78,32 @@ def test_a_field_the_fast_path_does_not_set_fails_at_import() -> None:
 
     with pytest.raises(RuntimeError, match="does not set every field"):
         results._slot_setters(Two, ("a",))
+
+
+def test_the_scripted_models_fast_constructors() -> None:
+    from managedloop.providers.local import ChatResponse
+    from managedloop.testing import ModelRequest
+    from managedloop.testing.chat import _response
+    from managedloop.testing.script import make_model_request
+    from managedloop.tools import ToolDefinition
+
+    tools = [ToolDefinition(name="t")]
+    result = ToolResult(tool_use_id="c", text="r")
+    messages = [{"role": "user", "content": "hi"}]
+    _same(
+        make_model_request(3, tools, "hi", [result], messages, "sys", "m"),
+        ModelRequest(
+            turn=3,
+            tools=tools,
+            user_text="hi",
+            tool_results=[result],
+            messages=messages,
+            system="sys",
+            model="m",
+        ),
+    )
+    message = {"role": "assistant", "content": "x"}
+    _same(
+        _response(message, "stop", {"prompt_tokens": 1}),
+        ChatResponse(message=message, finish_reason="stop", usage={"prompt_tokens": 1}),
+    )

@@ -30,6 +30,7 @@ a streamed tool call chosen under ``tool_choice: "auto"``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import secrets
 from collections.abc import Mapping, Sequence
@@ -41,6 +42,7 @@ from aiohttp import web
 from managedloop.errors import APIStatusError, UnsupportedError
 from managedloop.providers.local import ChatRequest, ChatResponse
 from managedloop.testing._chat_render import (
+    HistoryReader,
     completion_body,
     definitions,
     messages_api_request,
@@ -80,6 +82,7 @@ class ScriptedChatModel:
         self.errors: list[BaseException] = []
         self._tools: Any = None  # the tools list last seen, and its definitions
         self._definitions: list[ToolDefinition] = []
+        self._reader = HistoryReader()
 
     @property
     def requests(self) -> list[ModelRequest]:
@@ -89,14 +92,15 @@ class ScriptedChatModel:
         return f"ScriptedChatModel(steps={len(self.agent.script or ())})"
 
     async def __call__(self, request: ChatRequest) -> ChatResponse:
-        # model_request snapshots the messages; the definitions are read once per tools list
-        # (the loop sends the same list every turn).
+        # The record snapshots the messages; the definitions are read once per tools list
+        # (the loop sends the same list every turn), the history only where it grew.
         tools = request.tools
         if tools is not self._tools:
             self._tools, self._definitions = tools, definitions(tools)
-        body = {"model": request.model, "messages": request.messages, "tools": tools}
         try:
-            step = self.agent.next_step(model_request(body, self._definitions))
+            step = self.agent.next_step(
+                self._reader.request(request.messages, self._definitions, request.model)
+            )
         except Exception as exc:
             self.errors.append(exc)
             raise
@@ -111,7 +115,24 @@ class ScriptedChatModel:
         if request.on_delta is not None and content:
             for start in range(0, len(content), self.chunk_size):
                 request.on_delta(content[start : start + self.chunk_size])
-        return ChatResponse(message=message, finish_reason=finish, usage=usage)
+        return _response(message, finish, usage)
+
+
+_cr_message, _cr_finish, _cr_usage = (
+    ChatResponse.__dict__[name].__set__ for name in ("message", "finish_reason", "usage")
+)
+if len(dataclasses.fields(ChatResponse)) != 3:  # pragma: no cover
+    raise RuntimeError("_response does not set every ChatResponse field")
+
+
+def _response(message: dict[str, Any], finish: str, usage: dict[str, Any] | None) -> ChatResponse:
+    """``ChatResponse(message=..., finish_reason=..., usage=...)``, with the slots set
+    directly (one per scripted turn; see :mod:`managedloop.results` on why)."""
+    response = object.__new__(ChatResponse)
+    _cr_message(response, message)
+    _cr_finish(response, finish)
+    _cr_usage(response, usage)
+    return response
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

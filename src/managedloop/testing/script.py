@@ -14,6 +14,7 @@ turn) with arguments made from the tool's schema, then answers with the results.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -98,6 +99,37 @@ class ModelRequest:
 
 
 Step = Reply | Fail | Grade | Callable[[ModelRequest], "Reply | Fail | Grade"]
+
+
+_MR_FIELDS = ("turn", "tools", "user_text", "tool_results", "messages", "system", "model")
+if tuple(f.name for f in dataclasses.fields(ModelRequest)) != _MR_FIELDS:  # pragma: no cover
+    raise RuntimeError("make_model_request does not set every ModelRequest field")
+_mr_turn, _mr_tools, _mr_user, _mr_results, _mr_messages, _mr_system, _mr_model = (
+    ModelRequest.__dict__[name].__set__ for name in _MR_FIELDS
+)
+
+
+def make_model_request(  # noqa: PLR0917 (positional: one call per scripted turn)
+    turn: int,
+    tools: Sequence[ToolDefinition],
+    user_text: str | None,
+    tool_results: Sequence[ToolResult],
+    messages: Sequence[Mapping[str, Any]],
+    system: str | None,
+    model: str | None,
+) -> ModelRequest:
+    """``ModelRequest(...)`` with every field given, faster: the slots are set directly
+    (a frozen dataclass's ``__init__`` goes through ``object.__setattr__`` per field; see
+    :mod:`managedloop.results`)."""
+    request = object.__new__(ModelRequest)
+    _mr_turn(request, turn)
+    _mr_tools(request, tools)
+    _mr_user(request, user_text)
+    _mr_results(request, tool_results)
+    _mr_messages(request, messages)
+    _mr_system(request, system)
+    _mr_model(request, model)
+    return request
 
 
 class ScriptExhaustedError(AssertionError):
