@@ -142,21 +142,26 @@ _FLAT = frozenset({str, int, float, bool, type(None)})
 # json.loads's own scanner and whitespace pattern (attributes typeshed does not declare).
 _scan: Any = getattr(json.JSONDecoder(), "scan_once")  # noqa: B009
 _space: Any = getattr(json.decoder, "WHITESPACE").match  # noqa: B009
+_WHITESPACE = frozenset(" \t\n\r")  # what that pattern matches
 
 
 def _loads(text: str) -> Any:
     """``json.loads(text)`` for a ``str``, the same value or the same error, without the
     three Python frames (``loads``, ``decode``, ``raw_decode``) around the C scanner."""
-    if text.startswith("\ufeff"):
+    first = text[:1]
+    if first == "\ufeff":
         return json.loads(text)  # json's own BOM error
-    end = _space(text, 0).end()
+    # The whitespace pattern runs only where there is whitespace to skip: a compact text
+    # (most arguments) starts with a bracket and ends where the value does.
+    end = _space(text, 0).end() if first in _WHITESPACE else 0
     try:
         value, end = _scan(text, end)
     except StopIteration as err:
         raise json.JSONDecodeError("Expecting value", text, err.value) from None
-    end = _space(text, end).end()
     if end != len(text):
-        raise json.JSONDecodeError("Extra data", text, end)
+        end = _space(text, end).end()
+        if end != len(text):
+            raise json.JSONDecodeError("Extra data", text, end)
     return value
 
 
