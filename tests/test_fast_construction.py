@@ -107,3 +107,14 @@ def test_the_scripted_models_fast_constructors() -> None:
         _response(message, "stop", {"prompt_tokens": 1}),
         ChatResponse(message=message, finish_reason="stop", usage={"prompt_tokens": 1}),
     )
+
+
+def test_the_loops_fast_constructors() -> None:
+    from managedloop.hosts import ToolResults, make_tool_results
+    from managedloop.session.machine import RunTools, _run_tools
+
+    use, result = ToolUse(name="t", id="1"), ToolResult(tool_use_id="1", text="r")
+    fast = make_tool_results([use], [result])
+    _same(fast, ToolResults(tool_uses=[use], results=[result]))
+    assert fast.decisions is not make_tool_results([], []).decisions  # a fresh dict each
+    _same(_run_tools([use], ()), RunTools([use]))

@@ -64,6 +64,7 @@ from managedloop.results import (
     ToolUse,
     TurnResult,
     Usage,
+    _slot_setters,
 )
 
 if TYPE_CHECKING:
@@ -118,6 +119,22 @@ class ToolResults:
     decisions: Mapping[str, Approve | Deny] = field(default_factory=dict)
     """Decisions on the host-run tool uses the host held (``TurnResult.host_approvals``),
     by tool-use id; empty on hosts that hold none."""
+
+
+_trs_uses, _trs_results, _trs_final, _trs_decisions = _slot_setters(
+    ToolResults, ("tool_uses", "results", "final_turn", "decisions")
+)
+
+
+def make_tool_results(tool_uses: Sequence[ToolUse], results: Sequence[ToolResult]) -> ToolResults:
+    """``ToolResults(tool_uses=..., results=...)``, faster (the loop builds one per tool
+    turn; see :mod:`managedloop.results` on the fast constructors)."""
+    answer = object.__new__(ToolResults)
+    _trs_uses(answer, tool_uses)
+    _trs_results(answer, results)
+    _trs_final(answer, False)
+    _trs_decisions(answer, {})
+    return answer
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,6 +74,7 @@ from managedloop.hosts import (
     TurnInput,
     TurnRestart,
     UserMessage,
+    make_tool_results,
 )
 from managedloop.outcome import Outcome
 from managedloop.results import (
@@ -184,11 +185,6 @@ class _Driver:
             await self._deliver(event)
         self._emit_event(event)
 
-    def _record(self, event: RawEvent) -> None:
-        """:meth:`_event` when nobody is delivered to (no ``handle_event``, no ``events()``)."""
-        self.buffer.append(event)
-        self._emit_event(event)
-
     def _emit_event(self, event: RawEvent) -> None:
         if telemetry.enabled("stream.event"):
             meta: dict[str, Any] = {"type": _event_type(event), "session_id": self.conn.session_id}
@@ -239,7 +235,9 @@ class _Driver:
                     raise _contract(f"turn() yielded {_kind(item)} after its TurnResult")
                 if type(item) is dict:  # most items: a raw event (no isinstance chain)
                     if self._on_event is None and not self.subscribers:
-                        self._record(item)  # nobody to deliver to: no await
+                        self.buffer.append(item)  # nobody to deliver to: no await
+                        if telemetry.enabled("stream.event"):
+                            self._emit_event(item)
                     else:
                         await self._event(item)
                 elif isinstance(item, TurnResult):
@@ -254,8 +252,8 @@ class _Driver:
         finally:
             # Close the host's turn even when we leave early (an error, a cancellation), so
             # its in-flight request is torn down; shielded so the close itself completes.
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None and not finished:
+            aclose = None if finished else getattr(stream, "aclose", None)
+            if aclose is not None:
                 with anyio.CancelScope(shield=True):
                     await aclose()
         if result is None:
@@ -280,16 +278,12 @@ class _Driver:
                 caller=self.p.caller,
             )
         done = self.done
-        fresh: list[int] = []  # positions of the uses that run now
-        claimed: set[str] = set()
-        for i, use in enumerate(uses):
-            uid = use.id
-            if not uid:
-                fresh.append(i)
-            elif uid not in done and uid not in claimed:
-                claimed.add(uid)
-                fresh.append(i)
-        if len(fresh) == len(uses):  # the common case: nothing repeated (one await less)
+        if len(uses) == 1:  # most tool turns: one call
+            all_fresh = uses[0].id not in done
+        else:
+            ids = [u.id for u in uses if u.id]
+            all_fresh = len(set(ids)) == len(ids) and not any(i in done for i in ids)
+        if all_fresh:  # the common case: nothing repeated (one await less)
             ran = await run_tool_calls(
                 self.p.handler,
                 uses,
@@ -299,7 +293,16 @@ class _Driver:
                 caller=self.p.caller,
             )
             self._store(uses, ran)
-            return ToolResults(tool_uses=list(uses), results=ran)
+            return make_tool_results(list(uses), ran)
+        fresh: list[int] = []  # positions of the uses that run now
+        claimed: set[str] = set()
+        for i, use in enumerate(uses):
+            uid = use.id
+            if not uid:
+                fresh.append(i)
+            elif uid not in done and uid not in claimed:
+                claimed.add(uid)
+                fresh.append(i)
         computed = iter(await self._run_fresh([uses[i] for i in fresh]) if fresh else [])
         run_now = set(fresh)
         results: list[ToolResult] = []
@@ -314,7 +317,7 @@ class _Driver:
             results.append(done[use.id])  # _run_fresh stored the results it computed
             if use.id not in self._ran:
                 self._resent.add(use.id)
-        return ToolResults(tool_uses=list(uses), results=results)
+        return make_tool_results(list(uses), results)
 
     async def _run_fresh(self, uses: Sequence[ToolUse]) -> list[ToolResult]:
         info = self.info
@@ -331,7 +334,8 @@ class _Driver:
 
     def _store(self, uses: Sequence[ToolUse], results: Sequence[ToolResult]) -> None:
         """Keep each computed result under its use's id (at most once per id)."""
-        for use, result in zip(uses, results, strict=True):
+        # run_tool_calls returns exactly one result per use, in order (it asserts so)
+        for use, result in zip(uses, results):  # noqa: B905 (zip's strict= costs a kwargs parse)
             if use.id:
                 self.done[use.id] = result
                 self._calls[use.id] = (use.name, use.input)
@@ -351,9 +355,9 @@ class _Driver:
         if (
             not host_held
             and carried is None
-            and (
-                getattr(handler, "needs_approval", None) is None
-                or getattr(handler, "approval_free", False)
+            and (  # approval_free first: a Toolset's is an attribute, not a bound method
+                getattr(handler, "approval_free", False)
+                or getattr(handler, "needs_approval", None) is None
             )
         ):
             return await self._run_tools(uses)  # nothing can be held: the plain path

@@ -63,6 +63,7 @@ from managedloop.results import (
     ToolUse,
     TurnResult,
     Usage,
+    _slot_setters,
 )
 
 __all__ = ["Finish", "GuardInput", "LoopOptions", "Machine", "RunTools", "Send", "reprompt_text"]
@@ -108,6 +109,17 @@ class Finish:
 
 
 Action = RunTools | Send | Finish
+
+_rt_uses, _rt_approvals = _slot_setters(RunTools, ("tool_uses", "host_approvals"))
+
+
+def _run_tools(uses: Sequence[ToolUse], approvals: Sequence[ApprovalRequest]) -> RunTools:
+    """``RunTools(uses, approvals)``, faster (one per tool turn; see
+    :mod:`managedloop.results` on the fast constructors)."""
+    action = object.__new__(RunTools)
+    _rt_uses(action, uses)
+    _rt_approvals(action, approvals)
+    return action
 
 
 def reprompt_text(tool: str) -> str:
@@ -211,7 +223,7 @@ class Machine:
                     # the host answered every call: ask again
                     return Send(ToolResults(tool_uses=[], results=[]))
                 self.add_tool_uses(turn.custom_tool_uses)
-                return RunTools(turn.custom_tool_uses, turn.host_approvals)
+                return _run_tools(turn.custom_tool_uses, turn.host_approvals)
             if turn.server_tool_uses:
                 # The host holds its own (server) tools for a confirmation only the caller
                 # can give (``send_event``): still waiting, but not on anything we can run.
