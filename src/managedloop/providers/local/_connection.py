@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
 from collections import Counter
@@ -175,10 +176,17 @@ class RetryPolicy:
         self, *, max_retries: int, backoff: float, max_retry_after: float, sleep: Sleep
     ) -> None:
         self.max_retries = max_retries
-        self.policy = _retry.Policy(
-            retries=max_retries, base=backoff, cap=MAX_BACKOFF, retry_after_cap=max_retry_after
-        )
+        self.policy = _policy(max_retries, backoff, max_retry_after)
         self.sleep = sleep
+
+
+@functools.lru_cache(maxsize=64, typed=True)
+def _policy(max_retries: int, backoff: float, max_retry_after: float) -> _retry.Policy:
+    """One frozen Policy per setting (its checks cost more than the rest of a Local's
+    construction); a bad setting raises every time (lru_cache keeps no exception)."""
+    return _retry.Policy(
+        retries=max_retries, base=backoff, cap=MAX_BACKOFF, retry_after_cap=max_retry_after
+    )
 
 
 # Canonical arguments (sorted keys) so a reordered repeat still counts as a duplicate.
