@@ -118,3 +118,25 @@ def test_the_loops_fast_constructors() -> None:
     _same(fast, ToolResults(tool_uses=[use], results=[result]))
     assert fast.decisions is not make_tool_results([], []).decisions  # a fresh dict each
     _same(_run_tools([use], ()), RunTools([use]))
+
+
+def test_make_session_result() -> None:
+    from managedloop.results import SessionResult
+
+    use, usage = ToolUse(name="t", id="1"), Usage(input_tokens=2)
+    _same(
+        results.make_session_result(
+            Terminal.END_TURN, "stop", None, "s", "hi", [use], [], usage, 3, [{"e": 1}], [{}]
+        ),
+        SessionResult(
+            terminal=Terminal.END_TURN,
+            stop_reason="stop",
+            session_id="s",
+            text="hi",
+            custom_tool_uses=[use],
+            usage=usage,
+            turns=3,
+            events=[{"e": 1}],
+            transcript=[{}],
+        ),
+    )

@@ -119,7 +119,7 @@ class _Driver:
     def __init__(self, prepared: Prepared, conn: Connection) -> None:
         self.p = prepared
         self.conn = conn
-        self.machine = Machine(prepared.loop)
+        self.machine = Machine(prepared.loop, conn.transcript)
         # At most once per tool-use id per session: every result computed on this
         # connection, by id. Lives as long as the driver (one run, one live session).
         self.done: dict[str, ToolResult] = {}
@@ -392,7 +392,7 @@ class _Driver:
         ``scoped=True``: the caller has set the telemetry scope and emits the
         ``session.request`` span (``run``, whose span covers the open too)."""
         if scoped:
-            return await self._request(first)
+            return await self._request(first, interruptible=False)
         token = telemetry.enter_scope(self.p.caller)
         try:
             if not telemetry.span_enabled("session.request"):
@@ -405,12 +405,20 @@ class _Driver:
         finally:
             telemetry.exit_scope(token)
 
-    async def _request(self, first: TurnInput | Pending | None) -> SessionResult:
+    async def _request(
+        self, first: TurnInput | Pending | None, *, interruptible: bool = True
+    ) -> SessionResult:
         """One request: from ``first`` to a terminal (``None``: redrive pending tool uses;
-        a :class:`Pending`: answer a parked request with ``approvals=`` / ``confirm=``)."""
+        a :class:`Pending`: answer a parked request with ``approvals=`` / ``confirm=``).
+
+        ``interruptible=False``: nothing can call :meth:`interrupt` (``run`` keeps its
+        driver to itself), so the request runs without the cancel scope an interrupt
+        cancels (entering and leaving one costs more than a turn)."""
         self.machine.begin_request()
         self._ran, self._resent = set(), set()
         try:
+            if not interruptible:
+                return await self._drive(first)
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 try:
@@ -498,9 +506,10 @@ class _Driver:
                     turns=result.turns,
                 ),
             )
-        transcript = self.conn.transcript()
-        if transcript is not None:
-            result = dataclasses.replace(result, transcript=transcript)
+        if result.transcript is None:  # the machine's results carry it already
+            transcript = self.conn.transcript()
+            if transcript is not None:
+                result = dataclasses.replace(result, transcript=transcript)
         telemetry.emit(
             "session.terminal",
             None,

@@ -64,6 +64,8 @@ from managedloop.results import (
     TurnResult,
     Usage,
     _slot_setters,
+    make_session_result,
+    make_usage,
 )
 
 __all__ = ["Finish", "GuardInput", "LoopOptions", "Machine", "RunTools", "Send", "reprompt_text"]
@@ -145,21 +147,24 @@ class _Request:
     last: TurnResult | None = None
 
     def usage(self) -> Usage:
-        return Usage(
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            raw=list(self.usage_raw),
-        )
+        return make_usage(self.input_tokens, self.output_tokens, list(self.usage_raw))
 
 
 class Machine:
     """One session's loop state. Not thread-safe; one driver owns it."""
 
-    __slots__ = ("_req", "options")
+    __slots__ = ("_req", "_transcript", "options")
 
-    def __init__(self, options: LoopOptions) -> None:
+    def __init__(
+        self,
+        options: LoopOptions,
+        transcript: Callable[[], list[dict[str, Any]] | None] | None = None,
+    ) -> None:
         self.options = options
         self._req = _Request(reprompts_left=options.max_reprompts)
+        # The host's client-held history (Connection.transcript), read when a result is
+        # built without one given: the request's result carries it from the start.
+        self._transcript = transcript
 
     def begin_request(self) -> None:
         self._req = _Request(reprompts_left=self.options.max_reprompts)
@@ -261,16 +266,18 @@ class Machine:
         """The request's result so far (also used for partial results on failure)."""
         req = self._req
         last = req.last
-        return SessionResult(
-            terminal=terminal if terminal is not None else Terminal.TERMINATED,
-            stop_reason=last.stop_reason if last else None,
-            reason=reason,
-            session_id=session_id,
-            text=last.text if last else "",
-            custom_tool_uses=list(req.custom_tool_uses),
-            server_tool_uses=list(req.server_tool_uses),
-            usage=req.usage(),
-            turns=req.turns,
-            events=[*req.events, *pending_events],
-            transcript=transcript,
+        if transcript is None and self._transcript is not None:
+            transcript = self._transcript()
+        return make_session_result(
+            terminal if terminal is not None else Terminal.TERMINATED,
+            last.stop_reason if last else None,
+            reason,
+            session_id,
+            last.text if last else "",
+            list(req.custom_tool_uses),
+            list(req.server_tool_uses),
+            req.usage(),
+            req.turns,
+            [*req.events, *pending_events],
+            transcript,
         )
