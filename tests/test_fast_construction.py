@@ -3,7 +3,9 @@ dataclass constructors build: equal objects, every field set, still frozen."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 from typing import Any
 
 import pytest
@@ -18,6 +20,9 @@ def _same(fast: Any, slow: Any) -> None:
     for f in dataclasses.fields(slow):  # every slot set (an unset one raises here)
         assert getattr(fast, f.name) == getattr(slow, f.name)
     assert repr(fast) == repr(slow)
+    assert dataclasses.replace(fast) == slow
+    assert copy.copy(fast) == slow
+    assert pickle.loads(pickle.dumps(fast)) == slow
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.__setattr__(dataclasses.fields(slow)[0].name, None)
 
@@ -70,14 +75,21 @@ def test_make_turn_result() -> None:
     )  # a fresh default list each time, as default_factory gives
 
 
-def test_a_field_the_fast_path_does_not_set_fails_at_import() -> None:
-    @dataclasses.dataclass(frozen=True, slots=True)
-    class Two:
-        a: int
-        b: int
+@dataclasses.dataclass(frozen=True, slots=True)
+class Two:
+    a: int
+    b: int
 
+
+def test_a_field_the_fast_path_does_not_set_fails_at_import() -> None:
     with pytest.raises(RuntimeError, match="does not set every field"):
-        results._slot_setters(Two, ("a",))
+        results._builder(Two, ("a",))
+    with pytest.raises(RuntimeError, match="does not set every field"):
+        results._builder(Two, ("b", "a"))  # the fields' order matters too
+    built: Any = object.__new__(results._builder(Two, ("a", "b")))
+    built.a, built.b = 1, 2
+    built.__class__ = Two
+    _same(built, Two(1, 2))
 
 
 def test_the_scripted_models_fast_constructors() -> None:

@@ -64,7 +64,7 @@ from managedloop.results import (
     ToolUse,
     TurnResult,
     Usage,
-    _slot_setters,
+    _builder,
 )
 
 if TYPE_CHECKING:
@@ -121,20 +121,19 @@ class ToolResults:
     by tool-use id; empty on hosts that hold none."""
 
 
-_trs_uses, _trs_results, _trs_final, _trs_decisions = _slot_setters(
-    ToolResults, ("tool_uses", "results", "final_turn", "decisions")
-)
+_ToolResultsB = _builder(ToolResults, ("tool_uses", "results", "final_turn", "decisions"))
 
 
 def make_tool_results(tool_uses: Sequence[ToolUse], results: Sequence[ToolResult]) -> ToolResults:
     """``ToolResults(tool_uses=..., results=...)``, faster (the loop builds one per tool
     turn; see :mod:`managedloop.results` on the fast constructors)."""
-    answer = object.__new__(ToolResults)
-    _trs_uses(answer, tool_uses)
-    _trs_results(answer, results)
-    _trs_final(answer, False)
-    _trs_decisions(answer, {})
-    return answer
+    answer: Any = object.__new__(_ToolResultsB)
+    answer.tool_uses = tool_uses
+    answer.results = results
+    answer.final_turn = False
+    answer.decisions = {}
+    answer.__class__ = ToolResults
+    return answer  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, slots=True)

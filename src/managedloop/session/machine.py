@@ -63,7 +63,7 @@ from managedloop.results import (
     ToolUse,
     TurnResult,
     Usage,
-    _slot_setters,
+    _builder,
     make_session_result,
     make_usage,
 )
@@ -112,16 +112,17 @@ class Finish:
 
 Action = RunTools | Send | Finish
 
-_rt_uses, _rt_approvals = _slot_setters(RunTools, ("tool_uses", "host_approvals"))
+_RunToolsB = _builder(RunTools, ("tool_uses", "host_approvals"))
 
 
 def _run_tools(uses: Sequence[ToolUse], approvals: Sequence[ApprovalRequest]) -> RunTools:
     """``RunTools(uses, approvals)``, faster (one per tool turn; see
     :mod:`managedloop.results` on the fast constructors)."""
-    action = object.__new__(RunTools)
-    _rt_uses(action, uses)
-    _rt_approvals(action, approvals)
-    return action
+    action: Any = object.__new__(_RunToolsB)
+    action.tool_uses = uses
+    action.host_approvals = approvals
+    action.__class__ = RunTools
+    return action  # type: ignore[no-any-return]
 
 
 def reprompt_text(tool: str) -> str:

@@ -13,7 +13,7 @@ from managedloop.errors import InvalidOptionsError
 from managedloop.hosts import OpenRequest, Provider
 from managedloop.outcome import Outcome
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
-from managedloop.results import Approve, Deny, Pending, SessionResult, _slot_setters
+from managedloop.results import Approve, Deny, Pending, SessionResult, _builder
 from managedloop.session.approvals import Confirm, check_approvals
 from managedloop.session.machine import GuardInput, LoopOptions, TurnGuard
 from managedloop.tools import ToolDefinition, Toolset
@@ -260,70 +260,55 @@ def prepare(
     approvals = check_approvals(o.approvals, o.confirm, pending)
 
     info_metadata = _info_metadata(o.telemetry_metadata, spec)
-    # Built with their slots set directly (_fields): once per run, three frozen dataclass
-    # __init__s of 5-12 keyword fields cost more than all the checks above.
-    loop = _new(LoopOptions)
-    _fields(
-        _LOOP,
-        loop,
-        o.max_turns,
-        _budget_guard(o.turn_guard, o.max_total_tokens, o.max_input_tokens, o.max_output_tokens),
-        terminal_tool,
-        o.require_terminal_tool,
-        o.max_reprompts,
+    # Built with their slots set directly (see managedloop.results on the builders): once
+    # per run, three frozen dataclass __init__s of 5-12 keyword fields cost more than all
+    # the checks above.
+    loop: Any = _new(_LoopB)
+    loop.max_turns = o.max_turns
+    loop.turn_guard = _budget_guard(
+        o.turn_guard, o.max_total_tokens, o.max_input_tokens, o.max_output_tokens
     )
-    request = _new(OpenRequest)
-    _fields(
-        _OPEN,
-        request,
-        spec,
-        agent,
-        tools,
-        session_id,
-        transcript,
-        o.environment,
-        None,  # replay_from: durable sessions set it (contrib.temporal), a run does not
-        info_metadata,
-        pending,
-    )
-    prepared = _new(Prepared)
-    _fields(
-        _PREPARED,
-        prepared,
-        provider,
-        handler,
-        request,
-        loop,
-        o.max_concurrent_tools,
-        tool_timeout,
-        # Library keys win over caller tags: the host's name rides on every loop event.
-        {**info_metadata, "provider": provider.name},
-        info_metadata,
-        approvals,
-        o.confirm,
-        _model_of(provider, spec),
-        _agent_meta(agent, spec, provider),
-    )
+    loop.terminal_tool = terminal_tool
+    loop.require_terminal_tool = o.require_terminal_tool
+    loop.max_reprompts = o.max_reprompts
+    loop.__class__ = LoopOptions
+    request: Any = _new(_OpenB)
+    request.spec = spec
+    request.agent = agent
+    request.tools = tools
+    request.session_id = session_id
+    request.transcript = transcript
+    request.environment = o.environment
+    request.replay_from = None  # durable sessions set it (contrib.temporal); a run does not
+    request.metadata = info_metadata
+    request.pending = pending
+    request.__class__ = OpenRequest
+    prepared: Any = _new(_PreparedB)
+    prepared.provider = provider
+    prepared.handler = handler
+    prepared.open_request = request
+    prepared.loop = loop
+    prepared.max_concurrent_tools = o.max_concurrent_tools
+    prepared.tool_timeout = tool_timeout
+    # Library keys win over caller tags: the host's name rides on every loop event.
+    prepared.caller = {**info_metadata, "provider": provider.name}
+    prepared.info_metadata = info_metadata
+    prepared.approvals = approvals
+    prepared.confirm = o.confirm
+    prepared.model = _model_of(provider, spec)
+    prepared.agent_meta = _agent_meta(agent, spec, provider)
+    prepared.__class__ = Prepared
     return prepared, outcome
 
 
 _new = object.__new__
 
 
-def _fields(setters: tuple[Any, ...], obj: Any, *values: Any) -> None:
-    """Set every field of a frozen slotted dataclass instance, in the order named below
-    (``_slot_setters`` checks at import that the names are the class's fields, in order)."""
-    if len(values) != len(setters):  # pragma: no cover - a call that misses a field
-        raise RuntimeError(f"{type(obj).__name__} has {len(setters)} fields, {len(values)} given")
-    for setter, value in zip(setters, values):  # noqa: B905 (lengths checked above)
-        setter(obj, value)
-
-
-_LOOP = _slot_setters(
+_LoopB = _builder(
     LoopOptions,
     ("max_turns", "turn_guard", "terminal_tool", "require_terminal_tool", "max_reprompts"),
 )
-_OPEN = _slot_setters(
+_OpenB = _builder(
     OpenRequest,
     (
         "spec",
@@ -337,7 +322,7 @@ _OPEN = _slot_setters(
         "pending",
     ),
 )
-_PREPARED = _slot_setters(
+_PreparedB = _builder(
     Prepared,
     (
         "provider",

@@ -14,7 +14,6 @@ turn) with arguments made from the tool's schema, then answers with the results.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -22,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from managedloop._json import encoder
-from managedloop.results import ToolResult
+from managedloop.results import ToolResult, _builder
 from managedloop.tools import ToolDefinition
 
 __all__ = [
@@ -101,11 +100,8 @@ class ModelRequest:
 Step = Reply | Fail | Grade | Callable[[ModelRequest], "Reply | Fail | Grade"]
 
 
-_MR_FIELDS = ("turn", "tools", "user_text", "tool_results", "messages", "system", "model")
-if tuple(f.name for f in dataclasses.fields(ModelRequest)) != _MR_FIELDS:  # pragma: no cover
-    raise RuntimeError("make_model_request does not set every ModelRequest field")
-_mr_turn, _mr_tools, _mr_user, _mr_results, _mr_messages, _mr_system, _mr_model = (
-    ModelRequest.__dict__[name].__set__ for name in _MR_FIELDS
+_ModelRequestB = _builder(
+    ModelRequest, ("turn", "tools", "user_text", "tool_results", "messages", "system", "model")
 )
 
 
@@ -118,18 +114,19 @@ def make_model_request(  # noqa: PLR0917 (positional: one call per scripted turn
     system: str | None,
     model: str | None,
 ) -> ModelRequest:
-    """``ModelRequest(...)`` with every field given, faster: the slots are set directly
-    (a frozen dataclass's ``__init__`` goes through ``object.__setattr__`` per field; see
-    :mod:`managedloop.results`)."""
-    request = object.__new__(ModelRequest)
-    _mr_turn(request, turn)
-    _mr_tools(request, tools)
-    _mr_user(request, user_text)
-    _mr_results(request, tool_results)
-    _mr_messages(request, messages)
-    _mr_system(request, system)
-    _mr_model(request, model)
-    return request
+    """``ModelRequest(...)`` with every field given, faster (a frozen dataclass's
+    ``__init__`` sets each field through ``object.__setattr__``; see
+    :mod:`managedloop.results` on the fast constructors)."""
+    request: Any = object.__new__(_ModelRequestB)
+    request.turn = turn
+    request.tools = tools
+    request.user_text = user_text
+    request.tool_results = tool_results
+    request.messages = messages
+    request.system = system
+    request.model = model
+    request.__class__ = ModelRequest
+    return request  # type: ignore[no-any-return]
 
 
 class ScriptExhaustedError(AssertionError):
