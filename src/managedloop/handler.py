@@ -62,6 +62,7 @@ import contextlib
 import inspect
 import json
 import math
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -223,6 +224,9 @@ def safe_text(text: str) -> str:
     return text
 
 
+_Coroutine = types.CoroutineType  # what an async handle_tool_call returns
+
+
 def _result(uid: str, text: str, *, is_error: bool = False) -> ToolResult:
     return make_tool_result(uid, safe_text(text), is_error)
 
@@ -313,13 +317,15 @@ async def _call(
     try:
         if timeout is None:  # no cancel scope without a timeout: entering one costs ~5 µs
             value = handler.handle_tool_call(use.name, use.input, info)  # _invoke, inlined
-            if inspect.isawaitable(value):
+            if type(value) is _Coroutine or inspect.isawaitable(value):
                 value = await value
         else:
             with anyio.move_on_after(timeout) as scope:
                 value = await _invoke(handler, use, info)
             if scope.cancelled_caught:
                 raise ToolTimeoutError(use.name, timeout)
+        if type(value) is str and value.isascii():  # most results: _result(_to_text(...)) as is
+            return make_tool_result(uid, value, False)
         if isinstance(value, ToolResult):
             return _result(uid, _to_text(value.text), is_error=value.is_error is True)
         return _result(uid, _to_text(value))
