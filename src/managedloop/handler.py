@@ -109,15 +109,17 @@ def decode_tool_input(raw: Any) -> tuple[dict[str, Any], str | None]:
     answered with an error result and the tool does not run (it must never run with its
     defaults because the arguments were unreadable).
     """
+    # (A tuple, not ``str | bytes``: a union in an expression is built on every call.)
     if type(raw) is not str and isinstance(raw, Mapping):  # text first: no ABC check
         value: Any = raw
-    elif isinstance(raw, str | bytes | bytearray):
-        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes | bytearray) else raw
+    elif type(raw) is str or isinstance(raw, (str, bytes, bytearray)):
+        text = raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else raw
         if not text.strip():
             return {}, None
         # Fewer brackets than the limit: neither the text nor the value it decodes to can
-        # nest too deep, so both walks are skipped (the common case: a flat object).
-        shallow = text.count("{") + text.count("[") < MAX_INPUT_DEPTH
+        # nest too deep, so both walks are skipped (the common case: a flat object). A
+        # text shorter than the limit has fewer brackets than that without counting.
+        shallow = len(text) < MAX_INPUT_DEPTH or text.count("{") + text.count("[") < MAX_INPUT_DEPTH
         if not shallow and too_deep(text):
             return {}, f"arguments are nested deeper than {MAX_INPUT_DEPTH} levels"
         try:
