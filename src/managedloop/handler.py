@@ -63,7 +63,7 @@ import inspect
 import json
 import math
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import anyio
@@ -347,6 +347,19 @@ async def _call(
         if _really_cancelled():
             raise
         return _result(uid, f"tool {use.name!r} raised {_describe(exc)}", is_error=True)
+
+
+def run_one_call(
+    handler: Any,
+    use: ToolUse,
+    info: SessionInfo,
+    timeout: float | None,
+    caller: dict[str, Any] | None,
+) -> Coroutine[Any, Any, ToolResult]:
+    """``run_tool_calls`` for one use, as the awaitable of its one result (no list, and
+    no coroutine frame of its own: the loop's most common tool turn has one call)."""
+    one = _traced if telemetry.span_enabled("tool") else _call
+    return one(handler, use, info, timeout, caller)
 
 
 async def run_tool_calls(

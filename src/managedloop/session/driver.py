@@ -63,7 +63,7 @@ from managedloop.errors import (
     SessionTimeoutError,
     UnsupportedError,
 )
-from managedloop.handler import MAX_INPUT_DEPTH, run_tool_calls, too_deep
+from managedloop.handler import MAX_INPUT_DEPTH, run_one_call, run_tool_calls, too_deep
 from managedloop.hosts import (
     Connection,
     DefineOutcome,
@@ -284,14 +284,18 @@ class _Driver:
             ids = [u.id for u in uses if u.id]
             all_fresh = len(set(ids)) == len(ids) and not any(i in done for i in ids)
         if all_fresh:  # the common case: nothing repeated (one await less)
-            ran = await run_tool_calls(
-                self.p.handler,
-                uses,
-                self.info,
-                max_concurrent=self.p.max_concurrent_tools,
-                timeout=self.p.tool_timeout,
-                caller=self.p.caller,
-            )
+            if len(uses) == 1:
+                p = self.p
+                ran = [await run_one_call(p.handler, uses[0], self.info, p.tool_timeout, p.caller)]
+            else:
+                ran = await run_tool_calls(
+                    self.p.handler,
+                    uses,
+                    self.info,
+                    max_concurrent=self.p.max_concurrent_tools,
+                    timeout=self.p.tool_timeout,
+                    caller=self.p.caller,
+                )
             self._store(uses, ran)
             return make_tool_results(list(uses), ran)
         fresh: list[int] = []  # positions of the uses that run now
@@ -467,7 +471,14 @@ class _Driver:
             turn = _bounded(await drive(self.machine.before_turn(step)))
             action = self.machine.on_turn(turn, self.conn.session_id)
             if isinstance(action, RunTools):
-                step = await self._answer(action.tool_uses, action.host_approvals)
+                handler = self.p.handler
+                if not action.host_approvals and (  # _answer's plain path, one frame less
+                    getattr(handler, "approval_free", False)
+                    or getattr(handler, "needs_approval", None) is None
+                ):
+                    step = await self._run_tools(action.tool_uses)
+                else:
+                    step = await self._answer(action.tool_uses, action.host_approvals)
             elif isinstance(action, Finish):
                 return self._finish(action.result)
             else:
