@@ -96,10 +96,11 @@ def _record(
         if role == "user" and user_text is None:
             user_text = text_of(m.get("content"))
         elif role == "tool":
-            text = text_of(m.get("content"))
-            results.append(
-                make_tool_result(str(m.get("tool_call_id")), text, is_error_payload(text))
-            )
+            content = m.get("content")
+            text = content if type(content) is str else text_of(content)  # text_of's str case
+            # is_error_payload reads JSON objects only: plain text needs no call
+            error = text.lstrip().startswith("{") and is_error_payload(text)
+            results.append(make_tool_result(str(m.get("tool_call_id")), text, error))
     results.reverse()
     return make_model_request(turn, tools, user_text, results, list(messages), system, model)
 
@@ -192,15 +193,16 @@ def render_completion(
 ) -> tuple[dict[str, Any], str, dict[str, Any] | None]:
     """(assistant message, finish reason, usage) for a reply."""
     message: dict[str, Any] = {"role": "assistant", "content": step.text or None}
-    calls = [
-        {
-            "id": tc.id or agent.mint_id("call_"),
-            "type": "function",
-            "function": {"name": tc.name, "arguments": dumps_args(tc.input)},
-        }
-        for tc in step.tool_calls
-        if not tc.server  # a chat endpoint has no server-side tools
-    ]
+    calls = []
+    for tc in step.tool_calls:  # a loop, not a comprehension: no extra frame per turn
+        if not tc.server:  # a chat endpoint has no server-side tools
+            calls.append(
+                {
+                    "id": tc.id or agent.mint_id("call_"),
+                    "type": "function",
+                    "function": {"name": tc.name, "arguments": dumps_args(tc.input)},
+                }
+            )
     if calls:
         message["tool_calls"] = calls
     finish = step.stop_reason or ("tool_calls" if calls else "stop")

@@ -370,7 +370,8 @@ class LocalConnection(ConnectionBase):
         }
         events.append(answer)
         yield answer
-        text = text_of(shown.get("content"))
+        content = shown.get("content")
+        text = content if type(content) is str else text_of(content)  # text_of's str case
         if text and not self._stream:  # streamed text already went out chunk by chunk
             yield TextDelta(text)
         finish_reason = response.finish_reason
