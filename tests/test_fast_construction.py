@@ -152,3 +152,10 @@ def test_make_session_result() -> None:
             transcript=[{}],
         ),
     )
+
+
+def test_a_fresh_request_state_equals_the_dataclass_default() -> None:
+    from managedloop.session.machine import _fresh, _Request
+
+    assert _fresh(3) == _Request(reprompts_left=3)
+    assert _fresh(3).events is not _fresh(3).events  # fresh containers each time

@@ -643,6 +643,9 @@ async def _open(prepared: Prepared) -> _Driver:
 
 
 async def _aclose(driver: _Driver) -> None:
+    # The whole close inside the shield: a close that enters cancel scopes of its own
+    # (anyio-based clients) must run within one scope nesting, so it cannot be stepped
+    # outside the shield first.
     with anyio.CancelScope(shield=True):
         await driver.conn.aclose()
 

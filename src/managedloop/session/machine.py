@@ -151,6 +151,24 @@ class _Request:
         return make_usage(self.input_tokens, self.output_tokens, list(self.usage_raw))
 
 
+def _fresh(reprompts_left: int) -> _Request:
+    """``_Request(reprompts_left=...)``, without the generated ``__init__``'s twelve
+    keyword defaults and factories (one or two per request)."""
+    req = object.__new__(_Request)
+    req.turns = 0
+    req.events = []
+    req.custom_tool_uses = []
+    req.custom_ids = set()
+    req.server_tool_uses = []
+    req.input_tokens = 0
+    req.output_tokens = 0
+    req.usage_raw = []
+    req.reprompts_left = reprompts_left
+    req.terminal_tool_called = False
+    req.last = None
+    return req
+
+
 class Machine:
     """One session's loop state. Not thread-safe; one driver owns it."""
 
@@ -162,13 +180,13 @@ class Machine:
         transcript: Callable[[], list[dict[str, Any]] | None] | None = None,
     ) -> None:
         self.options = options
-        self._req = _Request(reprompts_left=options.max_reprompts)
+        self._req = _fresh(options.max_reprompts)
         # The host's client-held history (Connection.transcript), read when a result is
         # built without one given: the request's result carries it from the start.
         self._transcript = transcript
 
     def begin_request(self) -> None:
-        self._req = _Request(reprompts_left=self.options.max_reprompts)
+        self._req = _fresh(self.options.max_reprompts)
 
     @property
     def turns(self) -> int:
