@@ -63,7 +63,7 @@ from managedloop.errors import (
     SessionTimeoutError,
     UnsupportedError,
 )
-from managedloop.handler import MAX_INPUT_DEPTH, run_one_call, run_tool_calls, too_deep
+from managedloop.handler import _FLAT, MAX_INPUT_DEPTH, run_one_call, run_tool_calls, too_deep
 from managedloop.hosts import (
     Connection,
     DefineOutcome,
@@ -285,8 +285,14 @@ class _Driver:
             all_fresh = len(set(ids)) == len(ids) and not any(i in done for i in ids)
         if all_fresh:  # the common case: nothing repeated (one await less)
             if len(uses) == 1:
-                p = self.p
-                ran = [await run_one_call(p.handler, uses[0], self.info, p.tool_timeout, p.caller)]
+                p, use = self.p, uses[0]
+                result = await run_one_call(p.handler, use, self.info, p.tool_timeout, p.caller)
+                uid = use.id
+                if uid:  # _store, for the one use
+                    self.done[uid] = result
+                    self._calls[uid] = (use.name, use.input)
+                    self._ran.add(uid)
+                return make_tool_results([use], [result])
             else:
                 ran = await run_tool_calls(
                     self.p.handler,
@@ -578,8 +584,16 @@ def _bounded(turn: TurnResult) -> TurnResult:
     """
     uses = turn.custom_tool_uses
     for u in uses:  # a plain loop: this runs on every turn with tool uses
-        if u.input_error is None and too_deep(u.input):
-            break
+        if u.input_error is None:
+            value = u.input
+            if type(value) is dict:  # too_deep's flat-object case, without the call
+                for v in value.values():
+                    if type(v) not in _FLAT:
+                        break
+                else:
+                    continue
+            if too_deep(value):
+                break
     else:
         return turn
     checked = [

@@ -258,8 +258,6 @@ class ScriptedAgent:
 
 # One encoder (``json.dumps`` with options builds one per call), without the JSONEncoder
 # wrapper's per-call Python frames (managedloop._json).
-_dumps_compact = encoder()
-
-
-def dumps_args(args: Mapping[str, Any]) -> str:
-    return _dumps_compact(args)
+dumps_args: Callable[[Mapping[str, Any]], str] = encoder()
+"""A tool call's arguments as compact JSON (``json.dumps`` with ``(",", ":")``): the
+encoder itself, so a scripted call pays no wrapper frame."""

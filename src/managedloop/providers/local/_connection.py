@@ -521,7 +521,9 @@ class LocalConnection(ConnectionBase):
         attempts: _retry.Attempts | None = None  # made on the first failure only
         while True:
             try:
-                return coerce_response(await self._chat(self._plain_request()))
+                response = await self._chat(self._plain or self._plain_request())
+                # coerce_response's common case inline: a chat function's own ChatResponse
+                return response if type(response) is ChatResponse else coerce_response(response)
             except ProviderError as exc:
                 if attempts is None:
                     attempts = self._attempts()
