@@ -749,13 +749,25 @@ async def run(
 async def _run_one(
     prepared: Prepared, prompt: str | None, outcome: Outcome | None, opened: list[_Driver]
 ) -> SessionResult:
-    async with AsyncExitStack() as lifespan:  # the handler's, left on every path: _lifespan
-        driver = await _open(await _lifespan(prepared, lifespan))
-        opened.append(driver)
-        try:
-            return await driver.request(_first_input(driver, prompt, outcome), scoped=True)
-        finally:
-            await _aclose(driver)
+    # The handler's lifespan (see _lifespan), entered directly: one context, no exit stack.
+    lifespan = getattr(prepared.handler, "lifespan", None)
+    if lifespan is None:
+        return await _run_opened(prepared, prompt, outcome, opened)
+    async with lifespan() as handler:  # left on every path
+        if handler is not prepared.handler:
+            prepared = dataclasses.replace(prepared, handler=handler)
+        return await _run_opened(prepared, prompt, outcome, opened)
+
+
+async def _run_opened(
+    prepared: Prepared, prompt: str | None, outcome: Outcome | None, opened: list[_Driver]
+) -> SessionResult:
+    driver = await _open(prepared)
+    opened.append(driver)
+    try:
+        return await driver.request(_first_input(driver, prompt, outcome), scoped=True)
+    finally:
+        await _aclose(driver)
 
 
 run_sync = syncify(run)
