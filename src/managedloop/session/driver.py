@@ -47,7 +47,7 @@ import inspect
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, nullcontext
 from typing import Any, Unpack
 
 import anyio
@@ -102,6 +102,7 @@ logger = logging.getLogger("managedloop.session")
 
 _TOO_DEEP = f"arguments are nested deeper than {MAX_INPUT_DEPTH} levels"
 _NOTHING: Any = object()  # no kickoff input: a live session waits for send()
+_NONE: frozenset[str] = frozenset()
 
 
 def _event_type(event: Any) -> str | None:
@@ -119,7 +120,7 @@ class _Driver:
     def __init__(self, prepared: Prepared, conn: Connection) -> None:
         self.p = prepared
         self.conn = conn
-        self.machine = Machine(prepared.loop, conn.transcript)
+        self.machine = Machine(prepared.loop, conn)
         # At most once per tool-use id per session: every result computed on this
         # connection, by id. Lives as long as the driver (one run, one live session).
         self.done: dict[str, ToolResult] = {}
@@ -127,9 +128,12 @@ class _Driver:
         # is a *different* call, which must not get this result (see _reused).
         self._calls: dict[str, tuple[str, dict[str, Any]]] = {}
         self._ran: set[str] = set()  # ids run in the current request
-        self._resent: set[str] = set()  # ids answered from ``done`` in the current request
+        # ids answered from ``done`` in the current request (a set from the first one on)
+        self._resent: set[str] | frozenset[str] = _NONE
         self.buffer: list[RawEvent] = []
-        self.subscribers: list[MemoryObjectSendStream[RawEvent]] = []
+        # events() subscribers; a list from the first subscription on (an in-flight run
+        # holds one GC-tracked container less: see bench/README.md on the collector)
+        self.subscribers: Sequence[MemoryObjectSendStream[RawEvent]] = ()
         # Interrupts by cancellation (hosts with ``interrupts_by_cancel``): the scope of
         # the request in flight; only interrupt() cancels it.
         self._scope: anyio.CancelScope | None = None
@@ -326,7 +330,7 @@ class _Driver:
                 continue
             results.append(done[use.id])  # _run_fresh stored the results it computed
             if use.id not in self._ran:
-                self._resent.add(use.id)
+                self._resent = self._resent | {use.id}
         return make_tool_results(list(uses), results)
 
     async def _run_fresh(self, uses: Sequence[ToolUse]) -> list[ToolResult]:
@@ -425,7 +429,7 @@ class _Driver:
         driver to itself), so the request runs without the cancel scope an interrupt
         cancels (entering and leaving one costs more than a turn)."""
         self.machine.begin_request()
-        self._ran, self._resent = set(), set()
+        self._ran, self._resent = set(), _NONE
         try:
             if not interruptible:
                 return await self._drive(first)
@@ -470,11 +474,12 @@ class _Driver:
         else:
             step = first
         # Chosen once per request: an uninstrumented turn pays no telemetry check.
-        drive = self._traced_turn if telemetry.span_enabled("session.turn") else self._turn
+        traced = telemetry.span_enabled("session.turn")  # a flag: no bound method kept
         while True:
             if isinstance(step, SessionResult):
                 return self._finish(step)
-            turn = _bounded(await drive(self.machine.before_turn(step)))
+            step = self.machine.before_turn(step)
+            turn = _bounded(await (self._traced_turn(step) if traced else self._turn(step)))
             action = self.machine.on_turn(turn, self.conn.session_id)
             if isinstance(action, RunTools):
                 handler = self.p.handler
@@ -751,23 +756,19 @@ async def _run_one(
 ) -> SessionResult:
     # The handler's lifespan (see _lifespan), entered directly: one context, no exit stack.
     lifespan = getattr(prepared.handler, "lifespan", None)
-    if lifespan is None:
-        return await _run_opened(prepared, prompt, outcome, opened)
-    async with lifespan() as handler:  # left on every path
+    context = lifespan() if lifespan is not None else nullcontext(prepared.handler)
+    lifespan = None  # not held for the whole run
+    async with context as handler:  # left on every path
         if handler is not prepared.handler:
             prepared = dataclasses.replace(prepared, handler=handler)
-        return await _run_opened(prepared, prompt, outcome, opened)
-
-
-async def _run_opened(
-    prepared: Prepared, prompt: str | None, outcome: Outcome | None, opened: list[_Driver]
-) -> SessionResult:
-    driver = await _open(prepared)
-    opened.append(driver)
-    try:
-        return await driver.request(_first_input(driver, prompt, outcome), scoped=True)
-    finally:
-        await _aclose(driver)
+        driver = await _open(prepared)
+        opened.append(driver)
+        try:
+            # run() set the telemetry scope and emits session.request (its span covers the
+            # open); nothing can interrupt a run's driver
+            return await driver._request(_first_input(driver, prompt, outcome), interruptible=False)
+        finally:
+            await _aclose(driver)
 
 
 run_sync = syncify(run)
@@ -861,13 +862,9 @@ class LiveSession:
         try:
             await self._stack.aclose()
         finally:
-            for stream in (
-                self._inbox,
-                self._outbox_send,
-                self._outbox,
-                *(self._driver.subscribers if self._driver else ()),
-                *self._receivers,
-            ):
+            streams: list[Any] = [self._inbox, self._outbox_send, self._outbox]
+            streams += self._driver.subscribers if self._driver else ()
+            for stream in (*streams, *self._receivers):
                 stream.close()
 
     async def _close_connection(self) -> None:
@@ -987,7 +984,9 @@ class LiveSession:
         self._check_open()
         assert self._driver is not None
         send, receive = anyio.create_memory_object_stream[RawEvent](math.inf)
-        self._driver.subscribers.append(send)
+        subscribers = list(self._driver.subscribers)  # a new list: never mutated mid-iteration
+        subscribers.append(send)
+        self._driver.subscribers = subscribers
         self._receivers.append(receive)
         return receive
 

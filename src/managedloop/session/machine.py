@@ -174,16 +174,13 @@ class Machine:
 
     __slots__ = ("_req", "_transcript", "options")
 
-    def __init__(
-        self,
-        options: LoopOptions,
-        transcript: Callable[[], list[dict[str, Any]] | None] | None = None,
-    ) -> None:
+    def __init__(self, options: LoopOptions, host: Any = None) -> None:
         self.options = options
         self._req = _fresh(options.max_reprompts)
-        # The host's client-held history (Connection.transcript), read when a result is
-        # built without one given: the request's result carries it from the start.
-        self._transcript = transcript
+        # The connection whose transcript() (client-held history) a result carries when
+        # built without one given: the request's result has it from the start. (The
+        # connection, not its bound method: one object less held per session.)
+        self._transcript = host
 
     def begin_request(self) -> None:
         self._req = _fresh(self.options.max_reprompts)
@@ -286,7 +283,7 @@ class Machine:
         req = self._req
         last = req.last
         if transcript is None and self._transcript is not None:
-            transcript = self._transcript()
+            transcript = self._transcript.transcript()
         return make_session_result(
             terminal if terminal is not None else Terminal.TERMINATED,
             last.stop_reason if last else None,
