@@ -3,7 +3,9 @@ dataclass constructors build: equal objects, every field set, still frozen."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 from typing import Any
 
 import pytest
@@ -18,6 +20,9 @@ def _same(fast: Any, slow: Any) -> None:
     for f in dataclasses.fields(slow):  # every slot set (an unset one raises here)
         assert getattr(fast, f.name) == getattr(slow, f.name)
     assert repr(fast) == repr(slow)
+    assert dataclasses.replace(fast) == slow
+    assert copy.copy(fast) == slow
+    assert pickle.loads(pickle.dumps(fast)) == slow
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.__setattr__(dataclasses.fields(slow)[0].name, None)
 
@@ -70,11 +75,87 @@ def test_make_turn_result() -> None:
     )  # a fresh default list each time, as default_factory gives
 
 
-def test_a_field_the_fast_path_does_not_set_fails_at_import() -> None:
-    @dataclasses.dataclass(frozen=True, slots=True)
-    class Two:
-        a: int
-        b: int
+@dataclasses.dataclass(frozen=True, slots=True)
+class Two:
+    a: int
+    b: int
 
+
+def test_a_field_the_fast_path_does_not_set_fails_at_import() -> None:
     with pytest.raises(RuntimeError, match="does not set every field"):
-        results._slot_setters(Two, ("a",))
+        results._builder(Two, ("a",))
+    with pytest.raises(RuntimeError, match="does not set every field"):
+        results._builder(Two, ("b", "a"))  # the fields' order matters too
+    built: Any = object.__new__(results._builder(Two, ("a", "b")))
+    built.a, built.b = 1, 2
+    built.__class__ = Two
+    _same(built, Two(1, 2))
+
+
+def test_the_scripted_models_fast_constructors() -> None:
+    from managedloop.providers.local import ChatResponse
+    from managedloop.testing import ModelRequest
+    from managedloop.testing.chat import _response
+    from managedloop.testing.script import make_model_request
+    from managedloop.tools import ToolDefinition
+
+    tools = [ToolDefinition(name="t")]
+    result = ToolResult(tool_use_id="c", text="r")
+    messages = [{"role": "user", "content": "hi"}]
+    _same(
+        make_model_request(3, tools, "hi", [result], messages, "sys", "m"),
+        ModelRequest(
+            turn=3,
+            tools=tools,
+            user_text="hi",
+            tool_results=[result],
+            messages=messages,
+            system="sys",
+            model="m",
+        ),
+    )
+    message = {"role": "assistant", "content": "x"}
+    _same(
+        _response(message, "stop", {"prompt_tokens": 1}),
+        ChatResponse(message=message, finish_reason="stop", usage={"prompt_tokens": 1}),
+    )
+
+
+def test_the_loops_fast_constructors() -> None:
+    from managedloop.hosts import ToolResults, make_tool_results
+    from managedloop.session.machine import RunTools, _run_tools
+
+    use, result = ToolUse(name="t", id="1"), ToolResult(tool_use_id="1", text="r")
+    fast = make_tool_results([use], [result])
+    _same(fast, ToolResults(tool_uses=[use], results=[result]))
+    assert fast.decisions is not make_tool_results([], []).decisions  # a fresh dict each
+    _same(_run_tools([use], ()), RunTools([use]))
+
+
+def test_make_session_result() -> None:
+    from managedloop.results import SessionResult
+
+    use, usage = ToolUse(name="t", id="1"), Usage(input_tokens=2)
+    _same(
+        results.make_session_result(
+            Terminal.END_TURN, "stop", None, "s", "hi", [use], [], usage, 3, [{"e": 1}], [{}]
+        ),
+        SessionResult(
+            terminal=Terminal.END_TURN,
+            stop_reason="stop",
+            session_id="s",
+            text="hi",
+            custom_tool_uses=[use],
+            usage=usage,
+            turns=3,
+            events=[{"e": 1}],
+            transcript=[{}],
+        ),
+    )
+
+
+def test_a_fresh_request_state_equals_the_dataclass_default() -> None:
+    from managedloop.session.machine import _fresh, _Request
+
+    assert _fresh(3) == _Request(reprompts_left=3)
+    assert _fresh(3).events is not _fresh(3).events  # fresh containers each time

@@ -74,3 +74,27 @@ def test_same_errors_as_json_encoder() -> None:
 def test_default_hook_and_bare_strings() -> None:
     assert encoder(sort_keys=True, default=str)({"b": {1}, "a": "é"}) == '{"a":"\\u00e9","b":"{1}"}'
     assert encoder(ensure_ascii=False)("é\n") == '"é\\n"'
+
+
+def test_cycles_and_too_deep_values_fail_as_json_encoder_does() -> None:
+    """The encoder is built once without the cycle check; what recurses too far is encoded
+    again by the checking one, so the error is JSONEncoder's own."""
+    cycle: dict[str, Any] = {}
+    cycle["self"] = {"inner": [cycle]}
+    deep: Any = []
+    for _ in range(100_000):
+        deep = [deep]
+
+    class Loop:  # the default hook hands back the object that needed it: a cycle too
+        pass
+
+    loop = Loop()
+    for value, options in [
+        (cycle, {}),
+        (cycle, {"sort_keys": True, "default": str}),
+        (deep, {}),
+        (loop, {"default": lambda o: [o]}),
+    ]:
+        assert _error(encoder(**options), value) == _error(_slow(options), value)
+    encode = encoder()
+    assert encode({"after": "a failure"}) == '{"after":"a failure"}'  # nothing left behind

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import managedloop as ml
 from managedloop.testing import (
@@ -135,3 +137,65 @@ async def test_scripted_chat_model_reads_each_tools_list_and_snapshots_messages(
     assert {r.system for r in got} == {"be brief"}
     assert [r.user_text for r in got] == ["a", "next", "next"]
     assert dumps_args({"b": [1, "é"]}) == '{"b":[1,"\\u00e9"]}'  # json.dumps' escaping
+
+
+ROLES = ["system", "user", "assistant", "tool"]
+
+
+def _message(role: str, n: int) -> dict[str, Any]:
+    if role == "tool":
+        return {"role": "tool", "tool_call_id": f"c{n}", "content": f"result {n}"}
+    return {"role": role, "content": f"{role} {n}"}
+
+
+@pytest.mark.fuzz
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["append", "read", "switch", "plain"]), st.sampled_from(ROLES)),
+        max_size=40,
+    )
+)
+def test_history_reader_reads_what_a_whole_read_does(ops: list[tuple[str, str]]) -> None:
+    """The scripted chat model reads only the messages a History gained since its last
+    request; its record is the one a read of the whole history gives, whatever the order
+    of appends, reads and other histories (or plain lists) in between."""
+    from managedloop.providers.local import History
+    from managedloop.testing._chat_render import HistoryReader, model_request
+
+    reader = HistoryReader()
+    histories = [History(), History([{"role": "system", "content": "first"}])]
+    current = 0
+    for n, (op, role) in enumerate(ops):
+        history = histories[current]
+        if op == "append":
+            history.append(_message(role, n))
+            continue
+        if op == "switch":
+            current = 1 - current
+            continue
+        messages: Any = list(history) if op == "plain" else history
+        got = reader.request(messages, (), "m")
+        assert got == model_request({"model": "m", "messages": list(history)}, ())
+        assert got.messages == list(history)
+        assert got.messages is not history  # a snapshot, not the growing history
+
+
+def test_history_reader_reads_a_shorter_or_other_history_whole() -> None:
+    from managedloop.providers.local import History
+    from managedloop.testing._chat_render import HistoryReader
+
+    reader = HistoryReader()
+    long = History([_message("system", 0), _message("user", 1), _message("assistant", 2)])
+    assert (reader.request(long, (), None).turn, reader.request(long, (), None).system) == (
+        1,
+        "system 0",
+    )
+    short = History([_message("user", 3)])  # another history: nothing carried over
+    assert (reader.request(short, (), None).turn, reader.request(short, (), None).system) == (
+        0,
+        None,
+    )
+    del long[:]  # not an append (the contract forbids it): shorter than read, read whole
+    long.append(_message("user", 4))
+    reader.request(long, (), None)
+    assert reader.request(long, (), None).turn == 0

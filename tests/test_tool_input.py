@@ -218,7 +218,7 @@ def _json_outcome(loads: Any, text: str) -> Any:
 
 @pytest.mark.fuzz
 @given(
-    st.text(alphabet='{}[]",: \n\t\ufeff0123456789.eE-+truefalsnNaI\\u', max_size=30)
+    st.text(alphabet='{}[]",: \n\r\t\ufeff0123456789.eE-+truefalsnNaI\\u', max_size=30)
     | st.builds(
         json.dumps,
         st.recursive(

@@ -14,6 +14,8 @@ from typing import Any, Literal
 import anyio
 import pydantic
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import managedloop as ml
 from managedloop.handler import error_payload, is_error_payload, run_tool_calls
@@ -287,3 +289,79 @@ def test_a_tool_name_must_match_entirely(name: str) -> None:
     # `re.match` with `$` accepted "get_weather\n" (found by the hostile review of issue 7).
     with pytest.raises(ml.ToolDefinitionError):
         ml.ToolDefinition(name=name)
+
+
+@ml.tool
+def many(  # every kind of field a flat input model holds
+    count: int,
+    ratio: float = 0.5,
+    tags: list[str] = [],  # noqa: B006 (pydantic copies a mutable default per call)
+    extra: dict[str, int] | None = None,
+    when: Literal["now", "later"] = "now",
+    *,
+    info: ml.SessionInfo,
+) -> str:
+    return ""
+
+
+def _by_model(t: ml.Tool[..., Any], arguments: Any) -> Any:
+    """What ``bind`` gave before its fields validator: the model's own validation, the
+    values read back off the instance (plus the session info)."""
+    try:
+        validated = t._model.model_validate(arguments)
+    except pydantic.ValidationError as exc:
+        return exc.title, exc.errors(), str(exc)
+    kwargs = {name: getattr(validated, name) for name in t._model_params}
+    if t._info_param is not None:
+        kwargs[t._info_param] = INFO
+    return kwargs
+
+
+def _by_bind(t: ml.Tool[..., Any], arguments: Any) -> Any:
+    try:
+        return t.bind(arguments, INFO)
+    except pydantic.ValidationError as exc:
+        return exc.title, exc.errors(), str(exc)
+
+
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=6,
+)
+_keys = st.sampled_from(["city", "days", "units", "to", "count", "ratio", "tags", "extra", "x"])
+
+
+@pytest.mark.fuzz
+@given(st.dictionaries(_keys, _values, max_size=5) | _values)
+def test_bind_validates_as_the_input_model_does(arguments: Any) -> None:
+    """``bind`` validates a flat input model's fields without building the model: the same
+    keyword arguments, or the same ``ValidationError`` (title, errors, text); a model with
+    nested definitions goes through the model itself."""
+    for t in (weather, ship_parcel, many, tree):
+        assert _by_bind(t, arguments) == _by_model(t, arguments)
+    assert ship_parcel._fields is not False  # a nested model's schema is inlined
+    assert tree._fields is False  # a recursive one is a definition: the model validates
+
+
+class Node(pydantic.BaseModel):
+    name: str
+    children: list[Node] = []
+
+
+@ml.tool
+def tree(root: Node, x: int = 0) -> str:
+    return root.name
+
+
+def test_bind_copies_a_mutable_default_per_call() -> None:
+    first, second = many.bind({"count": 1}, INFO), many.bind({"count": 2}, INFO)
+    assert first == {
+        "count": 1,
+        "ratio": 0.5,
+        "tags": [],
+        "extra": None,
+        "when": "now",
+        "info": INFO,
+    }
+    assert first["tags"] is not second["tags"]

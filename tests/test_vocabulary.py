@@ -344,3 +344,27 @@ def test_provision_sync_twin() -> None:
             return f"h-{spec.name}-{environment}"
 
     assert ml.provision_sync(Host(), ml.AgentSpec(name="a"), environment="e") == "h-a-e"
+
+
+def test_config_reads_the_environment_as_os_environ_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """config's environment lookup (os.environ's own mapping, without the KeyErrors of a
+    miss) sees what os.environ holds: set, changed, emptied, removed, non-ASCII."""
+    import os
+
+    from managedloop import config
+
+    name = "MANAGEDLOOP_TEST_ENV_LOOKUP"
+    monkeypatch.delenv(name, raising=False)
+    assert config._getenv(name) is None
+    for value in ("http://x", "", "é ü \u2603"):
+        monkeypatch.setenv(name, value)
+        assert config._getenv(name) == os.environ.get(name) == value
+    os.environ[name] = "direct"
+    assert config._getenv(name) == "direct"
+    del os.environ[name]
+    assert config._getenv(name) is None
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", "")  # set but empty: present, so it wins
+    assert config.resolve("openai_base_url") == ""
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    assert config.resolve("openai_base_url") is None

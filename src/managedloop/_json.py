@@ -4,12 +4,14 @@ Python frames.
 ``json.JSONEncoder.encode`` runs two Python functions per call (``encode`` and
 ``iterencode``, which also defines a closure) before it reaches the C encoder that does the
 work; for the small objects of a tool call (arguments, a history message) that wrapper is
-most of the cost. :func:`encoder` returns a function that builds the same C encoder
-(``json.encoder.c_make_encoder``) with the same arguments ``iterencode`` gives it -- a fresh
-circular-reference ``markers`` dict each call included -- and calls it directly, so its
-output and its errors are those of ``JSONEncoder(**options).encode``: byte for byte the
-same text, ``ValueError`` for a cycle or NaN when ``allow_nan=False``, ``TypeError`` (or
-``default``'s answer) for an unknown type.
+most of the cost, and so is building the C encoder (``json.encoder.c_make_encoder``), which
+``iterencode`` does on every call. :func:`encoder` returns a function that builds that C
+encoder once, with the arguments ``iterencode`` gives it but no circular-reference check,
+and calls it directly; a value on which it fails with ``RecursionError`` (a cycle, or
+nesting deeper than the interpreter allows) is encoded again by a C encoder with the check
+(a fresh ``markers`` dict, as ``iterencode`` builds), so the output and the errors are
+those of ``JSONEncoder(**options).encode``: byte for byte the same text, ``ValueError`` for
+a cycle, ``TypeError`` (or ``default``'s answer) for an unknown type.
 
 The C encoder's calling convention is CPython's, not a documented API, so :func:`encoder`
 checks it at import on a sample and falls back to ``JSONEncoder(**options).encode`` when
@@ -53,11 +55,24 @@ def encoder(
     item_separator, key_separator = separators
     hook = slow.default
 
+    # Built once, without the circular-reference check (``markers=None``): the C encoder
+    # keeps no other state between calls. A cycle then recurses until RecursionError, and
+    # that (rare) error is answered by the checking encoder, which raises what
+    # JSONEncoder.encode raises for the value: "Circular reference detected", or
+    # RecursionError again for a value nested too deep to encode at all.
+    fast = make(None, hook, string, None, key_separator, item_separator, sort_keys, False, True)
+
+    def checked(value: Any) -> str:
+        chunks = make({}, hook, string, None, key_separator, item_separator, sort_keys, False, True)
+        return "".join(chunks(value, 0))
+
     def encode(value: Any) -> str:
         if isinstance(value, str):  # as JSONEncoder.encode: a bare string is quoted directly
             return string(value)
-        chunks = make({}, hook, string, None, key_separator, item_separator, sort_keys, False, True)
-        return "".join(chunks(value, 0))
+        try:
+            return "".join(fast(value, 0))
+        except RecursionError:
+            return checked(value)
 
     try:
         same = encode(_SAMPLE) == slow.encode(_SAMPLE)

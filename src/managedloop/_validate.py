@@ -32,7 +32,8 @@ def duration(
         if allow_none:
             return None
         raise InvalidOptionsError(f"{name} is required (seconds)", option=name)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    # A tuple, not ``int | float``: a union in an expression is built on every call.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InvalidOptionsError(
             f"{name} must be a finite number of seconds, got {value!r}", option=name
         )

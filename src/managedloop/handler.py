@@ -63,7 +63,8 @@ import inspect
 import json
 import math
 import sys
-from collections.abc import Mapping, Sequence
+import types
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
@@ -110,15 +111,17 @@ def decode_tool_input(raw: Any) -> tuple[dict[str, Any], str | None]:
     answered with an error result and the tool does not run (it must never run with its
     defaults because the arguments were unreadable).
     """
+    # (A tuple, not ``str | bytes``: a union in an expression is built on every call.)
     if type(raw) is not str and isinstance(raw, Mapping):  # text first: no ABC check
         value: Any = raw
-    elif isinstance(raw, str | bytes | bytearray):
-        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes | bytearray) else raw
+    elif type(raw) is str or isinstance(raw, (str, bytes, bytearray)):
+        text = raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else raw
         if not text.strip():
             return {}, None
         # Fewer brackets than the limit: neither the text nor the value it decodes to can
-        # nest too deep, so both walks are skipped (the common case: a flat object).
-        shallow = text.count("{") + text.count("[") < MAX_INPUT_DEPTH
+        # nest too deep, so both walks are skipped (the common case: a flat object). A
+        # text shorter than the limit has fewer brackets than that without counting.
+        shallow = len(text) < MAX_INPUT_DEPTH or text.count("{") + text.count("[") < MAX_INPUT_DEPTH
         if not shallow and too_deep(text):
             return {}, f"arguments are nested deeper than {MAX_INPUT_DEPTH} levels"
         try:
@@ -144,21 +147,26 @@ _FLAT = frozenset({str, int, float, bool, type(None)})
 # json.loads's own scanner and whitespace pattern (attributes typeshed does not declare).
 _scan: Any = getattr(json.JSONDecoder(), "scan_once")  # noqa: B009
 _space: Any = getattr(json.decoder, "WHITESPACE").match  # noqa: B009
+_WHITESPACE = frozenset(" \t\n\r")  # what that pattern matches
 
 
 def _loads(text: str) -> Any:
     """``json.loads(text)`` for a ``str``, the same value or the same error, without the
     three Python frames (``loads``, ``decode``, ``raw_decode``) around the C scanner."""
-    if text.startswith("\ufeff"):
+    first = text[:1]
+    if first == "\ufeff":
         return json.loads(text)  # json's own BOM error
-    end = _space(text, 0).end()
+    # The whitespace pattern runs only where there is whitespace to skip: a compact text
+    # (most arguments) starts with a bracket and ends where the value does.
+    end = _space(text, 0).end() if first in _WHITESPACE else 0
     try:
         value, end = _scan(text, end)
     except StopIteration as err:
         raise json.JSONDecodeError("Expecting value", text, err.value) from None
-    end = _space(text, end).end()
     if end != len(text):
-        raise json.JSONDecodeError("Extra data", text, end)
+        end = _space(text, end).end()
+        if end != len(text):
+            raise json.JSONDecodeError("Extra data", text, end)
     return value
 
 
@@ -218,6 +226,9 @@ def safe_text(text: str) -> str:
         # Through UTF-16 with surrogatepass: pairs join up, lone halves become U+FFFD.
         return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return text
+
+
+_Coroutine = types.CoroutineType  # what an async handle_tool_call returns
 
 
 def _result(uid: str, text: str, *, is_error: bool = False) -> ToolResult:
@@ -322,13 +333,15 @@ async def _call(
     try:
         if timeout is None:  # no cancel scope without a timeout: entering one costs ~5 µs
             value = handler.handle_tool_call(use.name, use.input, info)  # _invoke, inlined
-            if inspect.isawaitable(value):
+            if type(value) is _Coroutine or inspect.isawaitable(value):
                 value = await value
         else:
             with anyio.move_on_after(timeout) as scope:
                 value = await _invoke(handler, use, info)
             if scope.cancelled_caught:
                 raise ToolTimeoutError(use.name, timeout)
+        if type(value) is str and value.isascii():  # most results: _result(_to_text(...)) as is
+            return make_tool_result(uid, value, False)
         if isinstance(value, ToolResult):
             return _result(uid, _to_text(value.text), is_error=value.is_error is True)
         return _result(uid, _to_text(value))
@@ -348,6 +361,19 @@ async def _call(
         if _really_cancelled():
             raise
         return _result(uid, f"tool {use.name!r} raised {_describe(exc)}", is_error=True)
+
+
+def run_one_call(
+    handler: Any,
+    use: ToolUse,
+    info: SessionInfo,
+    timeout: float | None,
+    caller: dict[str, Any] | None,
+) -> Coroutine[Any, Any, ToolResult]:
+    """``run_tool_calls`` for one use, as the awaitable of its one result (no list, and
+    no coroutine frame of its own: the loop's most common tool turn has one call)."""
+    one = _traced if telemetry.span_enabled("tool") else _call
+    return one(handler, use, info, timeout, caller)
 
 
 async def run_tool_calls(

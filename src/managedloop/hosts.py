@@ -64,6 +64,7 @@ from managedloop.results import (
     ToolUse,
     TurnResult,
     Usage,
+    _builder,
 )
 
 if TYPE_CHECKING:
@@ -118,6 +119,21 @@ class ToolResults:
     decisions: Mapping[str, Approve | Deny] = field(default_factory=dict)
     """Decisions on the host-run tool uses the host held (``TurnResult.host_approvals``),
     by tool-use id; empty on hosts that hold none."""
+
+
+_ToolResultsB = _builder(ToolResults, ("tool_uses", "results", "final_turn", "decisions"))
+
+
+def make_tool_results(tool_uses: Sequence[ToolUse], results: Sequence[ToolResult]) -> ToolResults:
+    """``ToolResults(tool_uses=..., results=...)``, faster (the loop builds one per tool
+    turn; see :mod:`managedloop.results` on the fast constructors)."""
+    answer: Any = object.__new__(_ToolResultsB)
+    answer.tool_uses = tool_uses
+    answer.results = results
+    answer.final_turn = False
+    answer.decisions = {}
+    answer.__class__ = ToolResults
+    return answer  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, slots=True)

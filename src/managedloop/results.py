@@ -326,39 +326,39 @@ _NESTED.update(
 # -- Fast construction on the hot path ---------------------------------------------------
 #
 # A frozen dataclass's generated ``__init__`` parses keyword arguments and sets every field
-# through ``object.__setattr__``: ~2.4x the cost of setting the slots directly. The loop
-# builds a ToolUse, a ToolResult, a TurnResult and (usually) a Usage per tool call, so the
-# hosts and the handler build those with the functions below: the same objects with the
-# same field values (the dataclasses check nothing in ``__init__``, so nothing is skipped).
-# Every field is set: the field list is checked against ``dataclasses.fields`` at import,
-# so a new field cannot be left unset (an unset slot would raise AttributeError on read).
+# through ``object.__setattr__`` (a slot wrapper call per field, ~1k instructions each).
+# The loop builds a ToolUse, a ToolResult, a TurnResult, a Usage and more per tool call,
+# so the hosts, the handler and the loop build them with the functions below: the same
+# objects with the same field values (the dataclasses check nothing in ``__init__``, so
+# nothing is skipped).
+#
+# How: each class has a *builder*, a plain class with the same base and the same slots.
+# A builder instance takes ordinary attribute stores (no frozen ``__setattr__``), then
+# becomes an instance of the dataclass by ``__class__`` assignment, which Python allows
+# only between classes of the same layout (same base, same slots; it checks, and raises
+# TypeError otherwise). From then on it *is* the frozen dataclass instance (``type()``,
+# ``==``, ``repr``, ``FrozenInstanceError`` on assignment). Every field is set: the
+# builder's field list is checked against ``dataclasses.fields`` at import, and an unset
+# slot would raise AttributeError on read (the tests read every field).
 
 _new = object.__new__
 
 
-def _slot_setters(cls: type, names: tuple[str, ...]) -> tuple[Any, ...]:
-    if names != tuple(f.name for f in dataclasses.fields(cls)):
+def _builder(cls: type, names: tuple[str, ...]) -> type:
+    """The builder of frozen slotted dataclass ``cls``, whose fields are ``names``."""
+    slots = tuple(cls.__dict__.get("__slots__", ()))
+    if names != tuple(f.name for f in dataclasses.fields(cls)) or slots != names:
         raise RuntimeError(f"{cls.__name__}'s fast constructor does not set every field")
-    return tuple(cls.__dict__[name].__set__ for name in names)
+    builder = type(f"_{cls.__name__}Builder", cls.__bases__, {"__slots__": names})
+    probe: Any = _new(builder)
+    probe.__class__ = cls  # the layouts agree (TypeError at import otherwise)
+    return builder
 
 
-_tu_name, _tu_id, _tu_input, _tu_thread, _tu_error = _slot_setters(
-    ToolUse, ("name", "id", "input", "thread_id", "input_error")
-)
-_tr_id, _tr_text, _tr_error = _slot_setters(ToolResult, ("tool_use_id", "text", "is_error"))
-_us_in, _us_out, _us_raw = _slot_setters(Usage, ("input_tokens", "output_tokens", "raw"))
-(
-    _turn_terminal,
-    _turn_stop,
-    _turn_text,
-    _turn_custom,
-    _turn_server,
-    _turn_usage,
-    _turn_events,
-    _turn_answered,
-    _turn_approvals,
-    _turn_reason,
-) = _slot_setters(
+_ToolUseB = _builder(ToolUse, ("name", "id", "input", "thread_id", "input_error"))
+_ToolResultB = _builder(ToolResult, ("tool_use_id", "text", "is_error"))
+_UsageB = _builder(Usage, ("input_tokens", "output_tokens", "raw"))
+_TurnResultB = _builder(
     TurnResult,
     (
         "terminal",
@@ -373,6 +373,55 @@ _us_in, _us_out, _us_raw = _slot_setters(Usage, ("input_tokens", "output_tokens"
         "reason",
     ),
 )
+_SessionResultB = _builder(
+    SessionResult,
+    (
+        "terminal",
+        "stop_reason",
+        "reason",
+        "session_id",
+        "text",
+        "custom_tool_uses",
+        "server_tool_uses",
+        "usage",
+        "turns",
+        "events",
+        "transcript",
+        "pending",
+    ),
+)
+
+
+def make_session_result(  # noqa: PLR0917 (positional: every field, in field order)
+    terminal: Terminal,
+    stop_reason: Any,
+    reason: str | None,
+    session_id: str | None,
+    text: str,
+    custom_tool_uses: list[ToolUse],
+    server_tool_uses: list[ToolUse],
+    usage: Usage,
+    turns: int,
+    events: list[RawEvent],
+    transcript: list[dict[str, Any]] | None,
+    pending: Pending | None = None,
+) -> SessionResult:
+    """``SessionResult(...)`` with every field given, faster (one or two per request)."""
+    result: Any = _new(_SessionResultB)
+    result.terminal = terminal
+    result.stop_reason = stop_reason
+    result.reason = reason
+    result.session_id = session_id
+    result.text = text
+    result.custom_tool_uses = custom_tool_uses
+    result.server_tool_uses = server_tool_uses
+    result.usage = usage
+    result.turns = turns
+    result.events = events
+    result.transcript = transcript
+    result.pending = pending
+    result.__class__ = SessionResult
+    return result  # type: ignore[no-any-return]
 
 
 def make_tool_use(
@@ -383,31 +432,34 @@ def make_tool_use(
     thread_id: str | None = None,
 ) -> ToolUse:
     """``ToolUse(name=..., id=..., input=..., input_error=..., thread_id=...)``, faster."""
-    use = _new(ToolUse)
-    _tu_name(use, name)
-    _tu_id(use, id)
-    _tu_input(use, input)
-    _tu_thread(use, thread_id)
-    _tu_error(use, input_error)
-    return use
+    use: Any = _new(_ToolUseB)
+    use.name = name
+    use.id = id
+    use.input = input
+    use.thread_id = thread_id
+    use.input_error = input_error
+    use.__class__ = ToolUse
+    return use  # type: ignore[no-any-return]
 
 
 def make_tool_result(tool_use_id: str, text: str, is_error: bool = False) -> ToolResult:
     """``ToolResult(tool_use_id=..., text=..., is_error=...)``, faster."""
-    result = _new(ToolResult)
-    _tr_id(result, tool_use_id)
-    _tr_text(result, text)
-    _tr_error(result, is_error)
-    return result
+    result: Any = _new(_ToolResultB)
+    result.tool_use_id = tool_use_id
+    result.text = text
+    result.is_error = is_error
+    result.__class__ = ToolResult
+    return result  # type: ignore[no-any-return]
 
 
 def make_usage(input_tokens: int, output_tokens: int, raw: list[Any]) -> Usage:
     """``Usage(input_tokens=..., output_tokens=..., raw=...)``, faster."""
-    usage = _new(Usage)
-    _us_in(usage, input_tokens)
-    _us_out(usage, output_tokens)
-    _us_raw(usage, raw)
-    return usage
+    usage: Any = _new(_UsageB)
+    usage.input_tokens = input_tokens
+    usage.output_tokens = output_tokens
+    usage.raw = raw
+    usage.__class__ = Usage
+    return usage  # type: ignore[no-any-return]
 
 
 def make_turn_result(  # noqa: PLR0917 (positional: one call per turn on the hot path)
@@ -423,15 +475,16 @@ def make_turn_result(  # noqa: PLR0917 (positional: one call per turn on the hot
 ) -> TurnResult:
     """``TurnResult(...)`` with every field given (``server_tool_uses`` ``None``: a new
     empty list, as the dataclass default; no ``host_approvals``: Local holds none), faster."""
-    turn = _new(TurnResult)
-    _turn_terminal(turn, terminal)
-    _turn_stop(turn, stop_reason)
-    _turn_text(turn, text)
-    _turn_custom(turn, custom_tool_uses)
-    _turn_server(turn, [] if server_tool_uses is None else server_tool_uses)
-    _turn_usage(turn, usage)
-    _turn_events(turn, events)
-    _turn_answered(turn, host_answered)
-    _turn_approvals(turn, [])
-    _turn_reason(turn, reason)
-    return turn
+    turn: Any = _new(_TurnResultB)
+    turn.terminal = terminal
+    turn.stop_reason = stop_reason
+    turn.text = text
+    turn.custom_tool_uses = custom_tool_uses
+    turn.server_tool_uses = [] if server_tool_uses is None else server_tool_uses
+    turn.usage = usage
+    turn.events = events
+    turn.host_answered = host_answered
+    turn.host_approvals = []
+    turn.reason = reason
+    turn.__class__ = TurnResult
+    return turn  # type: ignore[no-any-return]

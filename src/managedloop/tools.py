@@ -96,6 +96,7 @@ class Tool(Generic[P, R]):
     """
 
     __slots__ = (
+        "_fields",
         "_info_param",
         "_model",
         "_model_params",
@@ -148,6 +149,7 @@ class Tool(Generic[P, R]):
         )
         import pydantic  # loaded by _input_model; here for its exception classes
 
+        self._fields: Any = None  # bind's validator, made on the first call
         try:
             schema = self._model.model_json_schema(schema_generator=_schema_without_titles())
         except pydantic.PydanticUserError as exc:
@@ -176,11 +178,42 @@ class Tool(Generic[P, R]):
 
         Raises :class:`pydantic.ValidationError` on invalid input.
         """
-        validated = self._model.model_validate(arguments)
-        kwargs = {name: getattr(validated, name) for name in self._model_params}
+        fields = self._fields
+        if fields is None:
+            fields = self._fields = _fields_validator(self._model)
+        if fields is not False:
+            kwargs: dict[str, Any] = fields.validate_python(arguments)[0]
+        else:
+            validated = self._model.__pydantic_validator__.validate_python(arguments)
+            kwargs = {name: getattr(validated, name) for name in self._model_params}
         if self._info_param is not None:
             kwargs[self._info_param] = info
         return kwargs
+
+
+def _fields_validator(model: type[pydantic.BaseModel]) -> Any:
+    """A validator of the input model's fields alone, or ``False`` when the model is not a
+    plain one (nested model definitions, a custom ``__init__``...).
+
+    Its ``validate_python`` returns ``(fields, extra, fields_set)``: the call's keyword
+    arguments as a fresh dict, without building a model instance to read them back from
+    (half the cost of a call's validation). It runs the model's own field schema under
+    the model's own config (title, ``extra="forbid"``), so what it accepts, the values it
+    gives and the ``ValidationError`` it raises are the model's.
+    """
+    import pydantic_core
+
+    schema: Any = model.__pydantic_core_schema__ if model.__pydantic_complete__ else None
+    if (
+        not isinstance(schema, dict)
+        or schema.get("type") != "model"
+        or schema["schema"].get("type") != "model-fields"
+        or schema.get("custom_init")
+        or schema.get("root_model")
+        or schema.get("post_init")
+    ):
+        return False
+    return pydantic_core.SchemaValidator(schema["schema"], schema.get("config"))
 
 
 @functools.cache

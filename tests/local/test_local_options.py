@@ -161,3 +161,24 @@ def test_usage_not_reported_is_an_empty_raw_list_not_zero() -> None:
         result = ml.run_sync(local, agent=AGENT, prompt="q")
     assert result.usage.raw != []  # reported, and zero
     assert (result.usage.input_tokens, result.usage.output_tokens) == (0, 0)
+
+
+@pytest.mark.anyio
+async def test_a_chat_function_local_holds_no_http_pool_and_shares_its_retry_policy() -> None:
+    """A chat function replaces HTTP: no pool is made (entering and closing the provider
+    still work); equal retry settings share one frozen policy, a bad one raises each time."""
+    from managedloop.testing import ScriptedChatModel
+
+    first = Local(model="m", chat=ScriptedChatModel([say("hi")]), retry_backoff=2.5)
+    second = Local(model="m", chat=ScriptedChatModel([say("hi")]), retry_backoff=2.5)
+    assert first._pool is None
+    assert first._retry.policy is second._retry.policy
+    assert first._retry.policy.base == 2.5
+    assert Local(model="m", chat=ScriptedChatModel([]), retry_backoff=1)._retry.policy.base == 1.0
+    async with first as provider:
+        assert (await ml.run(provider, agent=AGENT, prompt="x")).text == "hi"
+    await first.aclose()
+    for _ in range(2):
+        with pytest.raises(ml.InvalidOptionsError):
+            Local(model="m", chat=ScriptedChatModel([]), max_retries=-1)
+    assert Local(model="m", base_url="http://127.0.0.1:1/v1")._pool is not None

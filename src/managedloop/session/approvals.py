@@ -178,6 +178,8 @@ def check_approvals(approvals: Any, confirm: Any, pending: Pending | None) -> di
     """``approvals=`` checked against the parked state, before anything is opened: a
     decision for an id nobody waits on is ``unknown_approval``; a decision still needed
     with no ``confirm=`` to ask is ``approval_missing``."""
+    if approvals is None and confirm is None and pending is None:
+        return {}  # nothing given, nothing waiting (every run without resume=)
     if confirm is not None and not callable(confirm):
         raise InvalidOptionsError(f"confirm must be callable, got {confirm!r}", option="confirm")
     if approvals is None:

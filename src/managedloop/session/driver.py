@@ -47,7 +47,7 @@ import inspect
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, nullcontext
 from typing import TYPE_CHECKING, Any, Unpack
 
 import anyio
@@ -61,7 +61,7 @@ from managedloop.errors import (
     SessionTimeoutError,
     UnsupportedError,
 )
-from managedloop.handler import MAX_INPUT_DEPTH, run_tool_calls, too_deep
+from managedloop.handler import _FLAT, MAX_INPUT_DEPTH, run_one_call, run_tool_calls, too_deep
 from managedloop.hosts import (
     Connection,
     DefineOutcome,
@@ -72,6 +72,7 @@ from managedloop.hosts import (
     TurnInput,
     TurnRestart,
     UserMessage,
+    make_tool_results,
 )
 from managedloop.outcome import Outcome
 from managedloop.results import (
@@ -103,6 +104,7 @@ logger = logging.getLogger("managedloop.session")
 
 _TOO_DEEP = f"arguments are nested deeper than {MAX_INPUT_DEPTH} levels"
 _NOTHING: Any = object()  # no kickoff input: a live session waits for send()
+_NONE: frozenset[str] = frozenset()
 
 
 def _event_type(event: Any) -> str | None:
@@ -120,7 +122,7 @@ class _Driver:
     def __init__(self, prepared: Prepared, conn: Connection) -> None:
         self.p = prepared
         self.conn = conn
-        self.machine = Machine(prepared.loop)
+        self.machine = Machine(prepared.loop, conn)
         # At most once per tool-use id per session: every result computed on this
         # connection, by id. Lives as long as the driver (one run, one live session).
         self.done: dict[str, ToolResult] = {}
@@ -128,9 +130,12 @@ class _Driver:
         # is a *different* call, which must not get this result (see _reused).
         self._calls: dict[str, tuple[str, dict[str, Any]]] = {}
         self._ran: set[str] = set()  # ids run in the current request
-        self._resent: set[str] = set()  # ids answered from ``done`` in the current request
+        # ids answered from ``done`` in the current request (a set from the first one on)
+        self._resent: set[str] | frozenset[str] = _NONE
         self.buffer: list[RawEvent] = []
-        self.subscribers: list[MemoryObjectSendStream[RawEvent]] = []
+        # events() subscribers; a list from the first subscription on (an in-flight run
+        # holds one GC-tracked container less: see bench/README.md on the collector)
+        self.subscribers: Sequence[MemoryObjectSendStream[RawEvent]] = ()
         # Interrupts by cancellation (hosts with ``interrupts_by_cancel``): the scope of
         # the request in flight; only interrupt() cancels it.
         self._scope: anyio.CancelScope | None = None
@@ -184,11 +189,6 @@ class _Driver:
         self.buffer.append(event)
         if self._on_event is not None or self.subscribers:
             await self._deliver(event)
-        self._emit_event(event)
-
-    def _record(self, event: RawEvent) -> None:
-        """:meth:`_event` when nobody is delivered to (no ``handle_event``, no ``events()``)."""
-        self.buffer.append(event)
         self._emit_event(event)
 
     def _emit_event(self, event: RawEvent) -> None:
@@ -247,7 +247,9 @@ class _Driver:
                     raise _contract(f"turn() yielded {_kind(item)} after its TurnResult")
                 if type(item) is dict:  # most items: a raw event (no isinstance chain)
                     if self._on_event is None and not self.subscribers:
-                        self._record(item)  # nobody to deliver to: no await
+                        self.buffer.append(item)  # nobody to deliver to: no await
+                        if telemetry.enabled("stream.event"):
+                            self._emit_event(item)
                     else:
                         await self._event(item)
                 elif isinstance(item, TurnResult):
@@ -262,8 +264,8 @@ class _Driver:
         finally:
             # Close the host's turn even when we leave early (an error, a cancellation), so
             # its in-flight request is torn down; shielded so the close itself completes.
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None and not finished:
+            aclose = None if finished else getattr(stream, "aclose", None)
+            if aclose is not None:
                 with anyio.CancelScope(shield=True):
                     await aclose()
         if result is None:
@@ -288,6 +290,32 @@ class _Driver:
                 caller=self.p.caller,
             )
         done = self.done
+        if len(uses) == 1:  # most tool turns: one call
+            all_fresh = uses[0].id not in done
+        else:
+            ids = [u.id for u in uses if u.id]
+            all_fresh = len(set(ids)) == len(ids) and not any(i in done for i in ids)
+        if all_fresh:  # the common case: nothing repeated (one await less)
+            if len(uses) == 1:
+                p, use = self.p, uses[0]
+                result = await run_one_call(p.handler, use, self.info, p.tool_timeout, p.caller)
+                uid = use.id
+                if uid:  # _store, for the one use
+                    self.done[uid] = result
+                    self._calls[uid] = (use.name, use.input)
+                    self._ran.add(uid)
+                return make_tool_results([use], [result])
+            else:
+                ran = await run_tool_calls(
+                    self.p.handler,
+                    uses,
+                    self.info,
+                    max_concurrent=self.p.max_concurrent_tools,
+                    timeout=self.p.tool_timeout,
+                    caller=self.p.caller,
+                )
+            self._store(uses, ran)
+            return make_tool_results(list(uses), ran)
         fresh: list[int] = []  # positions of the uses that run now
         claimed: set[str] = set()
         for i, use in enumerate(uses):
@@ -297,17 +325,6 @@ class _Driver:
             elif uid not in done and uid not in claimed:
                 claimed.add(uid)
                 fresh.append(i)
-        if len(fresh) == len(uses):  # the common case: nothing repeated (one await less)
-            ran = await run_tool_calls(
-                self.p.handler,
-                uses,
-                self.info,
-                max_concurrent=self.p.max_concurrent_tools,
-                timeout=self.p.tool_timeout,
-                caller=self.p.caller,
-            )
-            self._store(uses, ran)
-            return ToolResults(tool_uses=list(uses), results=ran)
         computed = iter(await self._run_fresh([uses[i] for i in fresh]) if fresh else [])
         run_now = set(fresh)
         results: list[ToolResult] = []
@@ -321,8 +338,8 @@ class _Driver:
                 continue
             results.append(done[use.id])  # _run_fresh stored the results it computed
             if use.id not in self._ran:
-                self._resent.add(use.id)
-        return ToolResults(tool_uses=list(uses), results=results)
+                self._resent = self._resent | {use.id}
+        return make_tool_results(list(uses), results)
 
     async def _run_fresh(self, uses: Sequence[ToolUse]) -> list[ToolResult]:
         info = self.info
@@ -339,7 +356,8 @@ class _Driver:
 
     def _store(self, uses: Sequence[ToolUse], results: Sequence[ToolResult]) -> None:
         """Keep each computed result under its use's id (at most once per id)."""
-        for use, result in zip(uses, results, strict=True):
+        # run_tool_calls returns exactly one result per use, in order (it asserts so)
+        for use, result in zip(uses, results):  # noqa: B905 (zip's strict= costs a kwargs parse)
             if use.id:
                 self.done[use.id] = result
                 self._calls[use.id] = (use.name, use.input)
@@ -359,9 +377,9 @@ class _Driver:
         if (
             not host_held
             and carried is None
-            and (
-                getattr(handler, "needs_approval", None) is None
-                or getattr(handler, "approval_free", False)
+            and (  # approval_free first: a Toolset's is an attribute, not a bound method
+                getattr(handler, "approval_free", False)
+                or getattr(handler, "needs_approval", None) is None
             )
         ):
             return await self._run_tools(uses)  # nothing can be held: the plain path
@@ -396,7 +414,7 @@ class _Driver:
         ``scoped=True``: the caller has set the telemetry scope and emits the
         ``session.request`` span (``run``, whose span covers the open too)."""
         if scoped:
-            return await self._request(first)
+            return await self._request(first, interruptible=False)
         token = telemetry.enter_scope(self.p.caller)
         try:
             if not telemetry.span_enabled("session.request"):
@@ -409,12 +427,20 @@ class _Driver:
         finally:
             telemetry.exit_scope(token)
 
-    async def _request(self, first: TurnInput | Pending | None) -> SessionResult:
+    async def _request(
+        self, first: TurnInput | Pending | None, *, interruptible: bool = True
+    ) -> SessionResult:
         """One request: from ``first`` to a terminal (``None``: redrive pending tool uses;
-        a :class:`Pending`: answer a parked request with ``approvals=`` / ``confirm=``)."""
+        a :class:`Pending`: answer a parked request with ``approvals=`` / ``confirm=``).
+
+        ``interruptible=False``: nothing can call :meth:`interrupt` (``run`` keeps its
+        driver to itself), so the request runs without the cancel scope an interrupt
+        cancels (entering and leaving one costs more than a turn)."""
         self.machine.begin_request()
-        self._ran, self._resent = set(), set()
+        self._ran, self._resent = set(), _NONE
         try:
+            if not interruptible:
+                return await self._drive(first)
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 try:
@@ -456,14 +482,22 @@ class _Driver:
         else:
             step = first
         # Chosen once per request: an uninstrumented turn pays no telemetry check.
-        drive = self._traced_turn if telemetry.span_enabled("session.turn") else self._turn
+        traced = telemetry.span_enabled("session.turn")  # a flag: no bound method kept
         while True:
             if isinstance(step, SessionResult):
                 return self._finish(step)
-            turn = _bounded(await drive(self.machine.before_turn(step)))
+            step = self.machine.before_turn(step)
+            turn = _bounded(await (self._traced_turn(step) if traced else self._turn(step)))
             action = self.machine.on_turn(turn, self.conn.session_id)
             if isinstance(action, RunTools):
-                step = await self._answer(action.tool_uses, action.host_approvals)
+                handler = self.p.handler
+                if not action.host_approvals and (  # _answer's plain path, one frame less
+                    getattr(handler, "approval_free", False)
+                    or getattr(handler, "needs_approval", None) is None
+                ):
+                    step = await self._run_tools(action.tool_uses)
+                else:
+                    step = await self._answer(action.tool_uses, action.host_approvals)
             elif isinstance(action, Finish):
                 return self._finish(action.result)
             else:
@@ -502,9 +536,10 @@ class _Driver:
                     turns=result.turns,
                 ),
             )
-        transcript = self.conn.transcript()
-        if transcript is not None:
-            result = dataclasses.replace(result, transcript=transcript)
+        if result.transcript is None:  # the machine's results carry it already
+            transcript = self.conn.transcript()
+            if transcript is not None:
+                result = dataclasses.replace(result, transcript=transcript)
         telemetry.emit(
             "session.terminal",
             None,
@@ -562,8 +597,16 @@ def _bounded(turn: TurnResult) -> TurnResult:
     """
     uses = turn.custom_tool_uses
     for u in uses:  # a plain loop: this runs on every turn with tool uses
-        if u.input_error is None and too_deep(u.input):
-            break
+        if u.input_error is None:
+            value = u.input
+            if type(value) is dict:  # too_deep's flat-object case, without the call
+                for v in value.values():
+                    if type(v) not in _FLAT:
+                        break
+                else:
+                    continue
+            if too_deep(value):
+                break
     else:
         return turn
     checked = [
@@ -627,6 +670,9 @@ async def _open(prepared: Prepared) -> _Driver:
 
 
 async def _aclose(driver: _Driver) -> None:
+    # The whole close inside the shield: a close that enters cancel scopes of its own
+    # (anyio-based clients) must run within one scope nesting, so it cannot be stepped
+    # outside the shield first.
     with anyio.CancelScope(shield=True):
         await driver.conn.aclose()
 
@@ -716,11 +762,19 @@ async def run(
 async def _run_one(
     prepared: Prepared, prompt: str | None, outcome: Outcome | None, opened: list[_Driver]
 ) -> SessionResult:
-    async with AsyncExitStack() as lifespan:  # the handler's, left on every path: _lifespan
-        driver = await _open(await _lifespan(prepared, lifespan))
+    # The handler's lifespan (see _lifespan), entered directly: one context, no exit stack.
+    lifespan = getattr(prepared.handler, "lifespan", None)
+    context = lifespan() if lifespan is not None else nullcontext(prepared.handler)
+    lifespan = None  # not held for the whole run
+    async with context as handler:  # left on every path
+        if handler is not prepared.handler:
+            prepared = dataclasses.replace(prepared, handler=handler)
+        driver = await _open(prepared)
         opened.append(driver)
         try:
-            return await driver.request(_first_input(driver, prompt, outcome), scoped=True)
+            # run() set the telemetry scope and emits session.request (its span covers the
+            # open); nothing can interrupt a run's driver
+            return await driver._request(_first_input(driver, prompt, outcome), interruptible=False)
         finally:
             await _aclose(driver)
 
@@ -816,13 +870,9 @@ class LiveSession:
         try:
             await self._stack.aclose()
         finally:
-            for stream in (
-                self._inbox,
-                self._outbox_send,
-                self._outbox,
-                *(self._driver.subscribers if self._driver else ()),
-                *self._receivers,
-            ):
+            streams: list[Any] = [self._inbox, self._outbox_send, self._outbox]
+            streams += self._driver.subscribers if self._driver else ()
+            for stream in (*streams, *self._receivers):
                 stream.close()
 
     async def _close_connection(self) -> None:
@@ -942,7 +992,9 @@ class LiveSession:
         self._check_open()
         assert self._driver is not None
         send, receive = anyio.create_memory_object_stream[RawEvent](math.inf)
-        self._driver.subscribers.append(send)
+        subscribers = list(self._driver.subscribers)  # a new list: never mutated mid-iteration
+        subscribers.append(send)
+        self._driver.subscribers = subscribers
         self._receivers.append(receive)
         return receive
 

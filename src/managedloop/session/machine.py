@@ -63,6 +63,9 @@ from managedloop.results import (
     ToolUse,
     TurnResult,
     Usage,
+    _builder,
+    make_session_result,
+    make_usage,
 )
 
 __all__ = ["Finish", "GuardInput", "LoopOptions", "Machine", "RunTools", "Send", "reprompt_text"]
@@ -109,6 +112,18 @@ class Finish:
 
 Action = RunTools | Send | Finish
 
+_RunToolsB = _builder(RunTools, ("tool_uses", "host_approvals"))
+
+
+def _run_tools(uses: Sequence[ToolUse], approvals: Sequence[ApprovalRequest]) -> RunTools:
+    """``RunTools(uses, approvals)``, faster (one per tool turn; see
+    :mod:`managedloop.results` on the fast constructors)."""
+    action: Any = object.__new__(_RunToolsB)
+    action.tool_uses = uses
+    action.host_approvals = approvals
+    action.__class__ = RunTools
+    return action  # type: ignore[no-any-return]
+
 
 def reprompt_text(tool: str) -> str:
     return (
@@ -133,24 +148,42 @@ class _Request:
     last: TurnResult | None = None
 
     def usage(self) -> Usage:
-        return Usage(
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            raw=list(self.usage_raw),
-        )
+        return make_usage(self.input_tokens, self.output_tokens, list(self.usage_raw))
+
+
+def _fresh(reprompts_left: int) -> _Request:
+    """``_Request(reprompts_left=...)``, without the generated ``__init__``'s twelve
+    keyword defaults and factories (one or two per request)."""
+    req = object.__new__(_Request)
+    req.turns = 0
+    req.events = []
+    req.custom_tool_uses = []
+    req.custom_ids = set()
+    req.server_tool_uses = []
+    req.input_tokens = 0
+    req.output_tokens = 0
+    req.usage_raw = []
+    req.reprompts_left = reprompts_left
+    req.terminal_tool_called = False
+    req.last = None
+    return req
 
 
 class Machine:
     """One session's loop state. Not thread-safe; one driver owns it."""
 
-    __slots__ = ("_req", "options")
+    __slots__ = ("_req", "_transcript", "options")
 
-    def __init__(self, options: LoopOptions) -> None:
+    def __init__(self, options: LoopOptions, host: Any = None) -> None:
         self.options = options
-        self._req = _Request(reprompts_left=options.max_reprompts)
+        self._req = _fresh(options.max_reprompts)
+        # The connection whose transcript() (client-held history) a result carries when
+        # built without one given: the request's result has it from the start. (The
+        # connection, not its bound method: one object less held per session.)
+        self._transcript = host
 
     def begin_request(self) -> None:
-        self._req = _Request(reprompts_left=self.options.max_reprompts)
+        self._req = _fresh(self.options.max_reprompts)
 
     @property
     def turns(self) -> int:
@@ -211,7 +244,7 @@ class Machine:
                     # the host answered every call: ask again
                     return Send(ToolResults(tool_uses=[], results=[]))
                 self.add_tool_uses(turn.custom_tool_uses)
-                return RunTools(turn.custom_tool_uses, turn.host_approvals)
+                return _run_tools(turn.custom_tool_uses, turn.host_approvals)
             if turn.server_tool_uses:
                 # The host holds its own (server) tools for a confirmation only the caller
                 # can give (``send_event``): still waiting, but not on anything we can run.
@@ -249,16 +282,18 @@ class Machine:
         """The request's result so far (also used for partial results on failure)."""
         req = self._req
         last = req.last
-        return SessionResult(
-            terminal=terminal if terminal is not None else Terminal.TERMINATED,
-            stop_reason=last.stop_reason if last else None,
-            reason=reason,
-            session_id=session_id,
-            text=last.text if last else "",
-            custom_tool_uses=list(req.custom_tool_uses),
-            server_tool_uses=list(req.server_tool_uses),
-            usage=req.usage(),
-            turns=req.turns,
-            events=[*req.events, *pending_events],
-            transcript=transcript,
+        if transcript is None and self._transcript is not None:
+            transcript = self._transcript.transcript()
+        return make_session_result(
+            terminal if terminal is not None else Terminal.TERMINATED,
+            last.stop_reason if last else None,
+            reason,
+            session_id,
+            last.text if last else "",
+            list(req.custom_tool_uses),
+            list(req.server_tool_uses),
+            req.usage(),
+            req.turns,
+            [*req.events, *pending_events],
+            transcript,
         )

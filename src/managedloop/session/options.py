@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -12,7 +13,7 @@ from managedloop.errors import InvalidOptionsError
 from managedloop.hosts import OpenRequest, Provider
 from managedloop.outcome import Outcome
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
-from managedloop.results import Approve, Deny, Pending, SessionResult
+from managedloop.results import Approve, Deny, Pending, SessionResult, _builder
 from managedloop.session.approvals import Confirm, check_approvals
 from managedloop.session.machine import GuardInput, LoopOptions, TurnGuard
 from managedloop.tools import ToolDefinition, Toolset
@@ -43,7 +44,13 @@ _PROVIDER_ATTRS = ("name", "supports_outcomes", "supports_raw_events", "open")
 
 
 def _is_provider(value: Any) -> bool:
-    return all(hasattr(value, name) for name in _PROVIDER_ATTRS) and callable(value.open)
+    return (  # _PROVIDER_ATTRS, spelled out: no generator frame per run
+        hasattr(value, "name")
+        and hasattr(value, "supports_outcomes")
+        and hasattr(value, "supports_raw_events")
+        and hasattr(value, "open")
+        and callable(value.open)
+    )
 
 
 def coerce_outcome(value: Any) -> Outcome | None:
@@ -126,6 +133,7 @@ DEFAULTS: SessionOptions = {
     "tool_timeout": None,
     "telemetry_metadata": None,
 }
+_DEFAULT_OPTIONS = SimpleNamespace(**DEFAULTS)  # prepare reads options, never writes them
 
 
 def _check_agent(agent: Any) -> None:
@@ -134,6 +142,8 @@ def _check_agent(agent: Any) -> None:
     bytes, sequences and blank strings are never one."""
     if agent is None:
         raise InvalidOptionsError("agent= is required (an AgentSpec or a handle)", option="agent")
+    if isinstance(agent, AgentSpec):
+        return
     if isinstance(agent, int | float | complex | bytes | bytearray | list | tuple | set) or (
         isinstance(agent, str) and not agent.strip()
     ):
@@ -250,41 +260,85 @@ def prepare(
     approvals = check_approvals(o.approvals, o.confirm, pending)
 
     info_metadata = _info_metadata(o.telemetry_metadata, spec)
-    loop = LoopOptions(
-        max_turns=o.max_turns,
-        turn_guard=_budget_guard(
-            o.turn_guard, o.max_total_tokens, o.max_input_tokens, o.max_output_tokens
-        ),
-        terminal_tool=terminal_tool,
-        require_terminal_tool=o.require_terminal_tool,
-        max_reprompts=o.max_reprompts,
+    # Built with their slots set directly (see managedloop.results on the builders): once
+    # per run, three frozen dataclass __init__s of 5-12 keyword fields cost more than all
+    # the checks above.
+    loop: Any = _new(_LoopB)
+    loop.max_turns = o.max_turns
+    loop.turn_guard = _budget_guard(
+        o.turn_guard, o.max_total_tokens, o.max_input_tokens, o.max_output_tokens
     )
-    request = OpenRequest(
-        spec=spec,
-        agent=agent,
-        tools=tools,
-        session_id=session_id,
-        transcript=transcript,
-        metadata=info_metadata,
-        pending=pending,
-        environment=o.environment,
-    )
-    prepared = Prepared(
-        provider=provider,
-        handler=handler,
-        open_request=request,
-        loop=loop,
-        max_concurrent_tools=o.max_concurrent_tools,
-        tool_timeout=tool_timeout,
-        # Library keys win over caller tags: the host's name rides on every loop event.
-        caller={**info_metadata, "provider": provider.name},
-        info_metadata=info_metadata,
-        approvals=approvals,
-        confirm=o.confirm,
-        model=_model_of(provider, spec),
-        agent_meta=_agent_meta(agent, spec, provider),
-    )
+    loop.terminal_tool = terminal_tool
+    loop.require_terminal_tool = o.require_terminal_tool
+    loop.max_reprompts = o.max_reprompts
+    loop.__class__ = LoopOptions
+    request: Any = _new(_OpenB)
+    request.spec = spec
+    request.agent = agent
+    request.tools = tools
+    request.session_id = session_id
+    request.transcript = transcript
+    request.environment = o.environment
+    request.replay_from = None  # durable sessions set it (contrib.temporal); a run does not
+    request.metadata = info_metadata
+    request.pending = pending
+    request.__class__ = OpenRequest
+    prepared: Any = _new(_PreparedB)
+    prepared.provider = provider
+    prepared.handler = handler
+    prepared.open_request = request
+    prepared.loop = loop
+    prepared.max_concurrent_tools = o.max_concurrent_tools
+    prepared.tool_timeout = tool_timeout
+    # Library keys win over caller tags: the host's name rides on every loop event.
+    prepared.caller = {**info_metadata, "provider": provider.name}
+    prepared.info_metadata = info_metadata
+    prepared.approvals = approvals
+    prepared.confirm = o.confirm
+    prepared.model = _model_of(provider, spec)
+    prepared.agent_meta = _agent_meta(agent, spec, provider)
+    prepared.__class__ = Prepared
     return prepared, outcome
+
+
+_new = object.__new__
+
+
+_LoopB = _builder(
+    LoopOptions,
+    ("max_turns", "turn_guard", "terminal_tool", "require_terminal_tool", "max_reprompts"),
+)
+_OpenB = _builder(
+    OpenRequest,
+    (
+        "spec",
+        "agent",
+        "tools",
+        "session_id",
+        "transcript",
+        "environment",
+        "replay_from",
+        "metadata",
+        "pending",
+    ),
+)
+_PreparedB = _builder(
+    Prepared,
+    (
+        "provider",
+        "handler",
+        "open_request",
+        "loop",
+        "max_concurrent_tools",
+        "tool_timeout",
+        "caller",
+        "info_metadata",
+        "approvals",
+        "confirm",
+        "model",
+        "agent_meta",
+    ),
+)
 
 
 def _model_of(provider: Any, spec: AgentSpec | None) -> str | None:
@@ -304,6 +358,8 @@ def _agent_meta(agent: Any, spec: AgentSpec | None, provider: Any) -> dict[str, 
     name = spec.name if spec is not None else None
     agent_id = None
     for source in (agent, getattr(provider, "agent", None)):
+        if source is None:
+            continue
         if isinstance(source, str):
             agent_id = agent_id or source
             continue
@@ -319,6 +375,8 @@ def _agent_meta(agent: Any, spec: AgentSpec | None, provider: Any) -> dict[str, 
 
 def _with_defaults(options: Mapping[str, Any]) -> SimpleNamespace:
     """Every option by name, defaults filled in; an unknown name is refused."""
+    if not options:  # the defaults alone: one namespace, read and never written
+        return _DEFAULT_OPTIONS
     unknown = sorted(set(options) - set(DEFAULTS))
     if unknown:
         name = unknown[0]
@@ -384,7 +442,10 @@ def _check_counts(o: SimpleNamespace) -> None:
         "max_input_tokens",
         "max_output_tokens",
     ):
-        _validate.integer(name, getattr(o, name), minimum=1, allow_none=True)
+        value = getattr(o, name)
+        if value is None or (type(value) is int and value >= 1):
+            continue  # what _validate.integer accepts (bool is no int here), without the call
+        _validate.integer(name, value, minimum=1, allow_none=True)
     if o.max_turns is None:
         raise InvalidOptionsError("max_turns must be a positive integer", option="max_turns")
     if (
@@ -406,16 +467,37 @@ def _check_telemetry_metadata(value: Any) -> None:
 
 def _handler_and_tools(handler: Any, spec: AgentSpec | None) -> tuple[Any, list[ToolDefinition]]:
     """Who serves tool calls (default: the agent's tools) and what the host is told of."""
-    if handler is None:
-        handler = spec.toolset() if spec is not None else Toolset()
-    elif not callable(getattr(handler, "handle_tool_call", None)):
+    if handler is not None and not callable(getattr(handler, "handle_tool_call", None)):
         raise InvalidOptionsError(
             "handler must have a handle_tool_call(name, input, info) method", option="handler"
         )
-    tools = spec.tool_definitions() if spec is not None else []
-    if isinstance(handler, Toolset) and spec is None:
-        tools = handler.definitions()
-    return handler, tools
+    if spec is None:
+        handler = Toolset() if handler is None else handler
+        return handler, handler.definitions() if isinstance(handler, Toolset) else []
+    toolset, definitions = _of_spec(spec)
+    return toolset if handler is None else handler, list(definitions)
+
+
+# What prepare derives from a spec, by the spec's identity: its tools are a tuple fixed at
+# construction (AgentSpec.__post_init__) and a Toolset holds no session state (an MCP
+# toolset's connections live in the copy its lifespan() yields), so one toolset serves
+# every run of a spec. Each entry lives as long as its spec (a weak reference drops it).
+_DERIVED: dict[int, tuple[Any, Toolset, tuple[ToolDefinition, ...]]] = {}
+
+
+def _of_spec(spec: AgentSpec) -> tuple[Toolset, tuple[ToolDefinition, ...]]:
+    """``(spec.toolset(), spec.tool_definitions())``, computed once per spec."""
+    key = id(spec)
+    entry = _DERIVED.get(key)
+    if entry is not None and entry[0]() is spec:
+        return entry[1], entry[2]
+    toolset, definitions = spec.toolset(), tuple(spec.tool_definitions())
+    try:
+        ref = weakref.ref(spec, lambda _: _DERIVED.pop(key, None))
+    except TypeError:  # pragma: no cover - a spec subclass with __slots__ and no weakref
+        return toolset, definitions
+    _DERIVED[key] = (ref, toolset, definitions)
+    return toolset, definitions
 
 
 def _info_metadata(caller: Mapping[str, Any] | None, spec: AgentSpec | None) -> dict[str, Any]:

@@ -22,12 +22,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from managedloop.handler import is_error_payload
-from managedloop.providers.local import text_of
+from managedloop.providers.local import History, text_of
 from managedloop.results import ToolResult, make_tool_result
-from managedloop.testing.script import ModelRequest, Reply, ScriptedAgent, dumps_args
+from managedloop.testing.script import (
+    ModelRequest,
+    Reply,
+    ScriptedAgent,
+    dumps_args,
+    make_model_request,
+)
 from managedloop.tools import ToolDefinition
 
 __all__ = [
+    "HistoryReader",
     "completion_body",
     "definitions",
     "messages_api_request",
@@ -60,9 +67,26 @@ def model_request(
     """What a Chat Completions request body says the model was sent (``tools``: the
     body's tool definitions, when the caller already has them)."""
     messages: Sequence[Mapping[str, Any]] = body.get("messages") or []
-    roles = [m.get("role") for m in messages]  # one pass; the history grows every turn
-    turn = roles.count("assistant")
+    roles = [m.get("role") for m in messages]  # one pass
     system = text_of(messages[roles.index("system")].get("content")) if "system" in roles else None
+    return _record(
+        messages,
+        roles.count("assistant"),
+        system,
+        _definitions(body.get("tools")) if tools is None else tools,
+        body.get("model"),
+    )
+
+
+def _record(
+    messages: Sequence[Mapping[str, Any]],
+    turn: int,
+    system: str | None,
+    tools: Sequence[ToolDefinition],
+    model: Any,
+) -> ModelRequest:
+    """The request record, given what the whole history says (the step index, the first
+    system message); the rest is read off the messages since the last assistant one."""
     user_text: str | None = None
     results: list[ToolResult] = []
     for m in reversed(messages):
@@ -72,20 +96,56 @@ def model_request(
         if role == "user" and user_text is None:
             user_text = text_of(m.get("content"))
         elif role == "tool":
-            text = text_of(m.get("content"))
-            results.append(
-                make_tool_result(str(m.get("tool_call_id")), text, is_error_payload(text))
-            )
+            content = m.get("content")
+            text = content if type(content) is str else text_of(content)  # text_of's str case
+            # is_error_payload reads JSON objects only: plain text needs no call
+            error = text.lstrip().startswith("{") and is_error_payload(text)
+            results.append(make_tool_result(str(m.get("tool_call_id")), text, error))
     results.reverse()
-    return ModelRequest(
-        turn=turn,
-        tools=_definitions(body.get("tools")) if tools is None else tools,
-        user_text=user_text,
-        tool_results=results,
-        messages=list(messages),
-        system=system,
-        model=body.get("model"),
-    )
+    return make_model_request(turn, tools, user_text, results, list(messages), system, model)
+
+
+_UNSEEN: Any = object()  # no system message read yet
+
+
+class HistoryReader:
+    """:func:`model_request` for a chat function's :class:`~managedloop.providers.local.History`,
+    reading only the messages appended since the last request.
+
+    The step index (the number of assistant messages) and the first system message are
+    facts about the whole history; re-reading the whole history every turn made each
+    turn's cost grow with the conversation. A ``History`` only grows by ``append`` (the
+    connection's contract, which its encoding cache relies on too), so what was read
+    stays true and only the new messages are read. Any other sequence, another history,
+    or one shorter than what was read is read whole, as :func:`model_request` does.
+    """
+
+    __slots__ = ("_history", "_read", "_system", "_turn")
+
+    def __init__(self) -> None:
+        self._history: Any = None
+        self._read = 0
+        self._turn = 0
+        self._system: Any = _UNSEEN
+
+    def request(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[ToolDefinition], model: Any
+    ) -> ModelRequest:
+        if type(messages) is not History:
+            return model_request({"model": model, "messages": messages}, tools)
+        if messages is not self._history or len(messages) < self._read:
+            self._history, self._read, self._turn, self._system = messages, 0, 0, _UNSEEN
+        read = self._read
+        if read < len(messages):
+            for m in messages[read:] if read else messages:
+                role = m.get("role")
+                if role == "assistant":
+                    self._turn += 1
+                elif role == "system" and self._system is _UNSEEN:
+                    self._system = text_of(m.get("content"))
+            self._read = len(messages)
+        system = None if self._system is _UNSEEN else self._system
+        return _record(messages, self._turn, system, tools, model)
 
 
 def definitions(tools: Any) -> list[ToolDefinition]:
@@ -128,32 +188,31 @@ def messages_api_request(body: Mapping[str, Any]) -> ModelRequest:
     )
 
 
-def _calls(reply: Reply, agent: ScriptedAgent, prefix: str) -> list[tuple[str, str, str]]:
-    return [
-        (tc.id or agent.mint_id(prefix), tc.name, dumps_args(tc.input))
-        for tc in reply.tool_calls
-        if not tc.server  # a chat endpoint has no server-side tools
-    ]
-
-
 def render_completion(
     step: Reply, agent: ScriptedAgent, model: str | None
 ) -> tuple[dict[str, Any], str, dict[str, Any] | None]:
     """(assistant message, finish reason, usage) for a reply."""
-    calls = _calls(step, agent, "call_")
     message: dict[str, Any] = {"role": "assistant", "content": step.text or None}
+    calls = []
+    for tc in step.tool_calls:  # a loop, not a comprehension: no extra frame per turn
+        if not tc.server:  # a chat endpoint has no server-side tools
+            calls.append(
+                {
+                    "id": tc.id or agent.mint_id("call_"),
+                    "type": "function",
+                    "function": {"name": tc.name, "arguments": dumps_args(tc.input)},
+                }
+            )
     if calls:
-        message["tool_calls"] = [
-            {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
-            for i, n, a in calls
-        ]
+        message["tool_calls"] = calls
     finish = step.stop_reason or ("tool_calls" if calls else "stop")
     usage = None
     if step.usage is not None:
+        prompt, completion = step.usage
         usage = {
-            "prompt_tokens": step.usage[0],
-            "completion_tokens": step.usage[1],
-            "total_tokens": step.usage[0] + step.usage[1],
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
         }
     return message, finish, usage
 

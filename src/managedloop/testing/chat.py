@@ -40,7 +40,9 @@ from aiohttp import web
 
 from managedloop.errors import APIStatusError, UnsupportedError
 from managedloop.providers.local import ChatRequest, ChatResponse
+from managedloop.results import _builder
 from managedloop.testing._chat_render import (
+    HistoryReader,
     completion_body,
     definitions,
     messages_api_request,
@@ -80,6 +82,7 @@ class ScriptedChatModel:
         self.errors: list[BaseException] = []
         self._tools: Any = None  # the tools list last seen, and its definitions
         self._definitions: list[ToolDefinition] = []
+        self._reader = HistoryReader()
 
     @property
     def requests(self) -> list[ModelRequest]:
@@ -89,14 +92,15 @@ class ScriptedChatModel:
         return f"ScriptedChatModel(steps={len(self.agent.script or ())})"
 
     async def __call__(self, request: ChatRequest) -> ChatResponse:
-        # model_request snapshots the messages; the definitions are read once per tools list
-        # (the loop sends the same list every turn).
+        # The record snapshots the messages; the definitions are read once per tools list
+        # (the loop sends the same list every turn), the history only where it grew.
         tools = request.tools
         if tools is not self._tools:
             self._tools, self._definitions = tools, definitions(tools)
-        body = {"model": request.model, "messages": request.messages, "tools": tools}
         try:
-            step = self.agent.next_step(model_request(body, self._definitions))
+            step = self.agent.next_step(
+                self._reader.request(request.messages, self._definitions, request.model)
+            )
         except Exception as exc:
             self.errors.append(exc)
             raise
@@ -111,7 +115,21 @@ class ScriptedChatModel:
         if request.on_delta is not None and content:
             for start in range(0, len(content), self.chunk_size):
                 request.on_delta(content[start : start + self.chunk_size])
-        return ChatResponse(message=message, finish_reason=finish, usage=usage)
+        return _response(message, finish, usage)
+
+
+_ChatResponseB = _builder(ChatResponse, ("message", "finish_reason", "usage"))
+
+
+def _response(message: dict[str, Any], finish: str, usage: dict[str, Any] | None) -> ChatResponse:
+    """``ChatResponse(message=..., finish_reason=..., usage=...)``, faster (one per scripted
+    turn; see :mod:`managedloop.results` on the fast constructors)."""
+    response: Any = object.__new__(_ChatResponseB)
+    response.message = message
+    response.finish_reason = finish
+    response.usage = usage
+    response.__class__ = ChatResponse
+    return response  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

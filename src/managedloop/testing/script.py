@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from managedloop._json import encoder
-from managedloop.results import ToolResult
+from managedloop.results import ToolResult, _builder
 from managedloop.tools import ToolDefinition
 
 __all__ = [
@@ -98,6 +98,35 @@ class ModelRequest:
 
 
 Step = Reply | Fail | Grade | Callable[[ModelRequest], "Reply | Fail | Grade"]
+
+
+_ModelRequestB = _builder(
+    ModelRequest, ("turn", "tools", "user_text", "tool_results", "messages", "system", "model")
+)
+
+
+def make_model_request(  # noqa: PLR0917 (positional: one call per scripted turn)
+    turn: int,
+    tools: Sequence[ToolDefinition],
+    user_text: str | None,
+    tool_results: Sequence[ToolResult],
+    messages: Sequence[Mapping[str, Any]],
+    system: str | None,
+    model: str | None,
+) -> ModelRequest:
+    """``ModelRequest(...)`` with every field given, faster (a frozen dataclass's
+    ``__init__`` sets each field through ``object.__setattr__``; see
+    :mod:`managedloop.results` on the fast constructors)."""
+    request: Any = object.__new__(_ModelRequestB)
+    request.turn = turn
+    request.tools = tools
+    request.user_text = user_text
+    request.tool_results = tool_results
+    request.messages = messages
+    request.system = system
+    request.model = model
+    request.__class__ = ModelRequest
+    return request  # type: ignore[no-any-return]
 
 
 class ScriptExhaustedError(AssertionError):
@@ -186,14 +215,24 @@ class ScriptedAgent:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 
+    # acquire/release rather than ``with``: half the cost, once or twice per model turn.
     def mint_id(self, prefix: str = "call_") -> str:
-        with self._lock:
-            return f"{prefix}{next(self._ids):04d}"
+        lock = self._lock
+        lock.acquire()
+        try:
+            n = next(self._ids)
+        finally:
+            lock.release()
+        return prefix + str(n).zfill(4)  # f"{prefix}{n:04d}" for n >= 1, without a format spec
 
     def next_step(self, request: ModelRequest) -> Reply | Fail | Grade:
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             self.requests.append(request)
             index = request.turn
+        finally:
+            lock.release()
         if self.script is None:
             return self._default(request)
         if index >= len(self.script):
@@ -219,8 +258,6 @@ class ScriptedAgent:
 
 # One encoder (``json.dumps`` with options builds one per call), without the JSONEncoder
 # wrapper's per-call Python frames (managedloop._json).
-_dumps_compact = encoder()
-
-
-def dumps_args(args: Mapping[str, Any]) -> str:
-    return _dumps_compact(args)
+dumps_args: Callable[[Mapping[str, Any]], str] = encoder()
+"""A tool call's arguments as compact JSON (``json.dumps`` with ``(",", ":")``): the
+encoder itself, so a scripted call pays no wrapper frame."""

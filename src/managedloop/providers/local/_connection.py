@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
 from collections import Counter
@@ -175,10 +176,17 @@ class RetryPolicy:
         self, *, max_retries: int, backoff: float, max_retry_after: float, sleep: Sleep
     ) -> None:
         self.max_retries = max_retries
-        self.policy = _retry.Policy(
-            retries=max_retries, base=backoff, cap=MAX_BACKOFF, retry_after_cap=max_retry_after
-        )
+        self.policy = _policy(max_retries, backoff, max_retry_after)
         self.sleep = sleep
+
+
+@functools.lru_cache(maxsize=64, typed=True)
+def _policy(max_retries: int, backoff: float, max_retry_after: float) -> _retry.Policy:
+    """One frozen Policy per setting (its checks cost more than the rest of a Local's
+    construction); a bad setting raises every time (lru_cache keeps no exception)."""
+    return _retry.Policy(
+        retries=max_retries, base=backoff, cap=MAX_BACKOFF, retry_after_cap=max_retry_after
+    )
 
 
 # Canonical arguments (sorted keys) so a reordered repeat still counts as a duplicate.
@@ -259,17 +267,18 @@ class LocalConnection(ConnectionBase):
     # -- the Connection protocol -------------------------------------------------------
 
     async def turn(self, input: TurnInput) -> AsyncIterator[TurnItem]:
-        events: list[RawEvent] = []  # this turn's raw events, for its TurnResult
-        if isinstance(input, UserMessage):
+        events: list[RawEvent]  # this turn's raw events, for its TurnResult
+        if isinstance(input, ToolResults):  # most turns
+            events = self._apply_results(input)
+            for event in events:
+                yield event
+        elif isinstance(input, UserMessage):
+            events = []
             if not input.reprompt:  # a new request; a re-prompt stays inside this one
                 self._reset_guards()
             if self._open:  # calls left unanswered (parked on an approval): never dangling
                 self._answer_open(ABANDONED_CALL)
             self.history.append({"role": "user", "content": input.text})
-        elif isinstance(input, ToolResults):
-            events.extend(self._apply_results(input))
-            for event in events:
-                yield event
         else:
             raise UnsupportedError(
                 f"the local host takes user messages and tool results, not {type(input).__name__}"
@@ -294,9 +303,10 @@ class LocalConnection(ConnectionBase):
         answers: list[dict[str, Any]] = []
         duplicates: list[RawEvent] = []
         truncated = response.finish_reason == "length"
+        seen = self._seen
         for call in message.get("tool_calls", ()):
             fn = call["function"]
-            name = str(fn["name"])
+            name: str = fn["name"]  # a str: _assistant_message made it one
             arguments, error = decode_tool_input(fn["arguments"])
             if truncated and (error is not None or not fn["arguments"].strip()):
                 error = TRUNCATED_CALL  # "" is "no arguments" only in a complete answer
@@ -305,7 +315,7 @@ class LocalConnection(ConnectionBase):
             if not wire_id:  # the server gave none: the minted id goes on the wire too
                 call["id"] = wire_id = use_id = self._mint(None)
             key = _key(name, arguments) if error is None else None
-            if key is not None and key in self._seen:
+            if key is not None and key in seen:
                 # Answered here. A malformed call is never a "duplicate": each one is
                 # answered with its own error and the model may try again.
                 answers.append(
@@ -316,9 +326,13 @@ class LocalConnection(ConnectionBase):
                 )
                 continue
             if key is not None:
-                self._seen.add(key)
+                seen.add(key)
             if use_id is None:
-                use_id = self._identity(wire_id)
+                if wire_id not in self._used_ids:  # _identity's common case, inline
+                    self._used_ids.add(wire_id)
+                    use_id = wire_id
+                else:
+                    use_id = self._identity(wire_id)
             fresh.append(call if use_id == wire_id else {**call, "id": use_id})
             uses.append(make_tool_use(name, use_id, arguments, error))
         self.history.append(message)
@@ -356,7 +370,8 @@ class LocalConnection(ConnectionBase):
         }
         events.append(answer)
         yield answer
-        text = text_of(shown.get("content"))
+        content = shown.get("content")
+        text = content if type(content) is str else text_of(content)  # text_of's str case
         if text and not self._stream:  # streamed text already went out chunk by chunk
             yield TextDelta(text)
         finish_reason = response.finish_reason
@@ -506,7 +521,9 @@ class LocalConnection(ConnectionBase):
         attempts: _retry.Attempts | None = None  # made on the first failure only
         while True:
             try:
-                return coerce_response(await self._chat(self._plain_request()))
+                response = await self._chat(self._plain or self._plain_request())
+                # coerce_response's common case inline: a chat function's own ChatResponse
+                return response if type(response) is ChatResponse else coerce_response(response)
             except ProviderError as exc:
                 if attempts is None:
                     attempts = self._attempts()
@@ -592,11 +609,11 @@ def _assistant_message(raw: Mapping[str, Any], null_content: bool = False) -> di
     server known to want it.
     """
     calls = raw.get("tool_calls")
-    neutral = (
-        [_call(c) for c in calls if type(c) is dict or isinstance(c, Mapping)]
-        if isinstance(calls, list)
-        else []
-    )
+    neutral: list[dict[str, Any]] = []
+    if isinstance(calls, list):
+        for c in calls:  # a loop, not a comprehension: no extra frame per turn
+            if type(c) is dict or isinstance(c, Mapping):
+                neutral.append(_call(c))
     content = raw.get("content")
     if content is None and not (null_content and neutral):
         content = ""
@@ -612,13 +629,14 @@ def _call(raw: Mapping[str, Any]) -> dict[str, Any]:
     fn = raw.get("function")
     fn = fn if type(fn) is dict or isinstance(fn, Mapping) else {}
     name, call_id = fn.get("name"), raw.get("id")
+    # no arguments key: no arguments (""); an explicit null is an input error
+    arguments = fn.get("arguments", "")
     return {
         "id": call_id if isinstance(call_id, str) and call_id else None,
         "type": "function",
         "function": {
             "name": name if isinstance(name, str) else "",
-            # no arguments key: no arguments (""); an explicit null is an input error
-            "arguments": _arguments_text(fn.get("arguments", "")),
+            "arguments": arguments if isinstance(arguments, str) else _arguments_text(arguments),
         },
     }
 

@@ -13,6 +13,7 @@ chat function over HTTP, unless ``chat=`` injects one.
 from __future__ import annotations
 
 import inspect
+import math
 import re
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
@@ -94,6 +95,8 @@ def _check_headers(headers: Mapping[str, str]) -> None:
 
 
 def _seconds(name: str, value: Any, *, allow_zero: bool = False) -> float:
+    if type(value) is float and 0.0 < value < math.inf:
+        return value  # what _validate.duration returns for it, without the call
     seconds = _validate.duration(name, value, allow_none=False, allow_zero=allow_zero)
     assert seconds is not None  # allow_none=False
     return seconds
@@ -232,14 +235,21 @@ class Local:
             )
         self.base_url: str | None = url
         self._api_key: Any = key  # Secret, None, or MISSING (anthropic: the SDK default)
-        self._pool = ClientPool(
-            timeout=self._timeout,
-            connect_timeout=self._connect_timeout,
-            max_connections=_int("max_connections", max_connections),
+        max_connections = _int("max_connections", max_connections)
+        # A chat function replaces HTTP entirely: no pool (its aiohttp timeout objects cost
+        # more than the rest of __init__, once per Local).
+        self._pool = (
+            ClientPool(
+                timeout=self._timeout,
+                connect_timeout=self._connect_timeout,
+                max_connections=max_connections,
+            )
+            if chat is None
+            else None
         )
         self._http = (
             OpenAIChat(url, key, self._pool, self._headers, self.profile)
-            if chat is None and not self._anthropic and url is not None
+            if self._pool is not None and not self._anthropic and url is not None
             else None
         )
 
@@ -258,7 +268,8 @@ class Local:
         return f"Local({', '.join(parts)})"
 
     async def __aenter__(self) -> Self:
-        self._pool.pin()
+        if self._pool is not None:
+            self._pool.pin()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -266,7 +277,8 @@ class Local:
 
     async def aclose(self) -> None:
         """Close pooled HTTP connections (also done when the last session ends)."""
-        await self._pool.unpin()
+        if self._pool is not None:
+            await self._pool.unpin()
 
     async def open(self, request: OpenRequest) -> LocalConnection:
         if request.environment is not None:
@@ -303,6 +315,7 @@ class Local:
             model = model[len(ANTHROPIC_PREFIX) :]
         else:
             assert self._http is not None
+            assert self._pool is not None
             chat = self._http
             self._pool.acquire()
             on_close = self._pool.release
