@@ -79,8 +79,9 @@ _HEADER_VALUE_BAD = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def _check_headers(headers: Mapping[str, str]) -> None:
-    """Refuse what aiohttp would refuse on every request (a raw ValueError), and any CR/LF
-    that could inject a header. The value is never shown: it may be a credential."""
+    """Refuse a header the transport could not send (a name that is no HTTP token), and any
+    CR/LF or control character that could inject a header. The value is never shown: it
+    may be a credential."""
     for name, value in headers.items():
         if _HEADER_NAME.fullmatch(name) is None:
             raise InvalidOptionsError(
@@ -227,7 +228,7 @@ class Local:
         if key is not MISSING and key is not None and not isinstance(key, Secret):
             raise InvalidOptionsError("api_key must be a string", option="api_key")
         if url is not None and "@" in urlsplit(url).netloc and isinstance(key, Secret):
-            # aiohttp refuses both at request time (a raw ValueError on every run)
+            # Two sources for one Authorization header: which wins would be a guess.
             raise InvalidOptionsError(
                 "base_url carries credentials (user:password@) and an api_key is set too; "
                 "pass only one of them",
@@ -236,8 +237,7 @@ class Local:
         self.base_url: str | None = url
         self._api_key: Any = key  # Secret, None, or MISSING (anthropic: the SDK default)
         max_connections = _int("max_connections", max_connections)
-        # A chat function replaces HTTP entirely: no pool (its aiohttp timeout objects cost
-        # more than the rest of __init__, once per Local).
+        # A chat function replaces HTTP entirely: no pool is made.
         self._pool = (
             ClientPool(
                 timeout=self._timeout,
