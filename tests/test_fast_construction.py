@@ -83,10 +83,10 @@ class Two:
 
 def test_a_field_the_fast_path_does_not_set_fails_at_import() -> None:
     with pytest.raises(RuntimeError, match="does not set every field"):
-        results._builder(Two, ("a",))
+        results.fast_builder(Two, ("a",))
     with pytest.raises(RuntimeError, match="does not set every field"):
-        results._builder(Two, ("b", "a"))  # the fields' order matters too
-    built: Any = object.__new__(results._builder(Two, ("a", "b")))
+        results.fast_builder(Two, ("b", "a"))  # the fields' order matters too
+    built: Any = object.__new__(results.fast_builder(Two, ("a", "b")))
     built.a, built.b = 1, 2
     built.__class__ = Two
     _same(built, Two(1, 2))

@@ -142,7 +142,7 @@ def decode_tool_input(raw: Any) -> tuple[dict[str, Any], str | None]:
     return dict(value), None
 
 
-_FLAT = frozenset({str, int, float, bool, type(None)})
+FLAT_TYPES = frozenset({str, int, float, bool, type(None)})
 
 # json.loads's own scanner and whitespace pattern (attributes typeshed does not declare).
 _scan: Any = getattr(json.JSONDecoder(), "scan_once")  # noqa: B009
@@ -196,7 +196,7 @@ def too_deep(value: Any) -> bool:
         return False
     if type(value) is dict:  # most tool inputs: a flat object of scalars, no walk
         for v in value.values():
-            if type(v) not in _FLAT:
+            if type(v) not in FLAT_TYPES:
                 break
         else:
             return False

@@ -64,7 +64,7 @@ from managedloop.results import (
     ToolUse,
     TurnResult,
     Usage,
-    _builder,
+    fast_builder,
 )
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ class ToolResults:
     by tool-use id; empty on hosts that hold none."""
 
 
-_ToolResultsB = _builder(ToolResults, ("tool_uses", "results", "final_turn", "decisions"))
+_ToolResultsB = fast_builder(ToolResults, ("tool_uses", "results", "final_turn", "decisions"))
 
 
 def make_tool_results(tool_uses: Sequence[ToolUse], results: Sequence[ToolResult]) -> ToolResults:

@@ -344,7 +344,7 @@ _NESTED.update(
 _new = object.__new__
 
 
-def _builder(cls: type, names: tuple[str, ...]) -> type:
+def fast_builder(cls: type, names: tuple[str, ...]) -> type:
     """The builder of frozen slotted dataclass ``cls``, whose fields are ``names``."""
     slots = tuple(cls.__dict__.get("__slots__", ()))
     if names != tuple(f.name for f in dataclasses.fields(cls)) or slots != names:
@@ -355,10 +355,10 @@ def _builder(cls: type, names: tuple[str, ...]) -> type:
     return builder
 
 
-_ToolUseB = _builder(ToolUse, ("name", "id", "input", "thread_id", "input_error"))
-_ToolResultB = _builder(ToolResult, ("tool_use_id", "text", "is_error"))
-_UsageB = _builder(Usage, ("input_tokens", "output_tokens", "raw"))
-_TurnResultB = _builder(
+_ToolUseB = fast_builder(ToolUse, ("name", "id", "input", "thread_id", "input_error"))
+_ToolResultB = fast_builder(ToolResult, ("tool_use_id", "text", "is_error"))
+_UsageB = fast_builder(Usage, ("input_tokens", "output_tokens", "raw"))
+_TurnResultB = fast_builder(
     TurnResult,
     (
         "terminal",
@@ -373,7 +373,7 @@ _TurnResultB = _builder(
         "reason",
     ),
 )
-_SessionResultB = _builder(
+_SessionResultB = fast_builder(
     SessionResult,
     (
         "terminal",

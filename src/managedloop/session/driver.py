@@ -61,7 +61,7 @@ from managedloop.errors import (
     SessionTimeoutError,
     UnsupportedError,
 )
-from managedloop.handler import _FLAT, MAX_INPUT_DEPTH, run_one_call, run_tool_calls, too_deep
+from managedloop.handler import FLAT_TYPES, MAX_INPUT_DEPTH, run_one_call, run_tool_calls, too_deep
 from managedloop.hosts import (
     Connection,
     DefineOutcome,
@@ -601,7 +601,7 @@ def _bounded(turn: TurnResult) -> TurnResult:
             value = u.input
             if type(value) is dict:  # too_deep's flat-object case, without the call
                 for v in value.values():
-                    if type(v) not in _FLAT:
+                    if type(v) not in FLAT_TYPES:
                         break
                 else:
                     continue

@@ -63,7 +63,7 @@ from managedloop.results import (
     ToolUse,
     TurnResult,
     Usage,
-    _builder,
+    fast_builder,
     make_session_result,
     make_usage,
 )
@@ -112,7 +112,7 @@ class Finish:
 
 Action = RunTools | Send | Finish
 
-_RunToolsB = _builder(RunTools, ("tool_uses", "host_approvals"))
+_RunToolsB = fast_builder(RunTools, ("tool_uses", "host_approvals"))
 
 
 def _run_tools(uses: Sequence[ToolUse], approvals: Sequence[ApprovalRequest]) -> RunTools:

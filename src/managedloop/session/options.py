@@ -13,7 +13,7 @@ from managedloop.errors import InvalidOptionsError
 from managedloop.hosts import OpenRequest, Provider
 from managedloop.outcome import Outcome
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
-from managedloop.results import Approve, Deny, Pending, SessionResult, _builder
+from managedloop.results import Approve, Deny, Pending, SessionResult, fast_builder
 from managedloop.session.approvals import Confirm, check_approvals
 from managedloop.session.machine import GuardInput, LoopOptions, TurnGuard
 from managedloop.tools import ToolDefinition, Toolset
@@ -304,11 +304,11 @@ def prepare(
 _new = object.__new__
 
 
-_LoopB = _builder(
+_LoopB = fast_builder(
     LoopOptions,
     ("max_turns", "turn_guard", "terminal_tool", "require_terminal_tool", "max_reprompts"),
 )
-_OpenB = _builder(
+_OpenB = fast_builder(
     OpenRequest,
     (
         "spec",
@@ -322,7 +322,7 @@ _OpenB = _builder(
         "pending",
     ),
 )
-_PreparedB = _builder(
+_PreparedB = fast_builder(
     Prepared,
     (
         "provider",

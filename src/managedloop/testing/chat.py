@@ -40,7 +40,7 @@ from aiohttp import web
 
 from managedloop.errors import APIStatusError, UnsupportedError
 from managedloop.providers.local import ChatRequest, ChatResponse
-from managedloop.results import _builder
+from managedloop.results import fast_builder
 from managedloop.testing._chat_render import (
     HistoryReader,
     completion_body,
@@ -118,7 +118,7 @@ class ScriptedChatModel:
         return _response(message, finish, usage)
 
 
-_ChatResponseB = _builder(ChatResponse, ("message", "finish_reason", "usage"))
+_ChatResponseB = fast_builder(ChatResponse, ("message", "finish_reason", "usage"))
 
 
 def _response(message: dict[str, Any], finish: str, usage: dict[str, Any] | None) -> ChatResponse:

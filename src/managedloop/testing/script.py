@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from managedloop._json import encoder
-from managedloop.results import ToolResult, _builder
+from managedloop.results import ToolResult, fast_builder
 from managedloop.tools import ToolDefinition
 
 __all__ = [
@@ -100,7 +100,7 @@ class ModelRequest:
 Step = Reply | Fail | Grade | Callable[[ModelRequest], "Reply | Fail | Grade"]
 
 
-_ModelRequestB = _builder(
+_ModelRequestB = fast_builder(
     ModelRequest, ("turn", "tools", "user_text", "tool_results", "messages", "system", "model")
 )
 
