@@ -8,9 +8,10 @@ choice. Every ratio is against a baseline measured in this same run.
 (b) The same 20 calls in process with a scripted model and no HTTP: ``Local`` with
     ``ScriptedChatModel``, versus pydantic-ai (``FunctionModel``, ``tool_plain``) and the
     OpenAI Agents SDK (``Runner.run`` with a fake ``Model``, ``function_tool``), and a bare
-    asyncio loop for scale. Tools are sync in every loop (Local runs them inline). Runs
-    interleave; each timed run follows an untimed one of the same loop (warm caches for
-    every loop alike); medians are reported.
+    asyncio loop for scale. Tools are sync in every loop (Local runs them inline). The
+    loops interleave; each is timed over a block of consecutive conversations (~50 ms,
+    after an untimed one), the same way for every loop; the medians of the blocks are
+    reported.
 (c) 1,000 concurrent sessions x 3 requests against one emulator, each client in a fresh
     process (``bench._concurrent``): wall and CPU time, peak RSS growth per session and
     the garbage collector's share, without and with 200 ms of simulated model latency;
@@ -45,7 +46,8 @@ from managedloop.testing import ScriptedChatModel
 
 TOOL_CALLS = 20
 RUNS_A = 60  # interleaved runs per loop in (a): a stable median in ~6 s
-RUNS_B = 40  # runs per loop in (b)
+RUNS_B = 15  # timed blocks per loop in (b), interleaved: ~3 s in all
+BLOCK_B = 0.05  # seconds per timed block in (b): ~120 of our conversations, ~20 of pydantic-ai's
 SESSIONS_C = 1000
 SESSIONS_C_LARGE = 10_000
 
@@ -265,20 +267,29 @@ async def bench_b() -> dict[str, float]:
         "pydantic_ai": pydantic_ai_runner(),
         "openai_agents": agents_sdk_runner(),
     }
-    for fn in loops.values():  # warm-up
+    block: dict[str, int] = {}
+    for name, fn in loops.items():  # warm-up, and each loop's block size
+        start = time.perf_counter()
         for _ in range(3):
             await fn()
+        one = (time.perf_counter() - start) / 3
+        block[name] = max(1, round(BLOCK_B / one))
     times: dict[str, list[float]] = {name: [] for name in loops}
     for _ in range(RUNS_B):  # interleaved, so drift hits every loop alike
         for name, fn in loops.items():
-            # One untimed conversation first, for every loop alike: a run timed right after
-            # another loop's starts on caches that loop evicted, which costs a short run
-            # (ours: 0.7 ms) far more than a long one (2+ ms): timed cold, ours read
-            # 54-60 µs per call against 34-36 µs warm, the bare loop 8.6 against 7.4 µs.
+            # Every loop alike: one untimed conversation, then a timed block of consecutive
+            # ones lasting ~BLOCK_B. A run timed right after another loop's starts on what
+            # that loop left in the caches, which costs a short run far more than a long
+            # one, and takes more than one run to wear off: one conversation timed cold read
+            # ours at 54-60 µs per call (34-36 µs back to back), one after an untimed run
+            # still 25 µs (19.7 back to back), 5 ms blocks 26 µs, 50 ms blocks 21 µs; the
+            # bare loop 8.6 cold against 7.4 µs.
             await fn()
+            n = block[name]
             start = time.perf_counter()
-            await fn()
-            times[name].append((time.perf_counter() - start) / TOOL_CALLS)
+            for _ in range(n):
+                await fn()
+            times[name].append((time.perf_counter() - start) / (n * TOOL_CALLS))
     us = {name: statistics.median(t) * 1e6 for name, t in times.items()}
     return {
         **{f"{k}_us": v for k, v in us.items()},
