@@ -199,3 +199,44 @@ def test_history_reader_reads_a_shorter_or_other_history_whole() -> None:
     long.append(_message("user", 4))
     reader.request(long, (), None)
     assert reader.request(long, (), None).turn == 0
+
+
+@pytest.mark.anyio
+async def test_scripted_chat_model_records_what_was_sent_at_each_call() -> None:
+    """A record left unbuilt until ``requests`` is read (ScriptedAgent.play) is the one the
+    history gave at the call, not what the history holds when the test reads it; a step
+    that reads its request gets it at the call; an exhausted script still records the
+    request it could not answer."""
+    from managedloop.providers.local import ChatRequest, History
+    from managedloop.testing import ScriptedChatModel
+    from managedloop.testing._chat_render import model_request
+
+    seen: list[ml.testing.ModelRequest] = []
+
+    def reads(request: ml.testing.ModelRequest) -> Reply:
+        seen.append(request)
+        return say("checked")
+
+    model = ScriptedChatModel([call("get_weather", {"city": "Paris"}), reads, say("done")])
+    history = History([{"role": "system", "content": "be brief"}])
+    expected = []
+    for n, text in enumerate(["hi", "again"]):
+        history.append({"role": "user", "content": text})
+        expected.append(model_request({"model": "m", "messages": list(history)}))
+        response = await model(ChatRequest(model="m", messages=history))
+        history.append(dict(response.message))
+        if n == 0:
+            call_id = response.message["tool_calls"][0]["id"]
+            history.append({"role": "tool", "tool_call_id": call_id, "content": "Sunny"})
+            expected.append(model_request({"model": "m", "messages": list(history)}))
+            await model(ChatRequest(model="m", messages=history))  # the `reads` step
+            history.append({"role": "assistant", "content": "checked"})
+            assert seen == [expected[-1]]  # built at the call, for the step to read
+    with pytest.raises(ScriptExhaustedError):
+        await model(ChatRequest(model="m", messages=history))
+    expected.append(model_request({"model": "m", "messages": list(history)}))
+    history.append({"role": "user", "content": "later"})  # after the calls: not in any record
+    assert model.requests == expected
+    assert [r.turn for r in model.requests] == [0, 1, 2, 3]
+    assert model.requests[1].tool_results[0].text == "Sunny"
+    assert model.requests[0].system == "be brief"

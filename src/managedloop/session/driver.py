@@ -481,8 +481,13 @@ class _Driver:
             step = await self._answer(pending)
         else:
             step = first
-        # Chosen once per request: an uninstrumented turn pays no telemetry check.
+        # Chosen once per request: an uninstrumented turn pays no telemetry check, and a
+        # handler that asks for no approvals no approval check.
         traced = telemetry.span_enabled("session.turn")  # a flag: no bound method kept
+        handler = self.p.handler
+        asks = not getattr(handler, "approval_free", False) and (
+            getattr(handler, "needs_approval", None) is not None
+        )
         while True:
             if isinstance(step, SessionResult):
                 return self._finish(step)
@@ -490,11 +495,7 @@ class _Driver:
             turn = _bounded(await (self._traced_turn(step) if traced else self._turn(step)))
             action = self.machine.on_turn(turn, self.conn.session_id)
             if isinstance(action, RunTools):
-                handler = self.p.handler
-                if not action.host_approvals and (  # _answer's plain path, one frame less
-                    getattr(handler, "approval_free", False)
-                    or getattr(handler, "needs_approval", None) is None
-                ):
+                if not action.host_approvals and not asks:  # _answer's plain path, inline
                     step = await self._run_tools(action.tool_uses)
                 else:
                     step = await self._answer(action.tool_uses, action.host_approvals)

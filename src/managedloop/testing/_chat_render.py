@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from managedloop.handler import is_error_payload
@@ -131,8 +132,18 @@ class HistoryReader:
     def request(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[ToolDefinition], model: Any
     ) -> ModelRequest:
+        return self.read(messages, tools, model)[1]()
+
+    def read(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[ToolDefinition], model: Any
+    ) -> tuple[int, Callable[[], ModelRequest]]:
+        """The step index of the request, and a function that builds its record from a
+        snapshot of ``messages`` taken now (see :meth:`ScriptedAgent.play
+        <managedloop.testing.script.ScriptedAgent.play>`: most records are built only when
+        a test reads them)."""
         if type(messages) is not History:
-            return model_request({"model": model, "messages": messages}, tools)
+            record = model_request({"model": model, "messages": messages}, tools)
+            return record.turn, lambda: record
         if messages is not self._history or len(messages) < self._read:
             self._history, self._read, self._turn, self._system = messages, 0, 0, _UNSEEN
         read = self._read
@@ -145,7 +156,7 @@ class HistoryReader:
                     self._system = text_of(m.get("content"))
             self._read = len(messages)
         system = None if self._system is _UNSEEN else self._system
-        return _record(messages, self._turn, system, tools, model)
+        return self._turn, partial(_record, list(messages), self._turn, system, tools, model)
 
 
 def definitions(tools: Any) -> list[ToolDefinition]:

@@ -98,8 +98,8 @@ class ScriptedChatModel:
         if tools is not self._tools:
             self._tools, self._definitions = tools, definitions(tools)
         try:
-            step = self.agent.next_step(
-                self._reader.request(request.messages, self._definitions, request.model)
+            step = self.agent.play(
+                *self._reader.read(request.messages, self._definitions, request.model)
             )
         except Exception as exc:
             self.errors.append(exc)

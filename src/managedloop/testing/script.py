@@ -18,7 +18,7 @@ import itertools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from managedloop._json import encoder
 from managedloop.results import ToolResult, fast_builder
@@ -211,9 +211,22 @@ class ScriptedAgent:
 
     def __init__(self, script: Sequence[Step] | None = None) -> None:
         self.script: list[Step] | None = list(script) if script is not None else None
-        self.requests: list[ModelRequest] = []
+        self._log: list[ModelRequest | Callable[[], ModelRequest]] = []
+        self._unbuilt = 0  # records play() left to build
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
+
+    @property
+    def requests(self) -> list[ModelRequest]:
+        """What the model was sent, one record per step played, in order."""
+        with self._lock:
+            log = self._log
+            if self._unbuilt:
+                for i, item in enumerate(log):
+                    if not isinstance(item, ModelRequest):
+                        log[i] = item()
+                self._unbuilt = 0
+            return cast("list[ModelRequest]", log)  # every item is built now
 
     # acquire/release rather than ``with``: half the cost, once or twice per model turn.
     def mint_id(self, prefix: str = "call_") -> str:
@@ -229,18 +242,43 @@ class ScriptedAgent:
         lock = self._lock
         lock.acquire()
         try:
-            self.requests.append(request)
-            index = request.turn
+            self._log.append(request)
         finally:
             lock.release()
+        return self._step(request.turn, request)
+
+    def play(self, turn: int, record: Callable[[], ModelRequest]) -> Reply | Fail | Grade:
+        """:meth:`next_step` for the request at step ``turn`` whose record ``record()``
+        builds. A step that reads the request (a callable, or no script) gets it now;
+        otherwise it is built when :attr:`requests` is read, so a model turn does not pay
+        for a record no test reads (``record`` must build from a snapshot taken before the
+        call, as :meth:`HistoryReader.read <managedloop.testing._chat_render.HistoryReader.read>`'s
+        does)."""
+        script = self.script
+        if script is None or (turn < len(script) and callable(script[turn])):
+            return self.next_step(record())
+        lock = self._lock
+        lock.acquire()
+        try:
+            self._log.append(record)
+            self._unbuilt += 1
+        finally:
+            lock.release()
+        return self._step(turn, None)
+
+    def _step(self, index: int, request: ModelRequest | None) -> Reply | Fail | Grade:
         if self.script is None:
+            assert request is not None  # play() builds the record when there is no script
             return self._default(request)
         if index >= len(self.script):
             raise ScriptExhaustedError(
                 f"the model was asked for turn {index + 1} but the script has {len(self.script)}"
             )
         step = self.script[index]
-        return step(request) if callable(step) else step
+        if callable(step):
+            assert request is not None  # play() builds the record for a callable step
+            return step(request)
+        return step
 
     @staticmethod
     def _default(request: ModelRequest) -> Reply:
