@@ -86,10 +86,25 @@ def test_a_field_the_fast_path_does_not_set_fails_at_import() -> None:
         results.fast_builder(Two, ("a",))
     with pytest.raises(RuntimeError, match="does not set every field"):
         results.fast_builder(Two, ("b", "a"))  # the fields' order matters too
-    built: Any = object.__new__(results.fast_builder(Two, ("a", "b")))
+    built: Any = results.fast_builder(Two, ("a", "b"))()  # a builder is made by calling it
     built.a, built.b = 1, 2
     built.__class__ = Two
     _same(built, Two(1, 2))
+
+
+class _Initialised:
+    def __init__(self) -> None:
+        raise AssertionError("a builder must not run a base's __init__")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WithBase(_Initialised):
+    a: int
+
+
+def test_a_builder_whose_call_would_run_a_bases_init_fails_at_import() -> None:
+    with pytest.raises(RuntimeError, match="would run a base's __new__ or __init__"):
+        results.fast_builder(WithBase, ("a",))
 
 
 def test_the_scripted_models_fast_constructors() -> None:

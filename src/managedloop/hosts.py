@@ -127,7 +127,7 @@ _ToolResultsB = fast_builder(ToolResults, ("tool_uses", "results", "final_turn",
 def make_tool_results(tool_uses: Sequence[ToolUse], results: Sequence[ToolResult]) -> ToolResults:
     """``ToolResults(tool_uses=..., results=...)``, faster (the loop builds one per tool
     turn; see :mod:`managedloop.results` on the fast constructors)."""
-    answer: Any = object.__new__(_ToolResultsB)
+    answer: Any = _ToolResultsB()
     answer.tool_uses = tool_uses
     answer.results = results
     answer.final_turn = False

@@ -118,7 +118,7 @@ _RunToolsB = fast_builder(RunTools, ("tool_uses", "host_approvals"))
 def _run_tools(uses: Sequence[ToolUse], approvals: Sequence[ApprovalRequest]) -> RunTools:
     """``RunTools(uses, approvals)``, faster (one per tool turn; see
     :mod:`managedloop.results` on the fast constructors)."""
-    action: Any = object.__new__(_RunToolsB)
+    action: Any = _RunToolsB()
     action.tool_uses = uses
     action.host_approvals = approvals
     action.__class__ = RunTools

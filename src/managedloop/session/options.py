@@ -263,7 +263,7 @@ def prepare(
     # Built with their slots set directly (see managedloop.results on the builders): once
     # per run, three frozen dataclass __init__s of 5-12 keyword fields cost more than all
     # the checks above.
-    loop: Any = _new(_LoopB)
+    loop: Any = _LoopB()
     loop.max_turns = o.max_turns
     loop.turn_guard = _budget_guard(
         o.turn_guard, o.max_total_tokens, o.max_input_tokens, o.max_output_tokens
@@ -272,7 +272,7 @@ def prepare(
     loop.require_terminal_tool = o.require_terminal_tool
     loop.max_reprompts = o.max_reprompts
     loop.__class__ = LoopOptions
-    request: Any = _new(_OpenB)
+    request: Any = _OpenB()
     request.spec = spec
     request.agent = agent
     request.tools = tools
@@ -283,7 +283,7 @@ def prepare(
     request.metadata = info_metadata
     request.pending = pending
     request.__class__ = OpenRequest
-    prepared: Any = _new(_PreparedB)
+    prepared: Any = _PreparedB()
     prepared.provider = provider
     prepared.handler = handler
     prepared.open_request = request
@@ -299,9 +299,6 @@ def prepare(
     prepared.agent_meta = _agent_meta(agent, spec, provider)
     prepared.__class__ = Prepared
     return prepared, outcome
-
-
-_new = object.__new__
 
 
 _LoopB = fast_builder(

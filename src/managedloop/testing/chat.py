@@ -124,7 +124,7 @@ _ChatResponseB = fast_builder(ChatResponse, ("message", "finish_reason", "usage"
 def _response(message: dict[str, Any], finish: str, usage: dict[str, Any] | None) -> ChatResponse:
     """``ChatResponse(message=..., finish_reason=..., usage=...)``, faster (one per scripted
     turn; see :mod:`managedloop.results` on the fast constructors)."""
-    response: Any = object.__new__(_ChatResponseB)
+    response: Any = _ChatResponseB()
     response.message = message
     response.finish_reason = finish
     response.usage = usage

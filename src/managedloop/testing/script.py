@@ -117,7 +117,7 @@ def make_model_request(  # noqa: PLR0917 (positional: one call per scripted turn
     """``ModelRequest(...)`` with every field given, faster (a frozen dataclass's
     ``__init__`` sets each field through ``object.__setattr__``; see
     :mod:`managedloop.results` on the fast constructors)."""
-    request: Any = object.__new__(_ModelRequestB)
+    request: Any = _ModelRequestB()
     request.turn = turn
     request.tools = tools
     request.user_text = user_text
