@@ -71,6 +71,11 @@ from managedloop.results import (
 __all__ = ["Finish", "GuardInput", "LoopOptions", "Machine", "RunTools", "Send", "reprompt_text"]
 
 
+# Read once: on Python 3.11 an Enum class attribute is read through EnumType.__getattr__'s
+# slow hook, and on_turn reads these every turn.
+_REQUIRES_ACTION, _END_TURN = Terminal.REQUIRES_ACTION, Terminal.END_TURN
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GuardInput:
     """What a turn guard sees after every turn (request-scoped)."""
@@ -236,7 +241,7 @@ class Machine:
             if halt is not None:
                 return Finish(self.result(session_id, Terminal.TERMINATED, reason=str(halt)))
 
-        if turn.terminal is Terminal.REQUIRES_ACTION:
+        if turn.terminal is _REQUIRES_ACTION:
             if turn.custom_tool_uses or turn.host_answered or turn.host_approvals:
                 if req.turns >= opts.max_turns:  # not run, so not listed as run
                     return Finish(self.result(session_id, Terminal.TERMINATED, reason="max_turns"))
@@ -258,7 +263,7 @@ class Machine:
             )
 
         if (
-            turn.terminal is Terminal.END_TURN
+            turn.terminal is _END_TURN
             and opts.require_terminal_tool
             and opts.terminal_tool is not None
             and not req.terminal_tool_called

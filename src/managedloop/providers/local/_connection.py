@@ -115,6 +115,14 @@ __all__ = [
 
 logger = logging.getLogger("managedloop.local")
 
+# Read once: on Python 3.11 an Enum class attribute is read through EnumType.__getattr__'s
+# slow hook (~700 instructions), and every model turn reads one.
+_REQUIRES_ACTION, _END_TURN, _TERMINATED = (
+    Terminal.REQUIRES_ACTION,
+    Terminal.END_TURN,
+    Terminal.TERMINATED,
+)
+
 MODEL_RESPONSE = "local.model_response"
 DUPLICATE = "local.duplicate_tool_call"
 DIRECTIVE = "local.directive"
@@ -377,11 +385,11 @@ class LocalConnection(ConnectionBase):
         finish_reason = response.finish_reason
         answered = bool(duplicates) and not uses
         if uses or answered or finish_reason == "tool_calls":
-            terminal = Terminal.REQUIRES_ACTION
+            terminal = _REQUIRES_ACTION
         elif finish_reason == "stop":
-            terminal = Terminal.END_TURN
+            terminal = _END_TURN
         else:
-            terminal = Terminal.TERMINATED
+            terminal = _TERMINATED
         yield make_turn_result(terminal, finish_reason, text, uses, _usage(usage), events, answered)
 
     def transcript(self) -> list[dict[str, Any]]:
