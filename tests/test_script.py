@@ -240,3 +240,19 @@ async def test_scripted_chat_model_records_what_was_sent_at_each_call() -> None:
     assert [r.turn for r in model.requests] == [0, 1, 2, 3]
     assert model.requests[1].tool_results[0].text == "Sunny"
     assert model.requests[0].system == "be brief"
+
+
+def test_a_tool_calls_arguments_are_its_input_as_compact_json_encoded_once() -> None:
+    """The chat renderings' arguments text: the input as ``json.dumps`` with compact
+    separators gives it, kept after the first read (a played script renders each call
+    once per run), invisible to ``==`` and ``repr``; a replaced call encodes its own."""
+    import dataclasses
+    import json
+
+    tc = ToolCall(name="get_weather", input={"city": "Zürich", "days": [1, 2]})
+    before = repr(tc)
+    assert tc.arguments == json.dumps(dict(tc.input), separators=(",", ":"))
+    assert tc.arguments is tc.arguments  # kept
+    assert repr(tc) == before
+    assert tc == ToolCall(name="get_weather", input={"city": "Zürich", "days": [1, 2]})
+    assert dataclasses.replace(tc, input={"city": "Bern"}).arguments == '{"city":"Bern"}'

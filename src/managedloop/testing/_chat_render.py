@@ -29,7 +29,6 @@ from managedloop.testing.script import (
     ModelRequest,
     Reply,
     ScriptedAgent,
-    dumps_args,
     make_model_request,
 )
 from managedloop.tools import ToolDefinition
@@ -211,7 +210,7 @@ def render_completion(
                 {
                     "id": tc.id or agent.mint_id("call_"),
                     "type": "function",
-                    "function": {"name": tc.name, "arguments": dumps_args(tc.input)},
+                    "function": {"name": tc.name, "arguments": tc.arguments},
                 }
             )
     if calls:

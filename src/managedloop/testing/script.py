@@ -49,6 +49,18 @@ class ToolCall:
     id: str | None = None
     server: bool = False
     """A server-side (host-run, observe-only) tool rather than a custom tool."""
+    _arguments: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def arguments(self) -> str:
+        """``input`` as compact JSON, as a chat endpoint sends a call's arguments: encoded
+        when the call is first played and kept (a script is data, built once and often
+        played by many runs; the input is read once, so change a step by making a new one)."""
+        text = self._arguments
+        if text is None:
+            text = dumps_args(self.input)
+            object.__setattr__(self, "_arguments", text)
+        return text
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -245,7 +257,15 @@ class ScriptedAgent:
             self._log.append(request)
         finally:
             lock.release()
-        return self._step(request.turn, request)
+        if self.script is None:
+            return self._default(request)
+        if request.turn >= len(self.script):
+            raise ScriptExhaustedError(
+                f"the model was asked for turn {request.turn + 1} but the script has "
+                f"{len(self.script)}"
+            )
+        step = self.script[request.turn]
+        return step(request) if callable(step) else step
 
     def play(self, turn: int, record: Callable[[], ModelRequest]) -> Reply | Fail | Grade:
         """:meth:`next_step` for the request at step ``turn`` whose record ``record()``
@@ -255,30 +275,18 @@ class ScriptedAgent:
         call, as :meth:`HistoryReader.read <managedloop.testing._chat_render.HistoryReader.read>`'s
         does)."""
         script = self.script
-        if script is None or (turn < len(script) and callable(script[turn])):
-            return self.next_step(record())
-        lock = self._lock
-        lock.acquire()
-        try:
-            self._log.append(record)
-            self._unbuilt += 1
-        finally:
-            lock.release()
-        return self._step(turn, None)
-
-    def _step(self, index: int, request: ModelRequest | None) -> Reply | Fail | Grade:
-        if self.script is None:
-            assert request is not None  # play() builds the record when there is no script
-            return self._default(request)
-        if index >= len(self.script):
-            raise ScriptExhaustedError(
-                f"the model was asked for turn {index + 1} but the script has {len(self.script)}"
-            )
-        step = self.script[index]
-        if callable(step):
-            assert request is not None  # play() builds the record for a callable step
-            return step(request)
-        return step
+        if script is not None and turn < len(script):
+            step = script[turn]
+            if not callable(step):  # most steps: the record waits
+                lock = self._lock
+                lock.acquire()
+                try:
+                    self._log.append(record)
+                    self._unbuilt += 1
+                finally:
+                    lock.release()
+                return step
+        return self.next_step(record())  # the step reads it, or the script ran out
 
     @staticmethod
     def _default(request: ModelRequest) -> Reply:
