@@ -8,7 +8,7 @@ from typing import Any
 
 import anthropic
 import pytest
-from tests.webhooks.conftest import Calls, deployment, provider_for, tool_uses, weather_spec
+from tests.webhooks.conftest import Calls, deployment, make_provider, tool_uses, weather_spec
 from tests.webhooks.test_end_to_end import _clock, _parked, _signed
 
 import managedloop.webhooks as mw
@@ -74,7 +74,7 @@ async def test_synchronous_mode_answers_after_the_work(
     calls = Calls()
     dep_id, spec = await deployment(client, weather_spec(calls))
     hooks = mw.app(
-        provider_for(client),
+        make_provider(client),
         agent=spec,
         secret=b"k",
         store=MemoryStore(),
