@@ -34,6 +34,12 @@ def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield address
 
 
+@pytest.fixture
+async def client(temporal_address: str) -> Client:
+    """A client of the dev server, of this test's own."""
+    return await Client.connect(temporal_address)
+
+
 def task_queue(prefix: str = "q") -> str:
     """A task queue of the test's own, so no other test's worker takes its tasks."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"

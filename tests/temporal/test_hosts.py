@@ -31,8 +31,7 @@ def get_time(city: str) -> str:
 SPEC = ml.AgentSpec(name="weather", system_prompt="Use tools.", tools=[get_weather, get_time])
 
 
-async def test_a_claude_session_runs_as_a_workflow(temporal_address: str) -> None:
-    client = await Client.connect(temporal_address)
+async def test_a_claude_session_runs_as_a_workflow(client: Client) -> None:
     queue = task_queue()
     with ClaudeEmulator() as emu:
         make = await claude_on(emu, SPEC)
@@ -56,10 +55,9 @@ async def test_a_claude_session_runs_as_a_workflow(temporal_address: str) -> Non
 
 
 async def test_an_agentcore_session_runs_as_a_workflow(
-    temporal_address: str, monkeypatch: pytest.MonkeyPatch
+    client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    client = await Client.connect(temporal_address)
     queue = task_queue()
     with AgentCoreEmulator() as emu:
 
@@ -79,7 +77,7 @@ async def test_an_agentcore_session_runs_as_a_workflow(
     assert result.session_id is not None
 
 
-async def test_a_claude_permission_policy_is_decided_by_signal(temporal_address: str) -> None:
+async def test_a_claude_permission_policy_is_decided_by_signal(client: Client) -> None:
     """A built-in tool held by an ``always_ask`` policy parks the durable session: the
     decision comes by ``managedloop.decide`` and reaches the host as one confirmation."""
     from managedloop.providers.claude import agent_toolset
@@ -91,7 +89,6 @@ async def test_a_claude_permission_policy_is_decided_by_signal(temporal_address:
         tools=[get_weather],
         host_tools=[agent_toolset("always_allow", tools={"bash": "always_ask"})],
     )
-    client = await Client.connect(temporal_address)
     queue = task_queue()
     with ClaudeEmulator() as emu:
         emu.agent.script = [

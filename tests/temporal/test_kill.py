@@ -255,11 +255,10 @@ HOSTS = ["local", "claude", "agentcore"]
 @pytest.mark.parametrize("host_name", HOSTS)
 async def test_worker_killed_during_a_tool_call(
     host_name: str,
-    temporal_address: str,
+    client: Client,
     workers: Callable[[Host, str], Workers],
     tmp_path: Path,
 ) -> None:
-    client = await Client.connect(temporal_address)
     queue = task_queue(f"kill-tool-{host_name}")
     marks = tmp_path / "marks"
     async with _host(host_name, hold_first_turn=False) as host:
@@ -285,11 +284,10 @@ async def test_worker_killed_during_a_tool_call(
 @pytest.mark.parametrize("host_name", HOSTS)
 async def test_worker_killed_during_a_host_turn(
     host_name: str,
-    temporal_address: str,
+    client: Client,
     workers: Callable[[Host, str], Workers],
     tmp_path: Path,
 ) -> None:
-    client = await Client.connect(temporal_address)
     queue = task_queue(f"kill-turn-{host_name}")
     (tmp_path / "marks" / "release").write_text("1")  # the tool does not wait here
     async with _host(host_name, hold_first_turn=True) as host:

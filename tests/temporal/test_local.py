@@ -24,8 +24,7 @@ def add(a: int, b: int) -> str:
 SPEC = ml.AgentSpec(name="calc", system_prompt="Use tools.", tools=[add], model="m")
 
 
-async def test_a_local_session_runs_as_a_workflow(temporal_address: str) -> None:
-    client = await Client.connect(temporal_address)
+async def test_a_local_session_runs_as_a_workflow(client: Client) -> None:
     store = MemoryStore()
     queue = task_queue()
     with ChatEmulator() as emu:

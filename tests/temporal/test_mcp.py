@@ -34,7 +34,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-async def test_an_mcp_tool_in_a_durable_session(temporal_address: str, tmp_path: Path) -> None:
+async def test_an_mcp_tool_in_a_durable_session(client: Client, tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
     tools = await ml.Toolset.from_mcp(
         sys.executable,
@@ -44,7 +44,6 @@ async def test_an_mcp_tool_in_a_durable_session(temporal_address: str, tmp_path:
     )
     listed = _pids(pidfile)  # the listing's own server, already gone
     agent = ml.AgentSpec(name="wx", system_prompt="Use tools.", tools=[tools], model="m")
-    client = await Client.connect(temporal_address)
     queue, store = task_queue(), MemoryStore()
     with ChatEmulator() as emu:
         local = local_on(emu)

@@ -69,10 +69,9 @@ def _decide_elsewhere(address: str, wid: str, *verdict: str) -> list[str]:
 
 @pytest.mark.parametrize("verdict", ["approve", "deny"])
 async def test_an_approval_decided_by_another_process_with_no_worker_running(
-    temporal_address: str, verdict: str
+    client: Client, temporal_address: str, verdict: str
 ) -> None:
     RAN.clear()
-    client = await Client.connect(temporal_address)
     queue, store = task_queue(), MemoryStore()
     with ChatEmulator() as emu:
         async with _worker(client, queue, emu, store):
@@ -104,9 +103,8 @@ async def test_an_approval_decided_by_another_process_with_no_worker_running(
 
 
 async def test_a_live_session_serves_follow_ups_and_streams_events(
-    temporal_address: str,
+    client: Client,
 ) -> None:
-    client = await Client.connect(temporal_address)
     queue, store = task_queue(), MemoryStore()
     with ChatEmulator() as emu:
         async with _worker(client, queue, emu, store):
@@ -128,9 +126,8 @@ async def test_a_live_session_serves_follow_ups_and_streams_events(
 
 
 async def test_a_live_session_continues_as_new_and_keeps_its_conversation(
-    temporal_address: str,
+    client: Client,
 ) -> None:
-    client = await Client.connect(temporal_address)
     queue, store = task_queue(), MemoryStore()
     with ChatEmulator() as emu:
         async with _worker(client, queue, emu, store):
@@ -203,9 +200,8 @@ def render_on_gpu(scene: str) -> str:
     return "rendered on the gpu queue"
 
 
-async def test_a_tool_pinned_to_a_queue_runs_on_that_queue(temporal_address: str) -> None:
+async def test_a_tool_pinned_to_a_queue_runs_on_that_queue(client: Client) -> None:
     RAN_ON.clear()
-    client = await Client.connect(temporal_address)
     queue, gpu, store = task_queue(), task_queue(), MemoryStore()
     art = ml.AgentSpec(name="art", system_prompt="Draw.", tools=[render_here], model="m")
     with ChatEmulator() as emu:
@@ -239,8 +235,9 @@ async def test_the_workflow_outside_temporal_fails_loudly() -> None:
         await SessionWorkflow(start).run(start)
 
 
-async def test_a_result_is_read_after_the_session_has_ended(temporal_address: str) -> None:
-    client = await Client.connect(temporal_address)
+async def test_a_result_is_read_after_the_session_has_ended(
+    client: Client, temporal_address: str
+) -> None:
     queue, store = task_queue(), MemoryStore()
     with ChatEmulator() as emu:
         async with _worker(client, queue, emu, store):
