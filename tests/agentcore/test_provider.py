@@ -31,16 +31,11 @@ from managedloop.providers.agentcore import (
     validate_runtime_session_id,
 )
 from managedloop.testing import AgentCoreEmulator, Reply, ToolCall, call, say
+from weather import get_weather
 
 from .conftest import make_provider
 
 pytestmark = pytest.mark.anyio
-
-
-@ml.tool
-def get_weather(city: str) -> str:
-    """Current weather for a city."""
-    return f"Sunny in {city}"
 
 
 agent = ml.AgentSpec(name="weather", system_prompt="Use tools.", tools=[get_weather])

@@ -12,22 +12,11 @@ import managedloop as ml
 from claude_fixtures import make_provider
 from managedloop.providers import ClaudeManagedAgents
 from managedloop.testing import ClaudeEmulator
+from weather import get_weather
 
 # The shared Claude fixtures (tests/claude_fixtures.py), served to this folder.
 client = claude_fixtures.client
 emu = claude_fixtures.emu
-
-
-@ml.tool
-def get_weather(city: str) -> str:
-    """Current weather for a city."""
-    return f"Sunny in {city}"
-
-
-@ml.tool
-def get_time(city: str) -> str:
-    """Local time in a city."""
-    return f"Noon in {city}"
 
 
 WEATHER = ml.AgentSpec(name="weather", system_prompt="Use tools.", tools=[get_weather])

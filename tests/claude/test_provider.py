@@ -44,8 +44,9 @@ import managedloop as ml
 from emitted import emitted
 from managedloop.providers import ClaudeManagedAgents
 from managedloop.testing import ClaudeEmulator, Fail, Grade, ToolCall, call, calls, say
+from weather import get_time, get_weather
 
-from .conftest import WEATHER, get_time, get_weather, make_provider, provisioned, wire_results
+from .conftest import WEATHER, make_provider, provisioned, wire_results
 
 pytestmark = pytest.mark.anyio
 

@@ -10,22 +10,11 @@ import managedloop as ml
 from managedloop.contrib import temporal as mlt
 from managedloop.providers import BedrockAgentCore
 from managedloop.testing import AgentCoreEmulator, ClaudeEmulator
+from weather import get_time, get_weather
 
 from .conftest import claude_on, task_queue, until_pending
 
 pytestmark = pytest.mark.anyio
-
-
-@ml.tool
-def get_weather(city: str) -> str:
-    """Current weather for a city."""
-    return f"Sunny in {city}"
-
-
-@ml.tool
-def get_time(city: str) -> str:
-    """Local time in a city."""
-    return f"Noon in {city}"
 
 
 SPEC = ml.AgentSpec(name="weather", system_prompt="Use tools.", tools=[get_weather, get_time])
