@@ -63,6 +63,18 @@ async def until(check: Callable[[], bool]) -> None:
             await anyio.sleep(0.005)
 
 
+async def run_deployment(client: anthropic.AsyncAnthropic, deployment_id: str) -> str:
+    """Run a deployment now (``POST /v1/deployments/{id}/run``); the session it started."""
+    run = await client.beta.deployments.run(deployment_id)
+    assert run.session_id is not None
+    return run.session_id
+
+
+async def parked(emu: ClaudeEmulator, session_id: str) -> None:
+    """Wait until the session idles on its custom tool call."""
+    await until(lambda: emu.call(lambda: bool(emu.session(session_id).open_calls)))
+
+
 @pytest.fixture
 def emu() -> Iterator[ClaudeEmulator]:
     # Every session plays this script: one custom tool call, then the answer.

@@ -22,6 +22,8 @@ from tests.webhooks.conftest import (
     deployment,
     held_weather_spec,
     make_provider,
+    parked,
+    run_deployment,
     serve,
     tool_results,
     tool_uses,
@@ -42,11 +44,6 @@ NOW = 1_900_000_000.0  # the receiver's and the emulator's clock: no wall-clock 
 
 def _clock() -> float:
     return NOW
-
-
-async def _parked(emu: ClaudeEmulator, sid: str) -> None:
-    """Wait until the deployment's session idles on its custom tool call."""
-    await until(lambda: emu.call(lambda: bool(emu.session(sid).open_calls)))
 
 
 async def test_a_signed_webhook_drives_a_parked_session_to_its_end(
@@ -114,10 +111,8 @@ async def test_a_bad_signature_or_a_stale_timestamp_is_refused_and_changes_nothi
         emu.webhooks.clock = lambda: NOW - mw.TOLERANCE - 1  # and a stale timestamp
         hooks_good_secret = mw.app(make_provider(client), agent=spec, secret=good, clock=_clock)
         assert hooks_good_secret is not hooks
-        run = await client.beta.deployments.run(dep_id)
-        sid = run.session_id
-        assert sid is not None
-        await _parked(emu, sid)
+        sid = await run_deployment(client, dep_id)
+        await parked(emu, sid)
         before = list(emu.requests)
         deliveries = await emu.webhooks.delivered(2)
         await hooks.drain()
@@ -152,9 +147,7 @@ async def test_a_redelivered_webhook_does_not_run_tools_again(
     emu.webhooks.clock = _clock
     async with serve(asgi_bridge(hooks)) as url:
         emu.webhooks.subscribe(url, secret="whsec_a2V5", events=["session.requires_action"])
-        run = await client.beta.deployments.run(dep_id)
-        sid = run.session_id
-        assert sid is not None
+        sid = await run_deployment(client, dep_id)
         (first,) = await emu.webhooks.delivered(1)
         await until(lambda: bool(calls.log))
         emu.webhooks.redeliver(first)  # while the first delivery's tool is running
@@ -202,9 +195,7 @@ async def test_a_failed_delivery_keeps_the_tool_use_pending_and_its_retry_does_n
     caplog.set_level(logging.ERROR, logger="managedloop.webhooks")
     async with serve(plain) as url:
         emu.webhooks.subscribe(url, secret=secret, events=["session.requires_action"])
-        run = await client.beta.deployments.run(dep_id)
-        sid = run.session_id
-        assert sid is not None
+        sid = await run_deployment(client, dep_id)
         (first,) = await emu.webhooks.delivered(1)
         assert first.status == 500
         assert calls.log == ["Paris"]
@@ -235,10 +226,8 @@ async def test_a_tool_use_an_earlier_delivery_started_is_answered_with_an_error_
     calls = Calls()
     dep_id, spec = await deployment(client, weather_spec(calls))
     store = MemoryStore()
-    run = await client.beta.deployments.run(dep_id)
-    sid = run.session_id
-    assert sid is not None
-    await _parked(emu, sid)
+    sid = await run_deployment(client, dep_id)
+    await parked(emu, sid)
     (use_id,) = tool_uses(emu, sid)
     store.put(f"{mw.STORE_PREFIX}tool:{sid}:{use_id}", {"state": "started", "webhook_id": "w0"})
     body, headers = _signed("msg_1", sid, "session.requires_action", b"k")
@@ -323,10 +312,8 @@ async def test_two_deliveries_for_one_idle_at_once_run_the_tool_once(
     calls = Calls()
     gate = anyio.Event()
     dep_id, spec = await deployment(client, held_weather_spec(calls, gate))
-    run = await client.beta.deployments.run(dep_id)
-    sid = run.session_id
-    assert sid is not None
-    await _parked(emu, sid)
+    sid = await run_deployment(client, dep_id)
+    await parked(emu, sid)
     store = MemoryStore()
     outcomes: list[mw.WebhookOutcome] = []
 
