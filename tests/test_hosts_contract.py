@@ -58,16 +58,11 @@ from managedloop.testing import (
 )
 from managedloop.testing.agentcore import AgentCoreFaults
 from managedloop.testing.chat import ChatFaults
+from weather import get_weather
 
 pytestmark = pytest.mark.anyio
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "hosts.md"
-
-
-@ml.tool
-def get_weather(city: str) -> str:
-    """Current weather for a city."""
-    return f"Sunny in {city}"
 
 
 AGENT = ml.AgentSpec(name="contract", system_prompt="Use tools.", tools=[get_weather])

@@ -13,14 +13,9 @@ import pytest
 import managedloop as ml
 from managedloop.providers import BedrockAgentCore, ClaudeManagedAgents, Local
 from managedloop.testing import AgentCoreEmulator, ChatEmulator, ClaudeEmulator, call
+from weather import get_weather
 
 pytestmark = pytest.mark.anyio
-
-
-@ml.tool
-def get_weather(city: str) -> str:
-    """Current weather for a city."""
-    return f"Sunny in {city}"
 
 
 AGENT = ml.AgentSpec(name="bounded", system_prompt="Use tools.", tools=[get_weather])

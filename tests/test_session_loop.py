@@ -40,8 +40,8 @@ import anyio
 import pytest
 
 import managedloop as ml
+from emitted import emitted
 from fakes import FakeHost, OutcomeHost, TextDelta, stop, text, tool
-from managedloop import telemetry
 from managedloop.hosts import RESTART, RawInput, ToolResults, UserMessage
 from managedloop.session.machine import LoopOptions, reprompt_text
 
@@ -244,17 +244,13 @@ async def test_server_tools_held_for_confirmation_are_requires_action() -> None:
 
 
 async def test_tool_uses_telemetry_per_turn() -> None:
-    seen: list[tuple[str, Any, Any]] = []
-    handle = telemetry.attach(lambda n, m, md: seen.append((n, m, md)))
-    try:
+    with emitted() as seen:
         await ml.run(
             FakeHost(tool_then_text()),
             agent=AGENT,
             handler=Recorder(),
             telemetry_metadata={"tenant": "t", "terminal": "caller value loses"},
         )
-    finally:
-        telemetry.detach(handle)
     uses = [(m, md) for n, m, md in seen if n == "managedloop.session.tool_uses"]
     assert uses[0][0] == {"tool_use_count": 1}
     assert uses[0][1]["tool_use_ids"] == ["u1"]
@@ -290,24 +286,20 @@ async def test_a_new_session_id_reaches_the_next_tool_call() -> None:
 
 
 async def test_a_non_mapping_event_does_not_crash_the_session() -> None:
-    seen: list[tuple[str, Any]] = []
-    handle = telemetry.attach(lambda n, m, md: seen.append((n, md)), ["managedloop.stream.event"])
     handler = Recorder()
-    try:
+    with emitted(["managedloop.stream.event"]) as seen:
         result = await ml.run(
             FakeHost([["not a mapping", {"messageStart": {"role": "assistant"}}, stop()]]),
             agent=AGENT,
             handler=handler,
             telemetry_metadata={"tenant": "t"},
         )
-    finally:
-        telemetry.detach(handle)
     assert result.terminal is ml.Terminal.END_TURN
     assert result.events[0] == "not a mapping"
     assert handler.events[0][0] == "not a mapping"
     # stream.event: the type is the envelope key for Converse-style events; caller tags merged
-    assert [md["type"] for _, md in seen] == [None, "messageStart", "stop"]
-    assert all(md["tenant"] == "t" for _, md in seen)
+    assert [md["type"] for _, _, md in seen] == [None, "messageStart", "stop"]
+    assert all(md["tenant"] == "t" for _, _, md in seen)
 
 
 async def test_a_raising_handle_event_fails_the_request_and_closes_the_host() -> None:

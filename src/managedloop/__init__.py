@@ -86,57 +86,47 @@ else:
     # for the loop then (~10 ms: the driver, the machine, the host contract); one that only
     # defines tools, builds specs or provisions never does; most never provision. Defined
     # only at run time so that type checkers see the precise names above, not a catch-all
-    # `__getattr__`.
+    # `__getattr__`; tests/test_lazy.py checks both name the same things.
+    from managedloop import _lazy
+
     _LAZY = {
-        "GuardInput": "managedloop.session",
-        "LiveSession": "managedloop.session",
-        "run": "managedloop.session",
-        "run_sync": "managedloop.session",
-        "start": "managedloop.session",
-        "AgentHandle": "managedloop.provisioning.handles",
-        "EnvironmentHandle": "managedloop.provisioning.handles",
-        "HarnessHandle": "managedloop.provisioning.handles",
-        "Bootstrap": "managedloop.provisioning.runtimes",
-        "PruneReport": "managedloop.provisioning.lifecycle",
-        "ensure_agent": "managedloop.provisioning.lifecycle",
-        "ensure_environment": "managedloop.provisioning.lifecycle",
-        "prune_agents": "managedloop.provisioning.lifecycle",
-        "prune_environments": "managedloop.provisioning.lifecycle",
-        "resolve": "managedloop.provisioning.lifecycle",
-        "tag": "managedloop.provisioning.lifecycle",
-        "provision": "managedloop.provisioning.facade",
-        "teardown": "managedloop.provisioning.facade",
-    }
-    _SYNC = {  # each async verb's blocking face, `syncify` of it
-        f"{verb}_sync": verb
-        for verb in (
-            "provision",
-            "teardown",
+        "managedloop.session": ("GuardInput", "LiveSession", "run", "run_sync", "start"),
+        "managedloop.provisioning.handles": ("AgentHandle", "EnvironmentHandle", "HarnessHandle"),
+        "managedloop.provisioning.runtimes": ("Bootstrap",),
+        "managedloop.provisioning.lifecycle": (
+            "PruneReport",
             "ensure_agent",
             "ensure_environment",
-            "tag",
-            "resolve",
             "prune_agents",
             "prune_environments",
-        )
+            "resolve",
+            "tag",
+        ),
+        "managedloop.provisioning.facade": ("provision", "teardown"),
     }
 
-    def __getattr__(name: str) -> object:
-        import importlib
+    def _blocking(name: str) -> object:
+        """``{verb}_sync``: the async verb's blocking face, `syncify` of it."""
+        import sys
 
-        if name in _LAZY:
-            value = getattr(importlib.import_module(_LAZY[name]), name)
-        elif name in _SYNC:
-            from managedloop._loops import syncify
+        from managedloop._loops import syncify
 
-            value = syncify(__getattr__(_SYNC[name]))
-        else:
-            raise AttributeError(f"module 'managedloop' has no attribute {name!r}")
-        globals()[name] = value  # once: later reads are plain module attributes
-        return value
+        return syncify(getattr(sys.modules[__name__], name.removesuffix("_sync")))
 
-    def __dir__() -> list[str]:
-        return sorted(set(globals()) | set(__all__))
+    _SYNC = dict.fromkeys(
+        (
+            "provision_sync",
+            "teardown_sync",
+            "ensure_agent_sync",
+            "ensure_environment_sync",
+            "tag_sync",
+            "resolve_sync",
+            "prune_agents_sync",
+            "prune_environments_sync",
+        ),
+        _blocking,
+    )
+    __getattr__, __dir__ = _lazy.on_first_use(globals(), _LAZY, _SYNC)
 
 
 __version__ = "0.1.0.dev0"

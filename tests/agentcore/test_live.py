@@ -11,17 +11,12 @@ import os
 import pytest
 
 import managedloop as ml
+from weather import get_weather
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
 ARN = os.environ.get("AGENTCORE_LIVE_HARNESS_ARN")
 HAS_KEYS = bool(os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE"))
-
-
-@ml.tool
-def get_weather(city: str) -> str:
-    """Current weather for a city."""
-    return f"Sunny in {city}"
 
 
 @pytest.mark.skipif(

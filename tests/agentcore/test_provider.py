@@ -23,7 +23,7 @@ import anyio
 import pytest
 
 import managedloop as ml
-from managedloop import telemetry
+from emitted import emitted
 from managedloop.providers import BedrockAgentCore
 from managedloop.providers.agentcore import (
     AgentCoreHandle,
@@ -31,16 +31,11 @@ from managedloop.providers.agentcore import (
     validate_runtime_session_id,
 )
 from managedloop.testing import AgentCoreEmulator, Reply, ToolCall, call, say
+from weather import get_weather
 
 from .conftest import make_provider
 
 pytestmark = pytest.mark.anyio
-
-
-@ml.tool
-def get_weather(city: str) -> str:
-    """Current weather for a city."""
-    return f"Sunny in {city}"
 
 
 agent = ml.AgentSpec(name="weather", system_prompt="Use tools.", tools=[get_weather])
@@ -458,14 +453,9 @@ async def test_a_caller_built_client_and_a_boto_like_session(emu: AgentCoreEmula
 async def test_request_telemetry_has_operation_service_method_path_status(
     emu: AgentCoreEmulator,
 ) -> None:
-    got: list[tuple[str, dict[str, Any]]] = []
-    att = telemetry.attach(lambda name, m, meta: got.append((name, dict(meta))))
-    try:
-        with make_provider(emu) as provider:
-            await ml.run(provider, agent=agent, prompt="x", telemetry_metadata={"team": "t"})
-    finally:
-        telemetry.detach(att)
-    stops = [m for n, m in got if n == "managedloop.agent_core.request.stop"]
+    with emitted() as got, make_provider(emu) as provider:
+        await ml.run(provider, agent=agent, prompt="x", telemetry_metadata={"team": "t"})
+    stops = [m for n, _, m in got if n == "managedloop.agent_core.request.stop"]
     assert {m["operation"] for m in stops} == {"get_harness", "invoke_harness"}
     get = next(m for m in stops if m["operation"] == "get_harness")
     assert get == {
@@ -478,7 +468,7 @@ async def test_request_telemetry_has_operation_service_method_path_status(
         "team": "t",
         "provider": "agentcore",
     }
-    events = [m for n, m in got if n == "managedloop.stream.event"]
+    events = [m for n, _, m in got if n == "managedloop.stream.event"]
     assert events
     assert events[0]["type"] == "messageStart"
     assert events[0]["team"] == "t"

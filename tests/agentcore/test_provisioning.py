@@ -28,7 +28,7 @@ import botocore.session
 import pytest
 
 import managedloop as ml
-from managedloop import telemetry
+from emitted import emitted
 from managedloop.config import MISSING
 from managedloop.providers import BedrockAgentCore
 from managedloop.providers.agentcore import AgentCoreHandle
@@ -561,19 +561,15 @@ async def test_a_poll_error_on_a_spent_budget_is_renamed(emu: AgentCoreEmulator)
 async def test_a_hard_failure_in_a_wait_is_reported_and_rolled_back(
     emu: AgentCoreEmulator, caplog: pytest.LogCaptureFixture
 ) -> None:
-    got: list[tuple[str, dict[str, Any]]] = []
-    att = telemetry.attach(lambda n, m, meta: got.append((n, dict(meta))))
-    try:
-        with (
-            caplog.at_level(logging.INFO, "managedloop.agentcore.provision"),
-            make_provider(emu) as provider,
-        ):
-            Spy(provider, fail={"get_harness": RuntimeError("kaput")})
-            with pytest.raises(RuntimeError, match="kaput"):
-                await provision(emu, provider)
-    finally:
-        telemetry.detach(att)
-    exc = [m for n, m in got if n.endswith("provision.exception")]
+    with (
+        emitted() as got,
+        caplog.at_level(logging.INFO, "managedloop.agentcore.provision"),
+        make_provider(emu) as provider,
+    ):
+        Spy(provider, fail={"get_harness": RuntimeError("kaput")})
+        with pytest.raises(RuntimeError, match="kaput"):
+            await provision(emu, provider)
+    exc = [m for n, _, m in got if n.endswith("provision.exception")]
     assert exc
     assert exc[0]["result"] == "exception:RuntimeError"
     assert exc[0]["phase"] == "ready"
@@ -735,16 +731,12 @@ async def test_every_poll_and_wait_end_is_logged_and_emitted(
     emu: AgentCoreEmulator, caplog: pytest.LogCaptureFixture
 ) -> None:
     emu.faults = fast(harness_ready_after=0.15)
-    got: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
-    att = telemetry.attach(lambda n, m, meta: got.append((n, dict(m), dict(meta))))
-    try:
-        with (
-            caplog.at_level(logging.DEBUG, "managedloop.agentcore.provision"),
-            make_provider(emu) as provider,
-        ):
-            handle = await provision(emu, provider, telemetry_metadata={"team": "a"})
-    finally:
-        telemetry.detach(att)
+    with (
+        emitted() as got,
+        caplog.at_level(logging.DEBUG, "managedloop.agentcore.provision"),
+        make_provider(emu) as provider,
+    ):
+        handle = await provision(emu, provider, telemetry_metadata={"team": "a"})
     polls = [(m, meta) for n, m, meta in got if n.endswith("provision.poll")]
     ready = [meta["status"] for _, meta in polls if meta["phase"] == "ready"]
     assert ready[0] == "CREATING"
@@ -767,11 +759,7 @@ async def test_every_poll_and_wait_end_is_logged_and_emitted(
 
 
 async def test_a_failed_wait_emits_stop_with_its_tag(caplog: pytest.LogCaptureFixture) -> None:
-    got: list[dict[str, Any]] = []
-    att = telemetry.attach(
-        lambda n, m, meta: got.append(dict(meta)), ["managedloop.agent_core.provision.stop"]
-    )
-    try:
+    with emitted(["managedloop.agent_core.provision.stop"]) as got:
         async with AgentCoreEmulator(faults=fast(harness_outcome="DELETING")) as emu:
             with (
                 caplog.at_level(logging.INFO, "managedloop.agentcore.provision"),
@@ -779,10 +767,9 @@ async def test_a_failed_wait_emits_stop_with_its_tag(caplog: pytest.LogCaptureFi
                 pytest.raises(ml.ProvisioningError),
             ):
                 await provision(emu, provider)
-    finally:
-        telemetry.detach(att)
-    assert got[-1]["result"] == "error"
-    assert got[-1]["error"] == "harness_terminating"
+    _, _, last = got[-1]
+    assert last["result"] == "error"
+    assert last["error"] == "harness_terminating"
     assert "last_status=DELETING" in caplog.text
     assert "harness_terminating" in caplog.text
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import managedloop as ml
-from managedloop import telemetry
+from emitted import emitted
 from managedloop.providers import BedrockAgentCore
 from managedloop.testing import AgentCoreEmulator, AgentCoreFaults, call, say
 
@@ -45,46 +45,42 @@ def _everything(value: Any) -> str:
 
 
 async def test_credentials_appear_nowhere(caplog: pytest.LogCaptureFixture) -> None:
-    events: list[tuple[str, Any, Any]] = []
-    attachment = telemetry.attach(lambda n, m, meta: events.append((n, dict(m), dict(meta))))
     errors: list[BaseException] = []
     emu = AgentCoreEmulator([call("lookup", {"city": "Paris"}), say("done")])
     secret = emu.client_kwargs["aws_secret_access_key"]
-    try:
-        with caplog.at_level(logging.DEBUG), emu:  # every logger, botocore's included
-            with make_provider(emu, aws_session_token=TOKEN) as provider:
-                result = await ml.run(provider, agent=AGENT, prompt="Paris?")
-                assert result.terminal is ml.Terminal.END_TURN
+    # caplog at DEBUG on the root: every logger, botocore's included
+    with emitted() as events, caplog.at_level(logging.DEBUG), emu:
+        with make_provider(emu, aws_session_token=TOKEN) as provider:
+            result = await ml.run(provider, agent=AGENT, prompt="Paris?")
+            assert result.terminal is ml.Terminal.END_TURN
 
-                emu.set_script([say("again")])
-                emu.faults = AgentCoreFaults(exception_at=1, exception_type="validationException")
-                with pytest.raises(ml.ManagedLoopError) as failed_turn:
-                    await ml.run(provider, agent=AGENT, prompt="fail")
-                errors.append(failed_turn.value)
-                emu.faults = AgentCoreFaults()
+            emu.set_script([say("again")])
+            emu.faults = AgentCoreFaults(exception_at=1, exception_type="validationException")
+            with pytest.raises(ml.ManagedLoopError) as failed_turn:
+                await ml.run(provider, agent=AGENT, prompt="fail")
+            errors.append(failed_turn.value)
+            emu.faults = AgentCoreFaults()
 
-                emu.faults = AgentCoreFaults(harness_outcome="CREATE_FAILED")
-                with pytest.raises(ml.ProvisioningError) as failed_provision:
-                    await provider.provision(
-                        AGENT, execution_role_arn=emu.execution_role_arn, timeout=2
-                    )
-                errors.append(failed_provision.value)
-                emu.faults = AgentCoreFaults()
+            emu.faults = AgentCoreFaults(harness_outcome="CREATE_FAILED")
+            with pytest.raises(ml.ProvisioningError) as failed_provision:
+                await provider.provision(
+                    AGENT, execution_role_arn=emu.execution_role_arn, timeout=2
+                )
+            errors.append(failed_provision.value)
+            emu.faults = AgentCoreFaults()
 
-                out = await provider.run_command("echo hi", session_id=result.session_id or "")
-                assert out.stdout == "hi\n"
-                reprs = [repr(provider), repr(provider.clients), repr(emu), repr(result)]
+            out = await provider.run_command("echo hi", session_id=result.session_id or "")
+            assert out.stdout == "hi\n"
+            reprs = [repr(provider), repr(provider.clients), repr(emu), repr(result)]
 
-            kwargs = {**emu.client_kwargs, "aws_secret_access_key": "not-" + secret}
-            with BedrockAgentCore(
-                harness_arn=emu.harness_arn, harness_tools=[], aws_session_token=TOKEN, **kwargs
-            ) as wrong:
-                with pytest.raises(ml.AuthenticationError) as denied:
-                    await ml.run(wrong, agent=AGENT, prompt="hi")
-                errors.append(denied.value)
-                reprs.append(repr(wrong))
-    finally:
-        telemetry.detach(attachment)
+        kwargs = {**emu.client_kwargs, "aws_secret_access_key": "not-" + secret}
+        with BedrockAgentCore(
+            harness_arn=emu.harness_arn, harness_tools=[], aws_session_token=TOKEN, **kwargs
+        ) as wrong:
+            with pytest.raises(ml.AuthenticationError) as denied:
+                await ml.run(wrong, agent=AGENT, prompt="hi")
+            errors.append(denied.value)
+            reprs.append(repr(wrong))
 
     # The run really was signed with the token (else its absence would prove nothing).
     assert any(k.lower() == "x-amz-security-token" for r in emu.requests for k in r.headers), (

@@ -2,48 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anthropic
 import pytest
 
+import claude_fixtures
 import managedloop as ml
+from claude_fixtures import make_provider
 from managedloop.providers import ClaudeManagedAgents
 from managedloop.testing import ClaudeEmulator
+from weather import get_weather
 
-
-@ml.tool
-def get_weather(city: str) -> str:
-    """Current weather for a city."""
-    return f"Sunny in {city}"
-
-
-@ml.tool
-def get_time(city: str) -> str:
-    """Local time in a city."""
-    return f"Noon in {city}"
+# The shared Claude fixtures (tests/claude_fixtures.py), served to this folder.
+client = claude_fixtures.client
+emu = claude_fixtures.emu
 
 
 WEATHER = ml.AgentSpec(name="weather", system_prompt="Use tools.", tools=[get_weather])
 
 
 @pytest.fixture
-def emu() -> Iterator[ClaudeEmulator]:
-    with ClaudeEmulator() as e:
-        yield e
-
-
-@pytest.fixture
-async def client(emu: ClaudeEmulator) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    c = anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key, max_retries=2)
-    async with c:
-        yield c
-
-
-def make_provider(client: anthropic.AsyncAnthropic, **kwargs: Any) -> ClaudeManagedAgents:
-    kwargs.setdefault("reconnect_backoff", 0.0)
-    return ClaudeManagedAgents(client=client, **kwargs)
+def sdk_max_retries() -> int:
+    return 2  # the host tests let the SDK retry, as a user's client would
 
 
 async def provisioned(

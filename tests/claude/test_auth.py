@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 import managedloop as ml
-from managedloop import telemetry
+from emitted import emitted
 from managedloop.providers import ClaudeManagedAgents
 from managedloop.providers.claude._api import read_bearer_token, settings
 from managedloop.testing import ClaudeEmulator
@@ -164,14 +164,12 @@ async def test_each_retry_attempt_carries_the_then_current_token(tmp_path: Path)
         provider = ClaudeManagedAgents(
             bearer_token_file=str(path), base_url=emu.base_url, max_retries=2
         )
-        got: list[Any] = []
-        att = telemetry.attach(lambda n, m, meta: got.append((n, dict(m), dict(meta))))
         try:
-            assert await provider.list_files() == []
-            with pytest.raises(ml.APIStatusError) as info:
-                await provider.download_file("file_missing")
+            with emitted() as got:
+                assert await provider.list_files() == []
+                with pytest.raises(ml.APIStatusError) as info:
+                    await provider.download_file("file_missing")
         finally:
-            telemetry.detach(att)
             await provider.aclose()
     blobs = [repr(provider), repr(provider._settings), repr(got), str(info.value)]
     blobs += [repr(info.value.context), repr(provider.cache_identity())]
@@ -235,16 +233,14 @@ async def test_bearer_requests_do_not_follow_redirects(tmp_path: Path) -> None:
 async def test_api_key_never_leaks(caplog: pytest.LogCaptureFixture) -> None:
     secret = "sk-ant-very-secret-000000000000"
     with ClaudeEmulator(api_key=secret) as emu:
-        got: list[Any] = []
-        att = telemetry.attach(lambda n, m, meta: got.append((n, dict(m), dict(meta))))
         caplog.set_level(logging.DEBUG)
         provider = ClaudeManagedAgents(api_key=secret, base_url=emu.base_url, reconnect_backoff=0)
         try:
-            result = await ml.run(provider, agent=WEATHER, prompt="x")
-            with pytest.raises(ml.APIStatusError) as info:
-                await provider.download_file("file_missing")
+            with emitted() as got:
+                result = await ml.run(provider, agent=WEATHER, prompt="x")
+                with pytest.raises(ml.APIStatusError) as info:
+                    await provider.download_file("file_missing")
         finally:
-            telemetry.detach(att)
             await provider.aclose()
         blobs = [repr(provider), repr(got), caplog.text, str(info.value), repr(info.value.context)]
         blobs.append(json.dumps(result.to_dict()))

@@ -41,11 +41,12 @@ import anthropic
 import pytest
 
 import managedloop as ml
-from managedloop import telemetry
+from emitted import emitted
 from managedloop.providers import ClaudeManagedAgents
 from managedloop.testing import ClaudeEmulator, Fail, Grade, ToolCall, call, calls, say
+from weather import get_time, get_weather
 
-from .conftest import WEATHER, get_time, get_weather, make_provider, provisioned, wire_results
+from .conftest import WEATHER, make_provider, provisioned, wire_results
 
 pytestmark = pytest.mark.anyio
 
@@ -392,14 +393,11 @@ async def test_reattach_to_unknown_session(emu: ClaudeEmulator, client: Any) -> 
 
 async def test_telemetry_requests_and_stream(emu: ClaudeEmulator, client: Any) -> None:
     provider = await provisioned(client)
-    got: list[tuple[str, dict[str, Any]]] = []
-    att = telemetry.attach(lambda name, m, meta: got.append((name, dict(meta))))
-    try:
+    with emitted() as events:
         result = await ml.run(
             provider, agent=WEATHER, prompt="x", telemetry_metadata={"tenant": "acme"}
         )
-    finally:
-        telemetry.detach(att)
+    got = [(n, m) for n, _, m in events]
     names = [n for n, _ in got]
     starts = [m for n, m in got if n == "managedloop.request.start"]
     assert {"method": "post", "path": "/v1/sessions", "tenant": "acme"}.items() <= starts[0].items()

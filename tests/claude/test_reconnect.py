@@ -37,8 +37,9 @@ import pytest
 
 import managedloop as ml
 from managedloop.testing import ClaudeEmulator, ClaudeFaults, call, calls, say
+from weather import get_time, get_weather
 
-from .conftest import get_time, get_weather, make_provider, wire_messages, wire_results
+from .conftest import make_provider, wire_messages, wire_results
 
 pytestmark = pytest.mark.anyio
 

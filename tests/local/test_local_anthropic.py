@@ -13,14 +13,9 @@ import managedloop as ml
 from managedloop.providers.local import ChatRequest, Local
 from managedloop.providers.local._anthropic import from_messages_response, to_messages_request
 from managedloop.testing import ChatEmulator, ChatFaults, call, say
+from weather import get_weather
 
 pytestmark = pytest.mark.anyio
-
-
-@ml.tool
-def get_weather(city: str) -> str:
-    """Current weather for a city."""
-    return f"Sunny in {city}"
 
 
 AGENT = ml.AgentSpec(system_prompt="Use tools.", tools=[get_weather])

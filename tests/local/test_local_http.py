@@ -17,16 +17,11 @@ import pytest
 import managedloop as ml
 from managedloop.providers.local import Local
 from managedloop.testing import ChatEmulator, ChatFaults, call, say
+from weather import get_weather
 
 pytestmark = pytest.mark.anyio
 
 KEY = "sk-very-secret-key-1234"
-
-
-@ml.tool
-def get_weather(city: str) -> str:
-    """Current weather for a city."""
-    return f"Sunny in {city}"
 
 
 AGENT = ml.AgentSpec(system_prompt="Use tools.", tools=[get_weather])

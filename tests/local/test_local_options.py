@@ -12,13 +12,7 @@ import managedloop as ml
 from managedloop.providers.local import Local
 from managedloop.providers.local._profiles import PROFILES, Profile
 from managedloop.testing import ChatEmulator, call, say
-
-
-@ml.tool
-def get_weather(city: str) -> str:
-    """Current weather for a city."""
-    return f"Sunny in {city}"
-
+from weather import get_weather
 
 AGENT = ml.AgentSpec(tools=[get_weather])
 

@@ -7,14 +7,20 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import anthropic
 import pytest
 
+import claude_fixtures
+from claude_fixtures import make_provider
 from managedloop.providers import ClaudeManagedAgents
 from managedloop.stores import MemoryStore, Store
-from managedloop.testing import ClaudeEmulator
+
+# The shared Claude fixtures (tests/claude_fixtures.py), served to this folder.
+client = claude_fixtures.client
+sdk_max_retries = claude_fixtures.sdk_max_retries
+emu = claude_fixtures.emu
 
 
 @pytest.fixture
@@ -30,18 +36,5 @@ def store(store_factory: Callable[[], Store]) -> Iterator[Store]:
 
 
 @pytest.fixture
-def emu() -> Iterator[ClaudeEmulator]:
-    with ClaudeEmulator() as e:
-        yield e
-
-
-@pytest.fixture
-async def client(emu: ClaudeEmulator) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    c = anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key, max_retries=0)
-    async with c:
-        yield c
-
-
-@pytest.fixture
 def claude(client: anthropic.AsyncAnthropic) -> ClaudeManagedAgents:
-    return ClaudeManagedAgents(client=client, reconnect_backoff=0.0)
+    return make_provider(client)

@@ -3,56 +3,27 @@ their loopback emulators and the production clients, on a real Temporal dev serv
 
 from __future__ import annotations
 
-import uuid
-
-import anthropic
-import anyio
 import pytest
 from temporalio.client import Client
 
 import managedloop as ml
 from managedloop.contrib import temporal as mlt
-from managedloop.providers import BedrockAgentCore, ClaudeManagedAgents
+from managedloop.providers import BedrockAgentCore
 from managedloop.testing import AgentCoreEmulator, ClaudeEmulator
+from weather import get_time, get_weather
+
+from .conftest import claude_on, task_queue, until_pending
 
 pytestmark = pytest.mark.anyio
-
-
-@ml.tool
-def get_weather(city: str) -> str:
-    """Current weather for a city."""
-    return f"Sunny in {city}"
-
-
-@ml.tool
-def get_time(city: str) -> str:
-    """Local time in a city."""
-    return f"Noon in {city}"
 
 
 SPEC = ml.AgentSpec(name="weather", system_prompt="Use tools.", tools=[get_weather, get_time])
 
 
-def _queue() -> str:
-    return f"q-{uuid.uuid4().hex[:8]}"
-
-
-async def test_a_claude_session_runs_as_a_workflow(temporal_address: str) -> None:
-    client = await Client.connect(temporal_address)
-    queue = _queue()
+async def test_a_claude_session_runs_as_a_workflow(client: Client) -> None:
+    queue = task_queue()
     with ClaudeEmulator() as emu:
-        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as c:
-            handle = await ml.provision(ClaudeManagedAgents(client=c), SPEC)
-
-        def make() -> ClaudeManagedAgents:
-            return ClaudeManagedAgents(
-                base_url=emu.base_url,
-                api_key=emu.api_key,
-                agent=handle,
-                environment=handle,
-                reconnect_backoff=0.0,
-            )
-
+        make = await claude_on(emu, SPEC)
         async with mlt.worker(
             client, task_queue=queue, providers={"claude": make}, agents={"weather": SPEC}
         ):
@@ -73,11 +44,10 @@ async def test_a_claude_session_runs_as_a_workflow(temporal_address: str) -> Non
 
 
 async def test_an_agentcore_session_runs_as_a_workflow(
-    temporal_address: str, monkeypatch: pytest.MonkeyPatch
+    client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    client = await Client.connect(temporal_address)
-    queue = _queue()
+    queue = task_queue()
     with AgentCoreEmulator() as emu:
 
         def make() -> BedrockAgentCore:
@@ -96,7 +66,7 @@ async def test_an_agentcore_session_runs_as_a_workflow(
     assert result.session_id is not None
 
 
-async def test_a_claude_permission_policy_is_decided_by_signal(temporal_address: str) -> None:
+async def test_a_claude_permission_policy_is_decided_by_signal(client: Client) -> None:
     """A built-in tool held by an ``always_ask`` policy parks the durable session: the
     decision comes by ``managedloop.decide`` and reaches the host as one confirmation."""
     from managedloop.providers.claude import agent_toolset
@@ -108,8 +78,7 @@ async def test_a_claude_permission_policy_is_decided_by_signal(temporal_address:
         tools=[get_weather],
         host_tools=[agent_toolset("always_allow", tools={"bash": "always_ask"})],
     )
-    client = await Client.connect(temporal_address)
-    queue = _queue()
+    queue = task_queue()
     with ClaudeEmulator() as emu:
         emu.agent.script = [
             Reply(
@@ -118,29 +87,14 @@ async def test_a_claude_permission_policy_is_decided_by_signal(temporal_address:
             ),
             say("listed"),
         ]
-        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as c:
-            handle = await ml.provision(ClaudeManagedAgents(client=c), spec)
-
-        def make() -> ClaudeManagedAgents:
-            return ClaudeManagedAgents(
-                base_url=emu.base_url,
-                api_key=emu.api_key,
-                agent=handle,
-                environment=handle,
-                reconnect_backoff=0.0,
-            )
-
+        make = await claude_on(emu, spec)
         async with mlt.worker(
             client, task_queue=queue, providers={"claude": make}, agents={"ops": spec}
         ):
             wid = await mlt.start(
                 client, provider="claude", agent="ops", prompt="list files", task_queue=queue
             )
-            held: list[ml.ApprovalRequest] = []
-            while not held:  # polling Temporal's memo
-                await anyio.sleep(0.02)
-                held = await mlt.pending(client, wid)
-            [request] = held
+            [request] = await until_pending(client, wid)
             assert (request.source, request.tool_use.name) == ("host", "bash")
             await mlt.decide(client, wid, {request.tool_use.id or "": ml.Deny("not on prod")})
             result = await mlt.result(client, wid)

@@ -25,8 +25,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -49,6 +47,8 @@ from managedloop.testing import (
     ClaudeEmulator,
     ClaudeFaults,
 )
+
+from .conftest import poll, task_queue
 
 pytestmark = pytest.mark.anyio
 
@@ -229,11 +229,10 @@ def workers(tmp_path: Path, temporal_address: str) -> Iterator[Callable[[Host, s
 
 
 async def _until(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_BOUND
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
+    async def look() -> bool:
+        return check()
+
+    await poll(look, what)
 
 
 def _start(client: Client, queue: str, tmp_path: Path) -> asyncio.Task[ml.SessionResult]:
@@ -256,12 +255,11 @@ HOSTS = ["local", "claude", "agentcore"]
 @pytest.mark.parametrize("host_name", HOSTS)
 async def test_worker_killed_during_a_tool_call(
     host_name: str,
-    temporal_address: str,
+    client: Client,
     workers: Callable[[Host, str], Workers],
     tmp_path: Path,
 ) -> None:
-    client = await Client.connect(temporal_address)
-    queue = f"kill-tool-{host_name}-{uuid.uuid4().hex[:8]}"
+    queue = task_queue(f"kill-tool-{host_name}")
     marks = tmp_path / "marks"
     async with _host(host_name, hold_first_turn=False) as host:
         pool = workers(host, queue)
@@ -286,12 +284,11 @@ async def test_worker_killed_during_a_tool_call(
 @pytest.mark.parametrize("host_name", HOSTS)
 async def test_worker_killed_during_a_host_turn(
     host_name: str,
-    temporal_address: str,
+    client: Client,
     workers: Callable[[Host, str], Workers],
     tmp_path: Path,
 ) -> None:
-    client = await Client.connect(temporal_address)
-    queue = f"kill-turn-{host_name}-{uuid.uuid4().hex[:8]}"
+    queue = task_queue(f"kill-turn-{host_name}")
     (tmp_path / "marks" / "release").write_text("1")  # the tool does not wait here
     async with _host(host_name, hold_first_turn=True) as host:
         pool = workers(host, queue)

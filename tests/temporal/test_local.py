@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from temporalio.client import Client
 
 import managedloop as ml
 from managedloop.contrib import temporal as mlt
-from managedloop.providers import Local
 from managedloop.stores import MemoryStore
 from managedloop.testing import ChatEmulator
+
+from .conftest import local_on, task_queue
 
 pytestmark = pytest.mark.anyio
 
@@ -25,17 +24,13 @@ def add(a: int, b: int) -> str:
 SPEC = ml.AgentSpec(name="calc", system_prompt="Use tools.", tools=[add], model="m")
 
 
-async def test_a_local_session_runs_as_a_workflow(temporal_address: str) -> None:
-    client = await Client.connect(temporal_address)
+async def test_a_local_session_runs_as_a_workflow(client: Client) -> None:
     store = MemoryStore()
-    queue = f"q-{uuid.uuid4().hex[:8]}"
+    queue = task_queue()
     with ChatEmulator() as emu:
-
-        def make() -> Local:
-            return Local(model="m", base_url=emu.base_url, api_key=emu.api_key)
-
+        local = local_on(emu)
         async with mlt.worker(
-            client, task_queue=queue, providers={"local": make}, agents={"calc": SPEC}, store=store
+            client, task_queue=queue, providers={"local": local}, agents={"calc": SPEC}, store=store
         ):
             result = await mlt.run(
                 client,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -13,9 +12,10 @@ from temporalio.client import Client
 
 import managedloop as ml
 from managedloop.contrib import temporal as mlt
-from managedloop.providers import Local
 from managedloop.stores import MemoryStore
 from managedloop.testing import ChatEmulator
+
+from .conftest import local_on, task_queue
 
 pytestmark = pytest.mark.anyio
 
@@ -34,7 +34,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-async def test_an_mcp_tool_in_a_durable_session(temporal_address: str, tmp_path: Path) -> None:
+async def test_an_mcp_tool_in_a_durable_session(client: Client, tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
     tools = await ml.Toolset.from_mcp(
         sys.executable,
@@ -44,15 +44,11 @@ async def test_an_mcp_tool_in_a_durable_session(temporal_address: str, tmp_path:
     )
     listed = _pids(pidfile)  # the listing's own server, already gone
     agent = ml.AgentSpec(name="wx", system_prompt="Use tools.", tools=[tools], model="m")
-    client = await Client.connect(temporal_address)
-    queue, store = f"q-{uuid.uuid4().hex[:8]}", MemoryStore()
+    queue, store = task_queue(), MemoryStore()
     with ChatEmulator() as emu:
-
-        def make() -> Local:
-            return Local(model="m", base_url=emu.base_url, api_key=emu.api_key)
-
+        local = local_on(emu)
         async with mlt.worker(
-            client, task_queue=queue, providers={"local": make}, agents={"wx": agent}, store=store
+            client, task_queue=queue, providers={"local": local}, agents={"wx": agent}, store=store
         ):
             first = await mlt.run(
                 client,

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +16,10 @@ from temporalio.exceptions import TemporalError
 
 import managedloop as ml
 from managedloop.contrib import temporal as mlt
-from managedloop.providers import Local
 from managedloop.stores import MemoryStore
 from managedloop.testing import ChatEmulator
+
+from .conftest import local_on, task_queue, until_pending
 
 pytestmark = pytest.mark.anyio
 
@@ -46,30 +45,14 @@ RISKY = ml.AgentSpec(name="ops", system_prompt="Use tools.", tools=[delete_files
 CALC = ml.AgentSpec(name="calc", system_prompt="Use tools.", tools=[add], model="m")
 
 
-def _queue() -> str:
-    return f"q-{uuid.uuid4().hex[:8]}"
-
-
 def _worker(client: Client, queue: str, emu: ChatEmulator, store: MemoryStore) -> Any:
-    def make() -> Local:
-        return Local(model="m", base_url=emu.base_url, api_key=emu.api_key)
-
     return mlt.worker(
         client,
         task_queue=queue,
-        providers={"local": make},
+        providers={"local": local_on(emu)},
         agents={"ops": RISKY, "calc": CALC},
         store=store,
     )
-
-
-async def _until_pending(client: Client, wid: str) -> list[ml.ApprovalRequest]:
-    deadline = time.monotonic() + WAIT_BOUND
-    while not (held := await mlt.pending(client, wid)):
-        if time.monotonic() > deadline:
-            raise AssertionError("no call was held")
-        await asyncio.sleep(0.05)
-    return held
 
 
 def _decide_elsewhere(address: str, wid: str, *verdict: str) -> list[str]:
@@ -86,17 +69,16 @@ def _decide_elsewhere(address: str, wid: str, *verdict: str) -> list[str]:
 
 @pytest.mark.parametrize("verdict", ["approve", "deny"])
 async def test_an_approval_decided_by_another_process_with_no_worker_running(
-    temporal_address: str, verdict: str
+    client: Client, temporal_address: str, verdict: str
 ) -> None:
     RAN.clear()
-    client = await Client.connect(temporal_address)
-    queue, store = _queue(), MemoryStore()
+    queue, store = task_queue(), MemoryStore()
     with ChatEmulator() as emu:
         async with _worker(client, queue, emu, store):
             wid = await mlt.start(
                 client, provider="local", agent="ops", prompt="clean up", task_queue=queue
             )
-            [held] = await _until_pending(client, wid)
+            [held] = await until_pending(client, wid)
         # The worker is gone: the session waits in Temporal, not in a process.
         assert held.tool_use.name == "delete_files"
         assert held.source == "tool"
@@ -121,10 +103,9 @@ async def test_an_approval_decided_by_another_process_with_no_worker_running(
 
 
 async def test_a_live_session_serves_follow_ups_and_streams_events(
-    temporal_address: str,
+    client: Client,
 ) -> None:
-    client = await Client.connect(temporal_address)
-    queue, store = _queue(), MemoryStore()
+    queue, store = task_queue(), MemoryStore()
     with ChatEmulator() as emu:
         async with _worker(client, queue, emu, store):
             wid = await mlt.start(
@@ -145,10 +126,9 @@ async def test_a_live_session_serves_follow_ups_and_streams_events(
 
 
 async def test_a_live_session_continues_as_new_and_keeps_its_conversation(
-    temporal_address: str,
+    client: Client,
 ) -> None:
-    client = await Client.connect(temporal_address)
-    queue, store = _queue(), MemoryStore()
+    queue, store = task_queue(), MemoryStore()
     with ChatEmulator() as emu:
         async with _worker(client, queue, emu, store):
             wid = await mlt.start(
@@ -220,21 +200,16 @@ def render_on_gpu(scene: str) -> str:
     return "rendered on the gpu queue"
 
 
-async def test_a_tool_pinned_to_a_queue_runs_on_that_queue(temporal_address: str) -> None:
+async def test_a_tool_pinned_to_a_queue_runs_on_that_queue(client: Client) -> None:
     RAN_ON.clear()
-    client = await Client.connect(temporal_address)
-    queue, gpu, store = _queue(), _queue(), MemoryStore()
+    queue, gpu, store = task_queue(), task_queue(), MemoryStore()
     art = ml.AgentSpec(name="art", system_prompt="Draw.", tools=[render_here], model="m")
     with ChatEmulator() as emu:
-
-        def make() -> Local:
-            return Local(model="m", base_url=emu.base_url, api_key=emu.api_key)
-
         async with (
             mlt.worker(
                 client,
                 task_queue=queue,
-                providers={"local": make},
+                providers={"local": local_on(emu)},
                 agents={"art": art},
                 store=store,
                 tool_queues={"render": gpu},
@@ -260,9 +235,10 @@ async def test_the_workflow_outside_temporal_fails_loudly() -> None:
         await SessionWorkflow(start).run(start)
 
 
-async def test_a_result_is_read_after_the_session_has_ended(temporal_address: str) -> None:
-    client = await Client.connect(temporal_address)
-    queue, store = _queue(), MemoryStore()
+async def test_a_result_is_read_after_the_session_has_ended(
+    client: Client, temporal_address: str
+) -> None:
+    queue, store = task_queue(), MemoryStore()
     with ChatEmulator() as emu:
         async with _worker(client, queue, emu, store):
             wid = await mlt.start(

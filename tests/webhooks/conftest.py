@@ -11,12 +11,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anthropic
+import anyio
 import pytest
 from aiohttp import web
 
+import claude_fixtures
 import managedloop as ml
-from managedloop.providers import ClaudeManagedAgents
+from claude_fixtures import make_provider
 from managedloop.testing import ClaudeEmulator, call, say
+
+# The shared Claude fixtures (tests/claude_fixtures.py), served to this folder.
+client = claude_fixtures.client
+sdk_max_retries = claude_fixtures.sdk_max_retries
 
 
 @dataclass
@@ -36,6 +42,39 @@ def weather_spec(calls: Calls) -> ml.AgentSpec:
     return ml.AgentSpec(name="weather", system_prompt="Use tools.", tools=[get_weather])
 
 
+def held_weather_spec(calls: Calls, release: anyio.Event) -> ml.AgentSpec:
+    """As :func:`weather_spec`, but the tool, once its call is logged, waits for
+    ``release``: still running while a test delivers something else."""
+
+    @ml.tool
+    async def get_weather(city: str) -> str:
+        """Current weather for a city."""
+        calls.log.append(city)
+        await release.wait()
+        return f"Sunny in {city}"
+
+    return ml.AgentSpec(name="weather", system_prompt="Use tools.", tools=[get_weather])
+
+
+async def until(check: Callable[[], bool]) -> None:
+    """Poll ``check`` until it holds."""
+    with anyio.fail_after(30):  # a bound against a hang, not a timing assumption
+        while not check():
+            await anyio.sleep(0.005)
+
+
+async def run_deployment(client: anthropic.AsyncAnthropic, deployment_id: str) -> str:
+    """Run a deployment now (``POST /v1/deployments/{id}/run``); the session it started."""
+    run = await client.beta.deployments.run(deployment_id)
+    assert run.session_id is not None
+    return run.session_id
+
+
+async def parked(emu: ClaudeEmulator, session_id: str) -> None:
+    """Wait until the session idles on its custom tool call."""
+    await until(lambda: emu.call(lambda: bool(emu.session(session_id).open_calls)))
+
+
 @pytest.fixture
 def emu() -> Iterator[ClaudeEmulator]:
     # Every session plays this script: one custom tool call, then the answer.
@@ -43,23 +82,11 @@ def emu() -> Iterator[ClaudeEmulator]:
         yield e
 
 
-@pytest.fixture
-async def client(emu: ClaudeEmulator) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    async with anthropic.AsyncAnthropic(
-        base_url=emu.base_url, api_key=emu.api_key, max_retries=0
-    ) as c:
-        yield c
-
-
-def provider_for(client: anthropic.AsyncAnthropic) -> ClaudeManagedAgents:
-    return ClaudeManagedAgents(client=client, reconnect_backoff=0.0)
-
-
 async def deployment(
     client: anthropic.AsyncAnthropic, spec: ml.AgentSpec, **kwargs: Any
 ) -> tuple[str, ml.AgentSpec]:
     """A deployment of ``spec``'s provisioned agent; returns its id."""
-    handle = await ml.provision(provider_for(client), spec)
+    handle = await ml.provision(make_provider(client), spec)
     dep = await client.beta.deployments.create(
         agent=handle.agent_id,
         environment_id=handle.environment_id,

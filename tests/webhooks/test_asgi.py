@@ -8,8 +8,16 @@ from typing import Any
 
 import anthropic
 import pytest
-from tests.webhooks.conftest import Calls, deployment, provider_for, tool_uses, weather_spec
-from tests.webhooks.test_end_to_end import _clock, _parked, _signed
+from tests.webhooks.conftest import (
+    Calls,
+    deployment,
+    make_provider,
+    parked,
+    run_deployment,
+    tool_uses,
+    weather_spec,
+)
+from tests.webhooks.test_end_to_end import _clock, _signed
 
 import managedloop.webhooks as mw
 from managedloop.stores import MemoryStore
@@ -74,7 +82,7 @@ async def test_synchronous_mode_answers_after_the_work(
     calls = Calls()
     dep_id, spec = await deployment(client, weather_spec(calls))
     hooks = mw.app(
-        provider_for(client),
+        make_provider(client),
         agent=spec,
         secret=b"k",
         store=MemoryStore(),
@@ -82,10 +90,8 @@ async def test_synchronous_mode_answers_after_the_work(
         background=False,
         run_options={"max_turns": 5},
     )
-    run = await client.beta.deployments.run(dep_id)
-    sid = run.session_id
-    assert sid is not None
-    await _parked(emu, sid)
+    sid = await run_deployment(client, dep_id)
+    await parked(emu, sid)
     emu.faults.fault_path, emu.faults.fault_method = "/events", "POST"
     emu.faults.server_errors = 1000
     body, headers = _signed("m3", sid, "session.requires_action", b"k")

@@ -8,11 +8,17 @@ import datetime as dt
 from zoneinfo import ZoneInfo
 
 import anthropic
-import anyio
 import pytest
 from anthropic.types import ErrorResponse
 from anthropic.types.beta import BetaManagedAgentsDeployment, BetaManagedAgentsDeploymentRun
-from tests.webhooks.conftest import Calls, deployment, tool_uses, weather_spec
+from tests.webhooks.conftest import (
+    Calls,
+    deployment,
+    parked,
+    run_deployment,
+    tool_uses,
+    weather_spec,
+)
 
 from managedloop.testing import ClaudeEmulator
 from managedloop.testing._claude.deployments import CronError, parse_cron
@@ -110,12 +116,8 @@ async def test_a_manual_run_parks_its_session_on_the_custom_tool(
 ) -> None:
     calls = Calls()
     dep_id, _ = await deployment(client, weather_spec(calls))
-    run = await client.beta.deployments.run(dep_id)
-    assert run.session_id is not None
-    sid = run.session_id
-    with anyio.fail_after(30):  # a bound against a hang, not a timing assumption
-        while not emu.call(lambda: bool(emu.session(sid).open_calls)):
-            await anyio.sleep(0.005)
+    sid = await run_deployment(client, dep_id)
+    await parked(emu, sid)
     session = await client.beta.sessions.retrieve(sid)
     assert (session.status, session.deployment_id) == ("idle", dep_id)
     idle = emu.events(sid)[-1]

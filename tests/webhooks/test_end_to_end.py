@@ -20,10 +20,14 @@ from tests.webhooks.conftest import (
     Calls,
     asgi_bridge,
     deployment,
-    provider_for,
+    held_weather_spec,
+    make_provider,
+    parked,
+    run_deployment,
     serve,
     tool_results,
     tool_uses,
+    until,
     weather_spec,
 )
 
@@ -42,13 +46,6 @@ def _clock() -> float:
     return NOW
 
 
-async def _parked(emu: ClaudeEmulator, sid: str) -> None:
-    """Wait until the deployment's session idles on its custom tool call."""
-    with anyio.fail_after(30):  # a bound against a hang, not a timing assumption
-        while not emu.call(lambda: bool(emu.session(sid).open_calls)):
-            await anyio.sleep(0.005)
-
-
 async def test_a_signed_webhook_drives_a_parked_session_to_its_end(
     emu: ClaudeEmulator, client: anthropic.AsyncAnthropic
 ) -> None:
@@ -56,7 +53,7 @@ async def test_a_signed_webhook_drives_a_parked_session_to_its_end(
     dep_id, spec = await deployment(client, weather_spec(calls))
     outcomes: list[mw.WebhookOutcome] = []
     hooks = mw.app(
-        provider_for(client),
+        make_provider(client),
         agent=spec,
         secret=SECRET,
         store=MemoryStore(),
@@ -106,18 +103,16 @@ async def test_a_bad_signature_or_a_stale_timestamp_is_refused_and_changes_nothi
     dep_id, spec = await deployment(client, weather_spec(calls))
     store = MemoryStore()
     hooks = mw.app(
-        provider_for(client), agent=spec, secret=b"the receiver's key", store=store, clock=_clock
+        make_provider(client), agent=spec, secret=b"the receiver's key", store=store, clock=_clock
     )
     async with serve(asgi_bridge(hooks)) as url:
         emu.webhooks.subscribe(url, events=["session.requires_action"])  # another secret
         good = emu.webhooks.subscribe(url, events=["session.status_idled"])
         emu.webhooks.clock = lambda: NOW - mw.TOLERANCE - 1  # and a stale timestamp
-        hooks_good_secret = mw.app(provider_for(client), agent=spec, secret=good, clock=_clock)
+        hooks_good_secret = mw.app(make_provider(client), agent=spec, secret=good, clock=_clock)
         assert hooks_good_secret is not hooks
-        run = await client.beta.deployments.run(dep_id)
-        sid = run.session_id
-        assert sid is not None
-        await _parked(emu, sid)
+        sid = await run_deployment(client, dep_id)
+        await parked(emu, sid)
         before = list(emu.requests)
         deliveries = await emu.webhooks.delivered(2)
         await hooks.drain()
@@ -138,20 +133,11 @@ async def test_a_redelivered_webhook_does_not_run_tools_again(
     emu: ClaudeEmulator, client: anthropic.AsyncAnthropic
 ) -> None:
     calls = Calls()
-    release = anyio.Event()
-
-    @ml.tool
-    async def get_weather(city: str) -> str:
-        """Current weather for a city."""
-        calls.log.append(city)
-        await release.wait()  # still running when the redelivery arrives
-        return f"Sunny in {city}"
-
-    spec = ml.AgentSpec(name="weather", system_prompt="Use tools.", tools=[get_weather])
-    dep_id, _ = await deployment(client, spec)
+    release = anyio.Event()  # the tool is still running when the redelivery arrives
+    dep_id, spec = await deployment(client, held_weather_spec(calls, release))
     outcomes: list[mw.WebhookOutcome] = []
     hooks = mw.app(
-        provider_for(client),
+        make_provider(client),
         agent=spec,
         secret="whsec_a2V5",
         store=MemoryStore(),
@@ -161,13 +147,9 @@ async def test_a_redelivered_webhook_does_not_run_tools_again(
     emu.webhooks.clock = _clock
     async with serve(asgi_bridge(hooks)) as url:
         emu.webhooks.subscribe(url, secret="whsec_a2V5", events=["session.requires_action"])
-        run = await client.beta.deployments.run(dep_id)
-        sid = run.session_id
-        assert sid is not None
+        sid = await run_deployment(client, dep_id)
         (first,) = await emu.webhooks.delivered(1)
-        with anyio.fail_after(30):
-            while not calls.log:
-                await anyio.sleep(0.005)
+        await until(lambda: bool(calls.log))
         emu.webhooks.redeliver(first)  # while the first delivery's tool is running
         second = (await emu.webhooks.delivered(2))[1]
         release.set()
@@ -193,7 +175,7 @@ async def test_a_failed_delivery_keeps_the_tool_use_pending_and_its_retry_does_n
     made: list[Any] = []
 
     async def factory() -> Any:  # a provider per delivery, closed after it
-        made.append(provider_for(client))
+        made.append(make_provider(client))
         return made[-1]
 
     secret = "whsec_cmV0cnkta2V5"
@@ -213,9 +195,7 @@ async def test_a_failed_delivery_keeps_the_tool_use_pending_and_its_retry_does_n
     caplog.set_level(logging.ERROR, logger="managedloop.webhooks")
     async with serve(plain) as url:
         emu.webhooks.subscribe(url, secret=secret, events=["session.requires_action"])
-        run = await client.beta.deployments.run(dep_id)
-        sid = run.session_id
-        assert sid is not None
+        sid = await run_deployment(client, dep_id)
         (first,) = await emu.webhooks.delivered(1)
         assert first.status == 500
         assert calls.log == ["Paris"]
@@ -246,17 +226,15 @@ async def test_a_tool_use_an_earlier_delivery_started_is_answered_with_an_error_
     calls = Calls()
     dep_id, spec = await deployment(client, weather_spec(calls))
     store = MemoryStore()
-    run = await client.beta.deployments.run(dep_id)
-    sid = run.session_id
-    assert sid is not None
-    await _parked(emu, sid)
+    sid = await run_deployment(client, dep_id)
+    await parked(emu, sid)
     (use_id,) = tool_uses(emu, sid)
     store.put(f"{mw.STORE_PREFIX}tool:{sid}:{use_id}", {"state": "started", "webhook_id": "w0"})
     body, headers = _signed("msg_1", sid, "session.requires_action", b"k")
     outcome = await mw.handle(
         body,
         headers,
-        provider=provider_for(client),
+        provider=make_provider(client),
         agent=spec,
         secret=b"k",
         store=store,
@@ -275,13 +253,15 @@ async def test_events_that_run_nothing(
 ) -> None:
     calls = Calls()
     _, spec = await deployment(client, weather_spec(calls))
-    hooks = mw.app(provider_for(client), agent=spec, secret=b"k", store=MemoryStore(), clock=_clock)
+    hooks = mw.app(
+        make_provider(client), agent=spec, secret=b"k", store=MemoryStore(), clock=_clock
+    )
     before = len(emu.requests)
     body, headers = _signed("msg_2", "drun_1", "deployment_run.started", b"k")
     assert (await hooks.handle(body, headers)).status == "ignored"
     assert len(emu.requests) == before
     # A session that waits on nothing: attached, nothing run.
-    handle = await ml.provision(provider_for(client), spec)  # the cached handle
+    handle = await ml.provision(make_provider(client), spec)  # the cached handle
     session = await client.beta.sessions.create(
         agent=handle.agent_id, environment_id=handle.environment_id
     )
@@ -295,7 +275,7 @@ async def test_events_that_run_nothing(
     assert calls.log == []
     # A delivery left "running" by a worker that died counts as failed after the lease.
     store = MemoryStore()
-    hooks = mw.app(provider_for(client), agent=spec, secret=b"k", store=store, clock=_clock)
+    hooks = mw.app(make_provider(client), agent=spec, secret=b"k", store=store, clock=_clock)
     for wid, since, expected in (
         ("w1", NOW - 10, "duplicate"),
         ("w2", NOW - 3601, "nothing_pending"),
@@ -331,20 +311,9 @@ async def test_two_deliveries_for_one_idle_at_once_run_the_tool_once(
 ) -> None:
     calls = Calls()
     gate = anyio.Event()
-
-    @ml.tool
-    async def get_weather(city: str) -> str:
-        """Current weather for a city."""
-        calls.log.append(city)
-        await gate.wait()
-        return f"Sunny in {city}"
-
-    spec = ml.AgentSpec(name="weather", system_prompt="Use tools.", tools=[get_weather])
-    dep_id, _ = await deployment(client, spec)
-    run = await client.beta.deployments.run(dep_id)
-    sid = run.session_id
-    assert sid is not None
-    await _parked(emu, sid)
+    dep_id, spec = await deployment(client, held_weather_spec(calls, gate))
+    sid = await run_deployment(client, dep_id)
+    await parked(emu, sid)
     store = MemoryStore()
     outcomes: list[mw.WebhookOutcome] = []
 
@@ -354,7 +323,7 @@ async def test_two_deliveries_for_one_idle_at_once_run_the_tool_once(
             await mw.handle(
                 body,
                 headers,
-                provider=provider_for(client),
+                provider=make_provider(client),
                 agent=spec,
                 secret=b"k",
                 store=store,
@@ -365,9 +334,7 @@ async def test_two_deliveries_for_one_idle_at_once_run_the_tool_once(
     async with anyio.create_task_group() as tg:
         tg.start_soon(deliver, "w-a", "session.requires_action")
         tg.start_soon(deliver, "w-b", "session.status_idled")
-        with anyio.fail_after(30):
-            while not calls.log:
-                await anyio.sleep(0.005)
+        await until(lambda: bool(calls.log))
         gate.set()
     assert calls.log == ["Paris"]
     assert sorted(o.status for o in outcomes) == ["completed", "nothing_pending"]
@@ -379,14 +346,14 @@ async def test_old_records_are_swept(emu: ClaudeEmulator, client: anthropic.Asyn
     store = MemoryStore()
     _, spec = await deployment(client, weather_spec(Calls()))
     hooks = mw.app(
-        provider_for(client),
+        make_provider(client),
         agent=spec,
         secret=b"k",
         store=store,
         clock=lambda: now[0],
         retention=100.0,
     )
-    handle = await ml.provision(provider_for(client), spec)
+    handle = await ml.provision(make_provider(client), spec)
     session = await client.beta.sessions.create(
         agent=handle.agent_id, environment_id=handle.environment_id
     )
@@ -410,7 +377,7 @@ async def test_a_scheduled_run_is_driven_by_its_webhook_too(
         schedule={"type": "cron", "expression": "0 9 * * *", "timezone": "UTC"},
     )
     hooks = mw.app(
-        provider_for(client), agent=spec, secret=SECRET, store=MemoryStore(), clock=_clock
+        make_provider(client), agent=spec, secret=SECRET, store=MemoryStore(), clock=_clock
     )
     emu.webhooks.clock = _clock
     async with serve(asgi_bridge(hooks)) as url:

@@ -45,35 +45,21 @@ __all__ = [
 ]
 
 if not TYPE_CHECKING:  # type checkers see the names above, not a catch-all __getattr__
-    _WHERE = {
-        "AgentHandle": "handles",
-        "EnvironmentHandle": "handles",
-        "HarnessHandle": "handles",
-        "AgentSpec": "specs",
-        "EnvironmentSpec": "specs",
-        "Runtime": "specs",
-        "Bootstrap": "runtimes",
-        "PruneReport": "lifecycle",
-        "ensure_agent": "lifecycle",
-        "ensure_environment": "lifecycle",
-        "prune_agents": "lifecycle",
-        "prune_environments": "lifecycle",
-        "resolve": "lifecycle",
-        "tag": "lifecycle",
-        "clear_cache": "facade",
-        "provision": "facade",
-        "teardown": "facade",
+    from managedloop import _lazy
+
+    _LAZY = {
+        "managedloop.provisioning.facade": ("clear_cache", "provision", "teardown"),
+        "managedloop.provisioning.handles": ("AgentHandle", "EnvironmentHandle", "HarnessHandle"),
+        "managedloop.provisioning.lifecycle": (
+            "PruneReport",
+            "ensure_agent",
+            "ensure_environment",
+            "prune_agents",
+            "prune_environments",
+            "resolve",
+            "tag",
+        ),
+        "managedloop.provisioning.runtimes": ("Bootstrap",),
+        "managedloop.provisioning.specs": ("AgentSpec", "EnvironmentSpec", "Runtime"),
     }
-
-    def __getattr__(name: str) -> object:
-        where = _WHERE.get(name)
-        if where is None:
-            raise AttributeError(f"module 'managedloop.provisioning' has no attribute {name!r}")
-        import importlib
-
-        value = getattr(importlib.import_module(f"managedloop.provisioning.{where}"), name)
-        globals()[name] = value
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted(set(globals()) | set(__all__))
+    __getattr__, __dir__ = _lazy.on_first_use(globals(), _LAZY)

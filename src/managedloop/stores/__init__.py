@@ -20,8 +20,7 @@ extra ``managedloop[redis]``, imported only when one is made.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from managedloop.stores._base import Store
 from managedloop.stores._memory import MemoryStore
@@ -42,24 +41,14 @@ __all__ = [
     "open_store",
 ]
 
-_WHERE = {
-    "FileStore": "managedloop.stores._file",
-    "RedisStore": "managedloop.stores._redis",
-    "SQLiteStore": "managedloop.stores._sqlite",
-    "default_store_path": "managedloop.stores._sqlite",
-    "open_store": "managedloop.stores._open",
-}
+if not TYPE_CHECKING:  # type checkers see the names above, not a catch-all __getattr__
+    from managedloop import _lazy
 
-
-def __getattr__(name: str) -> Any:
     # The persistent backends load their dependencies (filelock, sqlite3) on first use.
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module 'managedloop.stores' has no attribute {name!r}")
-    value = getattr(importlib.import_module(where), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+    _LAZY = {
+        "managedloop.stores._file": ("FileStore",),
+        "managedloop.stores._open": ("open_store",),
+        "managedloop.stores._redis": ("RedisStore",),
+        "managedloop.stores._sqlite": ("SQLiteStore", "default_store_path"),
+    }
+    __getattr__, __dir__ = _lazy.on_first_use(globals(), _LAZY)

@@ -70,6 +70,7 @@ from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec, digest_of
 __all__ = [
     "AgentCoreLifecycle",
     "ControlPlane",
+    "ProvisionOptions",
     "WaitBudget",
     "WaitContext",
     "classify",
@@ -584,77 +585,58 @@ class _Run:
     digest: str = ""
 
 
-async def provision(
-    provider: ControlPlane,
-    spec: Any,
-    *,
-    environment: Any = None,
-    execution_role_arn: Any = None,
-    endpoint_name: Any = "DEFAULT",
-    timeout: Any = MISSING,
-    poll_interval: Any = None,
-    max_polls: Any = None,
-    name_prefix: str | None = None,
-    tags: Mapping[str, str] | None = None,
-    telemetry_metadata: Mapping[str, Any] | None = None,
-    clock: Clock = time.monotonic,
-    sleep: Sleep = anyio.sleep,
-    progress: Progress | None = None,
-    **unknown: Any,
-) -> AgentCoreHandle:
-    """Create (or adopt) the harness for ``spec`` and wait until it and its endpoint are
-    READY, within ``timeout`` seconds (default 365) for the whole call.
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProvisionOptions:
+    """The options of :func:`provision` (``BedrockAgentCore.provision``'s keywords, and
+    ``ensure_agent``'s for a harness), as the caller gave them: :func:`prepare` checks them."""
 
-    ``clock``/``sleep`` replace the monotonic clock and the poll sleep (tests share a
-    :class:`managedloop.testing.agentcore.ManualClock` with the emulator, so deadlines are exact).
-    ``progress(ctx)`` is called with a :class:`WaitContext` after every poll (a live display).
-    """
-    run = prepare(
-        provider,
-        spec,
-        environment=environment,
-        execution_role_arn=execution_role_arn,
-        endpoint_name=endpoint_name,
-        timeout=timeout,
-        poll_interval=poll_interval,
-        max_polls=max_polls,
-        name_prefix=name_prefix,
-        tags=tags,
-        telemetry_metadata=telemetry_metadata,
-        clock=clock,
-        sleep=sleep,
-        progress=progress,
-        **unknown,
-    )
-    return await execute(run)
+    environment: Any = None
+    """An :class:`EnvironmentSpec` or a mapping (see :func:`_coerce_environment`)."""
+    execution_role_arn: Any = None
+    """The IAM role the harness runs as (required)."""
+    endpoint_name: Any = "DEFAULT"
+    """The endpoint invokes will use, waited for after the harness."""
+    timeout: Any = MISSING
+    """Seconds for the whole call (default 365); see :meth:`WaitBudget.new`."""
+    poll_interval: Any = None
+    max_polls: Any = None
+    name_prefix: str | None = None
+    tags: Mapping[str, str] | None = None
+    telemetry_metadata: Mapping[str, Any] | None = None
+    clock: Clock = time.monotonic
+    """Replaces the monotonic clock (tests share a
+    :class:`managedloop.testing.agentcore.ManualClock` with the emulator, so deadlines are
+    exact)."""
+    sleep: Sleep = anyio.sleep
+    """Replaces the poll sleep, with ``clock``."""
+    progress: Progress | None = None
+    """Called with a :class:`WaitContext` after every poll (a live display)."""
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> ProvisionOptions:
+        """The options from keywords; an unknown one is refused, naming the accepted."""
+        accepted = cls.__dataclass_fields__
+        unknown = {k: v for k, v in options.items() if k not in accepted}
+        _validate.no_unknown_keywords("provision", unknown, accepted)
+        return cls(**options)
+
+
+async def provision(provider: ControlPlane, spec: Any, **options: Any) -> AgentCoreHandle:
+    """Create (or adopt) the harness for ``spec`` and wait until it and its endpoint are
+    READY, within ``timeout`` seconds (default 365) for the whole call. The keywords are
+    :class:`ProvisionOptions`."""
+    return await execute(prepare(provider, spec, ProvisionOptions.of(options)))
 
 
 def prepare(
-    provider: ControlPlane,
-    spec: Any,
-    *,
-    environment: Any = None,
-    execution_role_arn: Any = None,
-    endpoint_name: Any = "DEFAULT",
-    timeout: Any = MISSING,
-    poll_interval: Any = None,
-    max_polls: Any = None,
-    name_prefix: str | None = None,
-    tags: Mapping[str, str] | None = None,
-    telemetry_metadata: Mapping[str, Any] | None = None,
-    clock: Clock = time.monotonic,
-    sleep: Sleep = anyio.sleep,
-    progress: Progress | None = None,
-    name: str | None = None,
-    **unknown: Any,
+    provider: ControlPlane, spec: Any, options: ProvisionOptions, *, name: str | None = None
 ) -> _Run:
     """Every check of :func:`provision`, before any request; ``name`` (from
     ``ensure_agent``) replaces the derived harness name."""
-    if unknown:
-        name = sorted(unknown)[0]
-        raise InvalidOptionsError(f"unknown provision option {name!r}", option=name)
     agent = _coerce_spec(spec)
+    endpoint_name = options.endpoint_name
     validate_endpoint_name(endpoint_name)
+    execution_role_arn = options.execution_role_arn
     if not isinstance(execution_role_arn, str) or not execution_role_arn.strip():
         raise InvalidOptionsError(
             "execution_role_arn is required (the IAM role the harness runs as)",
@@ -666,22 +648,28 @@ def prepare(
             f"execution_role_arn must look like arn:aws:iam::<12 digits>:role/<name>, got {role!r}",
             option="execution_role_arn",
         )
-    env = _coerce_environment(environment)
+    env = _coerce_environment(options.environment)
+    clock, sleep, progress = options.clock, options.sleep, options.progress
     if not callable(clock) or not callable(sleep):
         raise InvalidOptionsError("clock and sleep must be callables", option="clock")
     if progress is not None and not callable(progress):
         raise InvalidOptionsError("progress must be a callable", option="progress")
-    budget = WaitBudget.new(timeout, poll_interval, max_polls, clock=clock, sleep=sleep)
+    budget = WaitBudget.new(
+        options.timeout, options.poll_interval, options.max_polls, clock=clock, sleep=sleep
+    )
     digest = harness_digest(agent, env)
     if name is None:
-        name = harness_name(agent, name_prefix, env)
+        name = harness_name(agent, options.name_prefix, env)
+    body = create_body(
+        agent, name=name, execution_role_arn=role, environment=env, tags=options.tags
+    )
     return _Run(
         provider=provider,
         budget=budget,
         name=name,
-        body=create_body(agent, name=name, execution_role_arn=role, environment=env, tags=tags),
+        body=body,
         endpoint_name=endpoint_name,
-        caller=dict(telemetry_metadata or {}),
+        caller=dict(options.telemetry_metadata or {}),
         progress=progress,
         digest=digest,
     )
@@ -1044,7 +1032,8 @@ class AgentCoreLifecycle:
                 "ensure_agent names the harness <base>_<digest8>; pass name= as the base",
                 option="name_prefix",
             )
-        run = prepare(self.provider, spec, environment=environment, name=name, **options)
+        given = ProvisionOptions.of({"environment": environment, **options})
+        run = prepare(self.provider, spec, given, name=name)
         made = await execute(run)
         return HarnessHandle(
             harness_arn=made.harness_arn, harness_id=made.harness_id, name=name, digest=digest

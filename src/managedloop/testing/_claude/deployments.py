@@ -30,16 +30,20 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from aiohttp import web
 
+from managedloop.testing._claude.resources import CRUD_ROUTES, agent_snapshot, api_error
 from managedloop.testing._claude.session import EmuSession
 
 __all__ = ["Cron", "DeploymentSession", "Deployments", "parse_cron"]
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+RecordHandler = Callable[[dict[str, Any], web.Request], Awaitable[web.Response]]
 
 MAX_FIRES_PER_TICK = 100
 """A tick that spans more cron minutes than this starts only the first 100 runs (a year of
@@ -47,31 +51,9 @@ a per-minute schedule must not create half a million sessions in a test)."""
 UPCOMING = 5  # the API lists up to 5 upcoming fire times
 _SEARCH_DAYS = 366 * 5  # how far ahead upcoming_runs_at looks (a yearly cron included)
 
-# The agent fields a session's agent snapshot carries (the SDK's session type), as the
-# server's POST /v1/sessions copies them.
-_SNAPSHOT_KEYS = (
-    "id",
-    "name",
-    "description",
-    "model",
-    "system",
-    "tools",
-    "mcp_servers",
-    "skills",
-    "multiagent",
-    "execution_identity",
-    "version",
-)
-
 
 def _iso(when: dt.datetime) -> str:
     return when.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
-
-
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
-    body = {"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_emu"}
-    headers = {"x-should-retry": "false"} if status in (404, 409) else {}
-    return web.json_response(body, status=status, headers=headers)
 
 
 # -- cron -------------------------------------------------------------------------------
@@ -205,16 +187,38 @@ class Deployments:
         self._fired: set[tuple[str, str]] = set()
 
     def add_routes(self, r: web.UrlDispatcher) -> None:
-        r.add_post("/v1/deployments", self._create)
-        r.add_get("/v1/deployments", self._list)
-        r.add_get("/v1/deployments/{id}", self._retrieve)
-        r.add_post("/v1/deployments/{id}", self._update)
-        r.add_post("/v1/deployments/{id}/archive", self._archive)
-        r.add_post("/v1/deployments/{id}/pause", self._pause)
-        r.add_post("/v1/deployments/{id}/unpause", self._unpause)
-        r.add_post("/v1/deployments/{id}/run", self._run)
+        """The CRUD routes of :data:`CRUD_ROUTES` (all but delete), the three actions on a
+        deployment, and the runs. A handler of one deployment gets its record: an
+        unknown id is answered 404 before it runs."""
+        handlers: dict[str, Handler] = {
+            "create": self._create,
+            "list": self._list,
+            "get": self._of(self._retrieve),
+            "update": self._of(self._update),
+            "archive": self._of(self._archive),
+        }
+        for operation, method, path in CRUD_ROUTES:
+            if operation in handlers:  # no delete: a deployment is archived, never deleted
+                r.add_route(method, f"/v1/deployments{path}", handlers[operation])
+        for action, handler in (
+            ("pause", self._pause),
+            ("unpause", self._unpause),
+            ("run", self._run),
+        ):
+            r.add_post(f"/v1/deployments/{{id}}/{action}", self._of(handler))
         r.add_get("/v1/deployment_runs", self._list_runs)
         r.add_get("/v1/deployment_runs/{id}", self._retrieve_run)
+
+    def _of(self, handler: RecordHandler) -> Handler:
+        """``handler`` served the record named by the path's ``{id}``, or a 404."""
+
+        async def serve(request: web.Request) -> web.Response:
+            record = self.records.get(request.match_info["id"])
+            if record is None:
+                return api_error(404, "deployment not found", "not_found_error")
+            return await handler(record, request)
+
+        return serve
 
     # -- for tests ---------------------------------------------------------------------
     def trigger(self, deployment_id: str) -> dict[str, Any]:
@@ -266,14 +270,12 @@ class Deployments:
         record = self.records[dep_id]
         state = self.emu.state
         agent = state.agents[record["agent"]["id"]]
-        snapshot = {k: agent[k] for k in _SNAPSHOT_KEYS}
-        snapshot["type"] = "agent"
         emu = self.emu
         session = DeploymentSession(
             deployment_id=dep_id,
             announce=emu.webhooks.notify,
             session_id=emu.mint("sesn_"),
-            agent=snapshot,
+            agent=agent_snapshot(agent),
             environment_id=record["environment_id"],
             metadata=dict(record["metadata"]),
             title=record["name"],
@@ -311,14 +313,8 @@ class Deployments:
         try:
             body = json.loads(raw)
         except ValueError:
-            return _error(400, "invalid JSON body")
-        return body if isinstance(body, dict) else _error(400, "the body must be an object")
-
-    def _record(self, request: web.Request) -> dict[str, Any] | web.Response:
-        record = self.records.get(request.match_info["id"])
-        return (
-            record if record is not None else _error(404, "deployment not found", "not_found_error")
-        )
+            return api_error(400, "invalid JSON body")
+        return body if isinstance(body, dict) else api_error(400, "the body must be an object")
 
     def _check(self, body: dict[str, Any], *, create: bool) -> str | None:
         """The refusal message for a create or update body, or ``None``."""
@@ -351,18 +347,18 @@ class Deployments:
             return body
         problem = self._check(body, create=True)
         if problem is not None:
-            return _error(400, problem)
+            return api_error(400, problem)
         ref = body["agent"]
         agent_id = ref.get("id") if isinstance(ref, dict) else ref
         if not isinstance(agent_id, str):
-            return _error(400, "agent: an agent id or {id, version}")
+            return api_error(400, "agent: an agent id or {id, version}")
         agent = self.emu.state.agents.get(agent_id)
         if agent is None:
-            return _error(404, f"agent {agent_id!r} not found", "not_found_error")
+            return api_error(404, f"agent {agent_id!r} not found", "not_found_error")
         if agent["archived_at"]:
-            return _error(400, "agent is archived")
+            return api_error(400, "agent is archived")
         if body["environment_id"] not in self.emu.state.environments:
-            return _error(404, "environment not found", "not_found_error")
+            return api_error(404, "environment not found", "not_found_error")
         version = ref.get("version") if isinstance(ref, dict) else None
         now = self.clock()
         record: dict[str, Any] = {
@@ -406,20 +402,16 @@ class Deployments:
         page: web.Response = self.emu._page(request, items)
         return page
 
-    async def _retrieve(self, request: web.Request) -> web.Response:
-        record = self._record(request)
-        return record if isinstance(record, web.Response) else web.json_response(record)
+    async def _retrieve(self, record: dict[str, Any], request: web.Request) -> web.Response:
+        return web.json_response(record)
 
-    async def _update(self, request: web.Request) -> web.Response:
-        record = self._record(request)
-        if isinstance(record, web.Response):
-            return record
+    async def _update(self, record: dict[str, Any], request: web.Request) -> web.Response:
         body = await self._json(request)
         if isinstance(body, web.Response):
             return body
         problem = self._check(body, create=False)
         if problem is not None:
-            return _error(400, problem)
+            return api_error(400, problem)
         for name in ("name", "description", "metadata", "initial_events", "vault_ids"):
             if name in body:
                 record[name] = body[name]
@@ -430,37 +422,25 @@ class Deployments:
         self._refresh(record, self.clock())
         return web.json_response(record)
 
-    async def _archive(self, request: web.Request) -> web.Response:
-        record = self._record(request)
-        if isinstance(record, web.Response):
-            return record
+    async def _archive(self, record: dict[str, Any], request: web.Request) -> web.Response:
         record["archived_at"] = record["archived_at"] or _iso(self.clock())
         self._refresh(record, self.clock())
         return web.json_response(record)
 
-    async def _pause(self, request: web.Request) -> web.Response:
-        record = self._record(request)
-        if isinstance(record, web.Response):
-            return record
+    async def _pause(self, record: dict[str, Any], request: web.Request) -> web.Response:
         record["status"], record["paused_reason"] = "paused", {"type": "manual"}
         return web.json_response(record)
 
-    async def _unpause(self, request: web.Request) -> web.Response:
-        record = self._record(request)
-        if isinstance(record, web.Response):
-            return record
+    async def _unpause(self, record: dict[str, Any], request: web.Request) -> web.Response:
         record["status"], record["paused_reason"] = "active", None
         return web.json_response(record)
 
-    async def _run(self, request: web.Request) -> web.Response:
-        record = self._record(request)
-        if isinstance(record, web.Response):
-            return record
+    async def _run(self, record: dict[str, Any], request: web.Request) -> web.Response:
         if record["archived_at"]:
-            return _error(409, "deployment is archived")
+            return api_error(409, "deployment is archived")
         agent = self.emu.state.agents.get(record["agent"]["id"])
         if agent is None or agent["archived_at"]:
-            return _error(409, "the deployment's agent is archived")
+            return api_error(409, "the deployment's agent is archived")
         return web.json_response(self._fire(record["id"], None))
 
     async def _list_runs(self, request: web.Request) -> web.Response:
@@ -477,5 +457,5 @@ class Deployments:
     async def _retrieve_run(self, request: web.Request) -> web.Response:
         run = self.runs.get(request.match_info["id"])
         if run is None:
-            return _error(404, "deployment run not found", "not_found_error")
+            return api_error(404, "deployment run not found", "not_found_error")
         return web.json_response(run)

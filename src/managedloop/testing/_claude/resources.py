@@ -9,6 +9,9 @@ routes of every row from :data:`RESOURCES`; the records are built here, so a new
 or field is one table edit.
 
 Sessions and files are not rows: they carry behaviour (a scripted run, file bytes).
+Deployments are not rows either (they resolve an agent, validate a schedule, start
+sessions), but their routes follow :data:`CRUD_ROUTES` too, and their errors and agent
+snapshots are built by :func:`api_error` and :func:`agent_snapshot`.
 """
 
 from __future__ import annotations
@@ -17,18 +20,65 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from aiohttp import web
+
 from managedloop.testing._claude.permissions import resolve_tools
 
 __all__ = [
     "AGENTS",
+    "CRUD_ROUTES",
     "ENVIRONMENTS",
     "RESOURCES",
     "RefusedError",
     "Resource",
+    "agent_snapshot",
+    "api_error",
     "environment_config",
     "new_record",
     "update_record",
 ]
+
+CRUD_ROUTES = (
+    ("create", "POST", ""),
+    ("list", "GET", ""),
+    ("get", "GET", "/{id}"),
+    ("update", "POST", "/{id}"),
+    ("archive", "POST", "/{id}/archive"),
+    ("delete", "DELETE", "/{id}"),
+)
+"""``(operation, method, path after /v1/<collection>)`` of every CRUD operation, in the
+order the routes are registered."""
+
+_SNAPSHOT_KEYS = (  # the agent fields a session's agent snapshot carries (SDK type)
+    "id",
+    "name",
+    "description",
+    "model",
+    "system",
+    "tools",
+    "mcp_servers",
+    "skills",
+    "multiagent",
+    "execution_identity",
+    "version",
+)
+
+
+def agent_snapshot(agent: Mapping[str, Any]) -> dict[str, Any]:
+    """The agent as a new session carries it (``POST /v1/sessions`` and a deployment's
+    run alike)."""
+    return {**{k: agent[k] for k in _SNAPSHOT_KEYS}, "type": "agent"}
+
+
+def api_error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
+    """The API's error envelope; a 404 or 409 tells the SDK not to retry."""
+    body = {
+        "type": "error",
+        "error": {"type": kind, "message": message},
+        "request_id": "req_emulator",
+    }
+    headers = {"x-should-retry": "false"} if status in (404, 409) else {}
+    return web.json_response(body, status=status, headers=headers)
 
 
 class RefusedError(Exception):

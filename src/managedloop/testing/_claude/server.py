@@ -33,9 +33,12 @@ from aiohttp import BodyPartReader, web
 from managedloop.testing._claude.deployments import Deployments
 from managedloop.testing._claude.faults import ClaudeFaults
 from managedloop.testing._claude.resources import (
+    CRUD_ROUTES,
     RESOURCES,
     RefusedError,
     Resource,
+    agent_snapshot,
+    api_error,
     new_record,
     update_record,
 )
@@ -128,32 +131,7 @@ def _bound(
 
 
 def _not_found(resource: Resource) -> web.Response:
-    return _error(404, f"{resource.kind} not found", "not_found_error")
-
-
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
-    body = {
-        "type": "error",
-        "error": {"type": kind, "message": message},
-        "request_id": "req_emulator",
-    }
-    headers = {"x-should-retry": "false"} if status in (404, 409) else {}
-    return web.json_response(body, status=status, headers=headers)
-
-
-_SNAPSHOT_KEYS = (  # the agent fields a session's agent snapshot carries (SDK type)
-    "id",
-    "name",
-    "description",
-    "model",
-    "system",
-    "tools",
-    "mcp_servers",
-    "skills",
-    "multiagent",
-    "execution_identity",
-    "version",
-)
+    return api_error(404, f"{resource.kind} not found", "not_found_error")
 
 
 def _owner(request: web.Request) -> str | None:
@@ -353,7 +331,7 @@ class ClaudeEmulator(LoopbackServer):
             try:
                 body = json.loads(raw) if raw else None
             except ValueError:
-                return _error(400, "invalid JSON body")
+                return api_error(400, "invalid JSON body")
         secret, bearer = _credential(request.headers)
         request[_JSON] = body
         # Recorded on arrival (a stream's handler returns only when the stream ends), then
@@ -370,7 +348,7 @@ class ClaudeEmulator(LoopbackServer):
         )
         self.requests.append(recorded)
         if not self._authorized(secret, bearer):
-            response: web.StreamResponse = _error(
+            response: web.StreamResponse = api_error(
                 401, "invalid x-api-key or bearer token", "authentication_error"
             )
         else:
@@ -389,36 +367,36 @@ class ClaudeEmulator(LoopbackServer):
         needs_beta = path.startswith(("/v1/agents", "/v1/environments", "/v1/sessions"))
         beta = request.headers.get("anthropic-beta", "")
         if needs_beta and MANAGED_AGENTS_BETA not in beta.split(","):
-            return _error(400, f"this endpoint requires the {MANAGED_AGENTS_BETA} beta header")
+            return api_error(400, f"this endpoint requires the {MANAGED_AGENTS_BETA} beta header")
         f = self.faults
         if f.before_request is not None:
             f.before_request(request.method, path)
         if f.matches(request.method, path):
             if f.rate_limit > 0:
                 f.rate_limit -= 1
-                resp = _error(429, "rate limited (emulated)", "rate_limit_error")
+                resp = api_error(429, "rate limited (emulated)", "rate_limit_error")
                 resp.headers["retry-after"] = f.retry_after
                 return resp
             if f.server_errors > 0:
                 f.server_errors -= 1
-                return _error(f.server_error_status, "internal error (emulated)", "api_error")
+                return api_error(f.server_error_status, "internal error (emulated)", "api_error")
         result: web.StreamResponse = await handler(request)
         return result
 
     # -- agents and environments (one table: resources.RESOURCES) ---------------------
     def _add_crud_routes(self, router: web.UrlDispatcher, resource: Resource) -> None:
-        base = f"/v1/{resource.collection}"
-        routes = (  # (operation, method, path, handler) in the order they are registered
-            ("create", "POST", base, self._create_record),
-            ("list", "GET", base, self._list_records),
-            ("get", "GET", f"{base}/{{id}}", self._get_record),
-            ("update", "POST", f"{base}/{{id}}", self._update_record),
-            ("archive", "POST", f"{base}/{{id}}/archive", self._archive_record),
-            ("delete", "DELETE", f"{base}/{{id}}", self._delete_record),
-        )
-        for operation, method, path, handler in routes:
+        handlers = {
+            "create": self._create_record,
+            "list": self._list_records,
+            "get": self._get_record,
+            "update": self._update_record,
+            "archive": self._archive_record,
+            "delete": self._delete_record,
+        }
+        for operation, method, path in CRUD_ROUTES:
             if operation in resource.operations:
-                router.add_route(method, path, _bound(handler, resource))
+                route = f"/v1/{resource.collection}{path}"
+                router.add_route(method, route, _bound(handlers[operation], resource))
 
     def _record(self, resource: Resource, request: web.Request) -> dict[str, Any] | None:
         return self.state.records(resource).get(request.match_info["id"])
@@ -433,7 +411,7 @@ class ClaudeEmulator(LoopbackServer):
                 existing=self._visible(resource, request, live=True),
             )
         except RefusedError as exc:
-            return _error(exc.status, exc.message)
+            return api_error(exc.status, exc.message)
         self.state.records(resource)[record["id"]] = record
         self.state.owners[record["id"]] = _owner(request)
         return web.json_response(record)
@@ -467,7 +445,7 @@ class ClaudeEmulator(LoopbackServer):
         try:
             update_record(record, _body(request), now=now_iso())
         except RefusedError as exc:
-            return _error(exc.status, exc.message)
+            return api_error(exc.status, exc.message)
         return web.json_response(record)
 
     async def _archive_record(self, resource: Resource, request: web.Request) -> web.Response:
@@ -490,18 +468,16 @@ class ClaudeEmulator(LoopbackServer):
         agent_id = ref.get("id") if isinstance(ref, Mapping) else ref
         agent = self.state.agents.get(agent_id) if isinstance(agent_id, str) else None
         if agent is None:
-            return _error(404, f"agent {agent_id!r} not found", "not_found_error")
+            return api_error(404, f"agent {agent_id!r} not found", "not_found_error")
         if agent["archived_at"]:
-            return _error(400, "agent is archived")
+            return api_error(400, "agent is archived")
         env_id = body.get("environment_id")
         env = self.state.environments.get(env_id) if isinstance(env_id, str) else None
         if env is None:
-            return _error(404, f"environment {env_id!r} not found", "not_found_error")
-        snapshot = {k: agent[k] for k in _SNAPSHOT_KEYS}
-        snapshot["type"] = "agent"
+            return api_error(404, f"environment {env_id!r} not found", "not_found_error")
         session = EmuSession(
             session_id=self.mint("sesn_"),
-            agent=snapshot,
+            agent=agent_snapshot(agent),
             environment_id=env_id,  # type: ignore[arg-type]
             metadata=body.get("metadata") or {},
             title=body.get("title"),
@@ -522,7 +498,7 @@ class ClaudeEmulator(LoopbackServer):
     def _get(self, request: web.Request) -> EmuSession | web.Response:
         session = self.state.sessions.get(request.match_info["id"])
         if session is None:
-            return _error(404, "session not found", "not_found_error")
+            return api_error(404, "session not found", "not_found_error")
         return session
 
     async def _get_session(self, request: web.Request) -> web.Response:
@@ -541,7 +517,7 @@ class ClaudeEmulator(LoopbackServer):
         if isinstance(session, web.Response):
             return session
         if session.status == "running":
-            return _error(409, "session is running; interrupt it first")
+            return api_error(409, "session is running; interrupt it first")
         session.archived_at = session.archived_at or now_iso()
         return web.json_response(session.to_wire())
 
@@ -550,7 +526,7 @@ class ClaudeEmulator(LoopbackServer):
         if isinstance(session, web.Response):
             return session
         if session.status == "running":
-            return _error(409, "session is running; interrupt it first")
+            return api_error(409, "session is running; interrupt it first")
         session.emit({"type": "session.deleted"})
         session.close_streams()
         del self.state.sessions[session.id]
@@ -566,29 +542,31 @@ class ClaudeEmulator(LoopbackServer):
         body = _body(request)
         events = body.get("events")
         if not isinstance(events, list) or not events:
-            return _error(400, "events: value must contain at least 1 item")
+            return api_error(400, "events: value must contain at least 1 item")
         if session.archived_at:
-            return _error(409, "session is archived")
+            return api_error(409, "session is archived")
         if session.status == "terminated":
-            return _error(409, "session is terminated")
+            return api_error(409, "session is terminated")
         for ev in events:
             if not isinstance(ev, Mapping) or not isinstance(ev.get("type"), str):
-                return _error(400, "each event needs a type")
+                return api_error(400, "each event needs a type")
             if ev["type"] == "user.custom_tool_result":
                 tid = ev.get("custom_tool_use_id")
                 if tid not in session.open_calls:
-                    return _error(400, f"custom_tool_use_id {tid!r} is not awaiting a result")
+                    return api_error(400, f"custom_tool_use_id {tid!r} is not awaiting a result")
             if ev["type"] == "user.tool_confirmation":
                 tid = ev.get("tool_use_id")
                 if tid not in session.open_confirmations:
-                    return _error(400, f"tool_use_id {tid!r} is not awaiting a confirmation")
+                    return api_error(400, f"tool_use_id {tid!r} is not awaiting a confirmation")
                 if ev.get("result") not in ("allow", "deny"):
-                    return _error(400, "result must be 'allow' or 'deny'")
+                    return api_error(400, "result must be 'allow' or 'deny'")
         echoes = session.accept([dict(e) for e in events])
         request[_APPLIED] = True
         if self.faults.accept_then_fail > 0:
             self.faults.accept_then_fail -= 1
-            return _error(500, "internal error after accepting the events (emulated)", "api_error")
+            return api_error(
+                500, "internal error after accepting the events (emulated)", "api_error"
+            )
         return web.json_response({"data": echoes})
 
     async def _list_events(self, request: web.Request) -> web.Response:
@@ -664,7 +642,7 @@ class ClaudeEmulator(LoopbackServer):
             return session
         body = _body(request)
         if body.get("type") != "file" or body.get("file_id") not in self.state.files:
-            return _error(404, "file not found", "not_found_error")
+            return api_error(404, "file not found", "not_found_error")
         res = self._resource(body)
         session.resources.append(res)
         return web.json_response(res)
@@ -699,21 +677,21 @@ class ClaudeEmulator(LoopbackServer):
     async def _get_file(self, request: web.Request) -> web.Response:
         f = self.state.files.get(request.match_info["id"])
         if f is None:
-            return _error(404, "file not found", "not_found_error")
+            return api_error(404, "file not found", "not_found_error")
         return web.json_response(f.to_wire())
 
     async def _download_file(self, request: web.Request) -> web.Response:
         f = self.state.files.get(request.match_info["id"])
         if f is None:
-            return _error(404, "file not found", "not_found_error")
+            return api_error(404, "file not found", "not_found_error")
         if not f.downloadable:
-            return _error(400, "this file is not downloadable (an uploaded input)")
+            return api_error(400, "this file is not downloadable (an uploaded input)")
         return web.Response(body=f.data, content_type="application/octet-stream")
 
     async def _delete_file(self, request: web.Request) -> web.Response:
         f = self.state.files.pop(request.match_info["id"], None)
         if f is None:
-            return _error(404, "file not found", "not_found_error")
+            return api_error(404, "file not found", "not_found_error")
         return web.json_response({"id": f.id, "type": "file_deleted"})
 
     # -- pagination ---------------------------------------------------------------------
@@ -723,7 +701,7 @@ class ClaudeEmulator(LoopbackServer):
             limit = max(1, min(1000, int(request.query.get("limit", "20"))))
             start = int(request.query.get("page", "page_0").removeprefix("page_"))
         except ValueError:
-            return _error(400, "invalid limit or page")
+            return api_error(400, "invalid limit or page")
         chunk = items[start : start + limit]
         end = start + len(chunk)
         next_page = f"page_{end}" if end < len(items) else None
