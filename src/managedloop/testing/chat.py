@@ -104,12 +104,16 @@ class ScriptedChatModel:
         except Exception as exc:
             self.errors.append(exc)
             raise
-        if isinstance(step, Fail):
-            raise APIStatusError(
-                f"scripted failure: {step.message}", status=500, body=step.message, kind=step.kind
-            )
-        if isinstance(step, Grade):
-            raise UnsupportedError("a chat model cannot grade outcomes (Grade step)")
+        if type(step) is not Reply:  # most steps are replies: no isinstance chain
+            if isinstance(step, Fail):
+                raise APIStatusError(
+                    f"scripted failure: {step.message}",
+                    status=500,
+                    body=step.message,
+                    kind=step.kind,
+                )
+            if isinstance(step, Grade):
+                raise UnsupportedError("a chat model cannot grade outcomes (Grade step)")
         message, finish, usage = render_completion(step, self.agent, request.model)
         content = message.get("content")
         if request.on_delta is not None and content:

@@ -308,8 +308,7 @@ class LocalConnection(ConnectionBase):
         message = _assistant_message(response.message, self._null_content)
         uses: list[ToolUse] = []
         fresh: list[dict[str, Any]] = []
-        answers: list[dict[str, Any]] = []
-        duplicates: list[RawEvent] = []
+        duplicates: list[RawEvent] = []  # each is answered in history after the message
         truncated = response.finish_reason == "length"
         seen = self._seen
         for call in message.get("tool_calls", ()):
@@ -326,9 +325,6 @@ class LocalConnection(ConnectionBase):
             if key is not None and key in seen:
                 # Answered here. A malformed call is never a "duplicate": each one is
                 # answered with its own error and the model may try again.
-                answers.append(
-                    {"role": "tool", "tool_call_id": wire_id, "content": self._duplicate}
-                )
                 duplicates.append(
                     {"type": DUPLICATE, "tool_call_id": wire_id, "name": name, "input": arguments}
                 )
@@ -344,8 +340,10 @@ class LocalConnection(ConnectionBase):
             fresh.append(call if use_id == wire_id else {**call, "id": use_id})
             uses.append(make_tool_use(name, use_id, arguments, error))
         self.history.append(message)
-        for answer in answers:
-            self.history.append(answer)
+        for event in duplicates:
+            self.history.append(
+                {"role": "tool", "tool_call_id": event["tool_call_id"], "content": self._duplicate}
+            )
         self._open = list(uses)
         if duplicates:  # once per turn, not per event: a guard stepped in
             logger.info(
