@@ -48,9 +48,14 @@ async def main(address: str, emu: ChatEmulator) -> None:
         wid = await mlt.start(
             client, provider="local", agent="support", prompt="Refund order 42", task_queue="agents"
         )
-        # The session waits durably; poll what it waits for (Temporal, not a local event).
-        while not (held := await mlt.pending(client, wid)):  # noqa: ASYNC110
+        # The session waits durably; poll what it waits for (Temporal, not a local event),
+        # a bounded number of times.
+        for _ in range(600):
+            if held := await mlt.pending(client, wid):
+                break
             await asyncio.sleep(0.05)
+        else:
+            raise SystemExit("the session did not ask for a decision within 30 s")
         print("waiting for:", [r.tool_use.name for r in held])
         await mlt.decide(client, wid, {held[0].tool_use.id or "": ml.Approve()})
         result = await mlt.result(client, wid, store=store)
