@@ -102,6 +102,22 @@ async def test_nameless_spec_is_rejected(emu: ClaudeEmulator, client: Any) -> No
     assert emu.requests == []
 
 
+async def test_unknown_keywords_are_refused_before_any_request(
+    emu: ClaudeEmulator, client: Any
+) -> None:
+    """The same refusal as every other keyword check (AgentCore's provision included):
+    the unknown name, what is accepted, and no request."""
+    provider = make_provider(client)
+    with pytest.raises(ml.InvalidOptionsError) as info:
+        await provider.provision(WEATHER, bogus=1)
+    assert (info.value.code, info.value.context["option"]) == ("invalid_opts", "bogus")
+    assert "accepted: environment, name" in str(info.value)
+    with pytest.raises(ml.InvalidOptionsError) as info:
+        await provider.teardown({"agent_id": "agent_x"}, purge=True)
+    assert (info.value.code, info.value.context["option"]) == ("invalid_opts", "purge")
+    assert emu.requests == []
+
+
 async def test_environment_failure_rolls_the_agent_back(emu: ClaudeEmulator, client: Any) -> None:
     emu.faults.server_errors = 10
     emu.faults.fault_path = "/v1/environments"

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
+from managedloop import _validate
 from managedloop.errors import (
     APIStatusError,
     AuthenticationError,
@@ -181,10 +182,7 @@ async def provision(
 ) -> ClaudeHandle:
     """Create an agent (and an environment) for ``spec``; roll the agent back if the
     environment fails (see the module docstring for the steps)."""
-    if options:
-        raise InvalidOptionsError(
-            f"unknown provision option {sorted(options)[0]!r}", option=sorted(options)[0]
-        )
+    _validate.no_unknown_keywords("provision", options, ("environment", "name"))
     base = _base_name(spec)
     env_id, env_spec = _environment_target(environment)
     digest = spec.digest
@@ -443,8 +441,7 @@ async def teardown(api: Api, handle: Any, **options: Any) -> dict[str, str]:
     raises ``ProvisioningError(code="teardown_failed")`` with each side's outcome in
     ``context``.
     """
-    if options:
-        raise InvalidOptionsError(f"unknown teardown option {sorted(options)[0]!r}")
+    _validate.no_unknown_keywords("teardown", options, ())
     if isinstance(handle, Mapping):
         handle = ClaudeHandle.from_dict(handle)
     if not isinstance(handle, ClaudeHandle):
