@@ -121,6 +121,8 @@ _PROVIDER_NAMES = {
 # Span shapes cached per (host, model) or (host, tool): a session's turns and tool calls
 # repeat the same few. Bounded: cleared when a process sees more shapes than this.
 _SHAPES_MAX = 512
+# (span name, start attributes, metric attributes, span kind)
+_Shape = tuple[str, dict[str, Any], Any, SpanKind]
 
 
 def _provider_name(host: Any, model: Any) -> str:
@@ -232,8 +234,8 @@ class _Bridge:
         self.tool_duration = meter.create_histogram(
             TOOL_DURATION, unit="s", description="Duration of custom tool calls."
         )
-        # (kind, host, model or tool) -> (span name, start attributes, metric attributes)
-        self._shapes: dict[tuple[str, Any, Any], tuple[str, dict[str, Any], Any]] = {}
+        # (kind, host, model or tool) -> its shape (see _shape)
+        self._shapes: dict[tuple[str, Any, Any], _Shape] = {}
 
     def listeners(self) -> dict[str, telemetry.Listener]:
         p = telemetry.PREFIX
@@ -260,14 +262,16 @@ class _Bridge:
         token = otel_context.attach(trace.set_span_in_context(span, parent))
         _stack.set((kind, span, token, metric, _stack.get(), parent))
 
-    def _shape(self, kind: str, host: Any, key: Any) -> tuple[str, dict[str, Any], Any]:
-        """(span name, start attributes, metric attributes) of a turn or a tool call."""
+    def _shape(self, kind: str, host: Any, key: Any) -> _Shape:
+        """(span name, start attributes, metric attributes, span kind) of a turn or a tool
+        call."""
         attrs: dict[str, Any]
         if kind == "session.turn":
             attrs = {_OPERATION: _CHAT, _PROVIDER: _provider_name(host, key)}
             if key is not None:
                 attrs[_MODEL] = key
             name = f"{_CHAT} {key}" if key else _CHAT
+            span_kind = SpanKind.CLIENT
             point = _metric_attributes(attrs)
             metric: Any = (
                 point,
@@ -280,10 +284,11 @@ class _Bridge:
                 attrs[_TOOL_NAME] = key
             attrs[gen_ai.GEN_AI_TOOL_TYPE] = "function"
             name = f"{_EXECUTE_TOOL} {key}" if key else _EXECUTE_TOOL
+            span_kind = SpanKind.INTERNAL
             metric = _metric_attributes(attrs)
         if len(self._shapes) >= _SHAPES_MAX:
             self._shapes.clear()
-        shape = self._shapes[kind, host, key] = (name, attrs, metric)
+        shape = self._shapes[kind, host, key] = (name, attrs, metric, span_kind)
         return shape
 
     def request_start(self, _n: str, _m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
@@ -304,46 +309,44 @@ class _Bridge:
         kind = SpanKind.CLIENT if host in _REMOTE_AGENT else SpanKind.INTERNAL
         self._open("session.request", name, kind, attrs, _metric_attributes(attrs))
 
-    # The turn and tool listeners run for every model call and tool call: they inline
-    # what the request's call helpers for (one function call costs about what a dict
-    # lookup and a tuple do together).
+    # The turn and tool listeners run for every model call and tool call: they share
+    # one helper (_start), and the attributes of their shape are built once (_shape).
 
-    def turn_start(self, _n: str, _m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        host, model = meta.get("provider"), meta.get("model")
-        shape = self._shapes.get(("session.turn", host, model))
+    def _start(
+        self, kind: str, key: Any, meta: Mapping[str, Any], extra: Mapping[str, Any] | None
+    ) -> None:
+        """Open the span of a turn (``key``: the model) or a tool call (the tool) and make
+        it current: its shape's attributes, the session id, then ``extra``."""
+        host = meta.get("provider")
+        shape = self._shapes.get((kind, host, key))
         if shape is None:
-            shape = self._shape("session.turn", host, model)
+            shape = self._shape(kind, host, key)
         attrs = shape[1].copy()
         session_id = meta.get("session_id")
         if session_id is not None:
             attrs[_CONVERSATION] = session_id
+        if extra is not None:
+            attrs.update(extra)
+        parent = otel_context.get_current()
+        span = self.tracer.start_span(shape[0], parent, shape[3], attrs)
+        token = otel_context.attach(trace.set_span_in_context(span, parent))
+        _stack.set((kind, span, token, shape[2], _stack.get(), parent))
+
+    def turn_start(self, _n: str, _m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+        extra = None
         if self.capture:
             messages = _input_messages(meta.get("input"))
             if messages is not None:
-                attrs[gen_ai.GEN_AI_INPUT_MESSAGES] = messages
-        parent = otel_context.get_current()
-        span = self.tracer.start_span(shape[0], parent, SpanKind.CLIENT, attrs)
-        token = otel_context.attach(trace.set_span_in_context(span, parent))
-        _stack.set(("session.turn", span, token, shape[2], _stack.get(), parent))
+                extra = {gen_ai.GEN_AI_INPUT_MESSAGES: messages}
+        self._start("session.turn", meta.get("model"), meta, extra)
 
     def tool_start(self, _n: str, _m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        host, tool = meta.get("provider"), meta.get("tool")
-        shape = self._shapes.get(("tool", host, tool))
-        if shape is None:
-            shape = self._shape("tool", host, tool)
-        attrs = shape[1].copy()
-        session_id = meta.get("session_id")
-        if session_id is not None:
-            attrs[_CONVERSATION] = session_id
         call_id = meta.get("tool_use_id")
-        if call_id:
-            attrs[_TOOL_CALL_ID] = call_id
+        extra = {_TOOL_CALL_ID: call_id} if call_id else None
         if self.capture and "arguments" in meta:
-            attrs[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS] = _json(meta["arguments"])
-        parent = otel_context.get_current()
-        span = self.tracer.start_span(shape[0], parent, SpanKind.INTERNAL, attrs)
-        token = otel_context.attach(trace.set_span_in_context(span, parent))
-        _stack.set(("tool", span, token, shape[2], _stack.get(), parent))
+            arguments = _json(meta["arguments"])
+            extra = {**(extra or {}), gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS: arguments}
+        self._start("tool", meta.get("tool"), meta, extra)
 
     # -- closing -----------------------------------------------------------------------
 
