@@ -137,24 +137,17 @@ def _metric_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
 
 # -- span ends --------------------------------------------------------------------------
 
-# What a span's end does besides the end itself: (histogram, value, attributes) records,
-# made in the otel context current when the span stopped (its parent's: an exemplar links
-# a measurement to the span current then).
-_Records = tuple[tuple[Any, float, Mapping[str, Any]], ...]
-# One end: (span, attributes to set, error type or None, records, the context to record
-# them in).
-_End = tuple[trace.Span, Mapping[str, Any] | None, str | None, _Records, Any]
 
-
-def _finish(op: _End) -> None:
-    span, attrs, error, records, context = op
+def _end(span: trace.Span, attrs: Mapping[str, Any] | None, error: str | None) -> None:
+    """End ``span`` after its stop attributes (one call: the SDK takes its span lock per
+    call) and, on a failure, its error status. The measurements of the operation are
+    recorded after it, in the context current when it stopped (its parent's: an exemplar
+    links a measurement to the span current then)."""
     if attrs:
-        span.set_attributes(attrs)  # one call: the SDK takes its span lock per call
+        span.set_attributes(attrs)
     if error is not None:
         span.set_status(Status(StatusCode.ERROR, error))
     span.end()
-    for histogram, value, attributes in records:
-        histogram.record(value, attributes, context)
 
 
 # -- the bridge --------------------------------------------------------------------------
@@ -367,8 +360,11 @@ class _Bridge:
         session_id = meta.get("session_id")
         if session_id is not None:
             attrs[_CONVERSATION] = session_id
-        records = ((self.duration, _seconds(m), node[3]),)
-        _finish((node[1], attrs, None, records, node[5]))
+        _end(node[1], attrs, None)
+        self.duration.record(_seconds(m), node[3], node[5])
+
+    # The turn and tool stops run for every model call and tool call: they end the span
+    # and record inline (no tuple of records to build and walk).
 
     def turn_stop(self, _n: str, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
         node = _stack.get()
@@ -380,25 +376,22 @@ class _Bridge:
         if self.capture and meta.get("output") is not None:
             output = [{"role": "assistant", "parts": [{"type": "text", "content": meta["output"]}]}]
             attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = _json(output)
+        span = node[1]
+        if attrs:
+            span.set_attributes(attrs)
+        span.end()
         metric, tokens_in, tokens_out = node[3]
+        context = node[5]
         seconds = m.get("duration")
         if type(seconds) is not float:
             seconds = _seconds(m)
-        count_in, count_out = meta.get("input_tokens"), meta.get("output_tokens")
-        records: _Records
-        if type(count_in) is int and type(count_out) is int:  # the usual case
-            records = (
-                (self.duration, seconds, metric),
-                (self.tokens, count_in, tokens_in),
-                (self.tokens, count_out, tokens_out),
-            )
-        else:
-            records = ((self.duration, seconds, metric),)
-            if isinstance(count_in, int):
-                records += ((self.tokens, count_in, tokens_in),)
-            if isinstance(count_out, int):
-                records += ((self.tokens, count_out, tokens_out),)
-        _finish((node[1], attrs, None, records, node[5]))
+        self.duration.record(seconds, metric, context)
+        count = meta.get("input_tokens")
+        if isinstance(count, int):
+            self.tokens.record(count, tokens_in, context)
+        count = meta.get("output_tokens")
+        if isinstance(count, int):
+            self.tokens.record(count, tokens_out, context)
 
     def tool_stop(self, _n: str, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
         node = _stack.get()
@@ -406,20 +399,22 @@ class _Bridge:
             return  # instrumented after this span started: nothing to end
         _stack.set(node[4])
         otel_context.detach(node[2])
-        attrs: dict[str, Any] | None = None
-        error = None
         metric = node[3]
-        if meta.get("is_error"):
-            error = "tool_error"
-            attrs = {ERROR_TYPE: error}
-            metric = {**metric, ERROR_TYPE: error}
-        if self.capture and "result" in meta:
-            attrs = {**(attrs or {}), gen_ai.GEN_AI_TOOL_CALL_RESULT: str(meta["result"])}
+        if meta.get("is_error") or self.capture:
+            attrs: dict[str, Any] = {}
+            error = None
+            if meta.get("is_error"):
+                error = attrs[ERROR_TYPE] = "tool_error"
+                metric = {**metric, ERROR_TYPE: error}
+            if self.capture and "result" in meta:
+                attrs[gen_ai.GEN_AI_TOOL_CALL_RESULT] = str(meta["result"])
+            _end(node[1], attrs, error)
+        else:  # the usual call: no stop attributes
+            node[1].end()
         seconds = m.get("duration")
         if type(seconds) is not float:
             seconds = _seconds(m)
-        records = ((self.tool_duration, seconds, metric),)
-        _finish((node[1], attrs, error, records, node[5]))
+        self.tool_duration.record(seconds, metric, node[5])
 
     def _failed(
         self, kind: str, histogram: Any, m: Mapping[str, Any], meta: Mapping[str, Any]
@@ -429,8 +424,8 @@ class _Bridge:
             return
         error = str(meta.get("code") or meta.get("kind") or "error")
         metric = node[3][0] if kind == "session.turn" else node[3]
-        records = ((histogram, _seconds(m), {**metric, ERROR_TYPE: error}),)
-        _finish((node[1], {ERROR_TYPE: error}, error, records, node[5]))
+        _end(node[1], {ERROR_TYPE: error}, error)
+        histogram.record(_seconds(m), {**metric, ERROR_TYPE: error}, node[5])
 
     def request_failed(self, _n: str, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
         self._failed("session.request", self.duration, m, meta)
