@@ -57,7 +57,7 @@ to a listener that does nothing +57k; this bridge on the API's no-op providers +
 own logic is under 20k); the SDK with a batch processor and a no-op exporter +755k more. So
 the issue's 1.05x target is out of reach with the SDK behind any bridge: the SDK's own
 work for one request, timed alone in a tight loop, is already ~20% of an uninstrumented
-request, and in a real request the same instructions run slower (colder caches).
+request, and in a real request the same instructions take more time.
 
 Span ends are inline, in the task that stopped the operation. Deferring the SDK's end
 work (stop attributes, ``end()``, histogram records) to a loop callback was built and
