@@ -329,10 +329,7 @@ class _Bridge:
             attrs[_CONVERSATION] = session_id
         if extra is not None:
             attrs.update(extra)
-        parent = otel_context.get_current()
-        span = self.tracer.start_span(shape[0], parent, shape[3], attrs)
-        token = otel_context.attach(trace.set_span_in_context(span, parent))
-        _stack.set((kind, span, token, shape[2], _stack.get(), parent))
+        self._open(kind, shape[0], shape[3], attrs, shape[2])
 
     def turn_start(self, _n: str, _m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
         extra = None
