@@ -10,10 +10,34 @@ histograms. Runs interleave (instrument, run, uninstrument), medians per request
 reported, and the ratio is against "off" measured in the same run. Target: <= 1.05x.
 
 A fourth variant instruments with the API's no-op tracer and meter providers: what the
-bridge itself costs per request, with no SDK behind it. The run also times, alone, the SDK
-work one request causes (its spans and histogram records), to split the added cost
-between the SDK and the bridge. On a loaded machine trust the client-CPU columns (the wall
-time is mostly the scheduler's).
+bridge itself costs per request, with no SDK behind it. A fifth ("events") attaches a
+listener that does nothing to the events the bridge listens to: what any listener pays
+before doing anything (the session's traced branches and :mod:`managedloop.telemetry`), a
+part of the bridge's figure. The run also times, alone, the "SDK floor": exactly the SDK
+calls the bridge makes for one request (:func:`_sdk_floor`), and the same calls on the
+API's no-op providers. It prints the split:
+
+* the bridge's own ratio (API no-op) against the target, and what of it the events cost;
+* the SDK floor as a fraction of "off": when it alone exceeds the 5% budget, no bridge
+  can meet the target with the SDK behind it, and the verdict says so;
+* what the SDK adds in a real request (batch minus API no-op). That is more CPU than the
+  floor, but not more work: callgrind counts the same instructions, the same simulated
+  L1 misses and the same branch mispredictions in both (below); the gap is what it does
+  not model -- the L2/L3 caches the loop shares with the emulator process and the
+  kernel's network path, a shared machine's scheduler -- plus a few us of garbage
+  collection (in a request 85 young and 8 older collections per 2,100 requests, 7.8 us
+  per request; in the floor 67 and 6, 5.0 us).
+
+Callgrind (``PYTHONHASHSEED=0``, per request; load does not move these): instructions
+off 369k; events 426k (+57k); API no-op ~482k (+56k more: the API's no-op calls alone
+are 42.5k of it, the listeners' own logic the rest); batch 1,237k (the SDK +755k in
+situ; the floor alone 790k). Simulated L1 misses (instruction / data) in situ +12.7k /
++11.8k, the floor 13.4k / 11.8k; branch mispredictions (conditional / indirect) in situ
++9.4k / +9.3k, the floor 8.2k / 9.8k. Batch and simple run the same instructions
+(1,237k and 1,244k): their CPU figures swap places from run to run.
+
+On a loaded machine trust the client-CPU columns (the wall time is mostly the
+scheduler's).
 
 ``python -m bench otel``.
 """
@@ -23,11 +47,11 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -43,6 +67,7 @@ from opentelemetry.trace import NoOpTracerProvider
 import managedloop as ml
 import managedloop.otel
 from bench._server import serve
+from managedloop import telemetry
 from managedloop.providers import Local
 
 TOOL_CALLS = 20
@@ -71,6 +96,18 @@ def _providers(processor: Callable[[SpanExporter], Any]) -> tuple[TracerProvider
     return tracer_provider, MeterProvider(metric_readers=[InMemoryMetricReader()])
 
 
+# The events managedloop.otel listens to.
+_BRIDGE_EVENTS = [
+    f"{telemetry.PREFIX}{span}.{phase}"
+    for span in ("session.request", "session.turn", "tool")
+    for phase in ("start", "stop", "exception")
+]
+
+
+def _ignore(_name: str, _measurements: Mapping[str, Any], _meta: Mapping[str, Any]) -> None:
+    pass
+
+
 async def _run(provider: Local) -> int:
     return (await ml.run(provider, agent=AGENT, prompt="Weather?")).turns
 
@@ -78,6 +115,9 @@ async def _run(provider: Local) -> int:
 async def measure() -> dict[str, float]:
     variants: dict[str, tuple[Any, Any] | None] = {
         "off": None,
+        # the session's telemetry spans delivered to a listener that does nothing: what
+        # any listener pays before doing anything (the driver's traced branches)
+        "events": None,
         # the API's no-op providers: what the bridge itself costs, with no SDK behind it
         "bridge": (NoOpTracerProvider(), NoOpMeterProvider()),
         "batch": _providers(BatchSpanProcessor),
@@ -91,18 +131,25 @@ async def measure() -> dict[str, float]:
                 for name, providers in variants.items():
                     if providers is not None:
                         managedloop.otel.instrument(providers[0], meter_provider=providers[1])
+                    elif name == "events":
+                        attachment = telemetry.attach(_ignore, _BRIDGE_EVENTS)
                     start, cpu_start = time.perf_counter(), time.process_time()
                     n = await _run(provider)
                     elapsed = time.perf_counter() - start
                     used = time.process_time() - cpu_start  # every thread: the batch one too
                     managedloop.otel.uninstrument()
+                    if name == "events":
+                        telemetry.detach(attachment)
                     assert n == TOOL_CALLS + 1, (name, n)
                     if run >= 3:
                         wall[name].append(elapsed / n)
                         cpu[name].append(used / n)
     batch = variants["batch"]
     assert batch is not None
-    floor = _sdk_floor(*batch)
+    floor = statistics.median(_sdk_floor(*batch) for _ in range(5))
+    api_floor = statistics.median(
+        _sdk_floor(NoOpTracerProvider(), NoOpMeterProvider()) for _ in range(5)
+    )
     for providers in (variants["batch"], variants["simple"]):
         assert providers is not None
         providers[0].shutdown()
@@ -110,6 +157,7 @@ async def measure() -> dict[str, float]:
     out = {f"{name}_us": statistics.median(v) * 1e6 for name, v in wall.items()}
     out.update({f"{name}_cpu_us": statistics.median(v) * 1e6 for name, v in cpu.items()})
     out["floor_us"] = floor * 1e6
+    out["api_floor_us"] = api_floor * 1e6
     out["batch_ratio"] = out["batch_us"] / out["off_us"]
     out["simple_ratio"] = out["simple_us"] / out["off_us"]
     out["batch_cpu_ratio"] = out["batch_cpu_us"] / out["off_cpu_us"]
@@ -117,40 +165,97 @@ async def measure() -> dict[str, float]:
     return out
 
 
-def _sdk_floor(tracer_provider: TracerProvider, meter_provider: MeterProvider) -> float:
-    """Seconds per request of what the SDK itself does for one: a ``chat`` and an
-    ``execute_tool`` span (started, made current, ended; plus 1/21 of an ``invoke_agent``)
-    and four histogram records -- the part of the instrumented cost that is not ours."""
+def _sdk_floor(
+    tracer_provider: trace.TracerProvider, meter_provider: metrics.MeterProvider
+) -> float:
+    """Seconds per request of what the SDK itself does for one -- the part of the
+    instrumented cost that is not the bridge's.
+
+    Exactly the SDK calls ``managedloop.otel`` makes for one request of this conversation,
+    with the same arguments (names, span kinds, parents, the same attribute dicts, the
+    stop attributes in one ``set_attributes``, histogram records in the parent's context,
+    so the SDK's trace-based exemplar filter samples as it does under the bridge): a
+    ``chat`` span and its three records, an ``execute_tool`` span and its record (20 of
+    21 requests) and 1/21 of an ``invoke_agent`` span and its record. Timed in a tight
+    loop, in CPU time: in a real request the same instructions take more (see the
+    module doc)."""
     tracer = tracer_provider.get_tracer("floor")
     meter = meter_provider.get_meter("floor")
-    duration, tokens = meter.create_histogram("d"), meter.create_histogram("t")
-    attrs = {
-        "gen_ai.operation.name": "chat",
+    duration = meter.create_histogram("gen_ai.client.operation.duration", unit="s")
+    tokens = meter.create_histogram("gen_ai.client.token.usage", unit="{token}")
+    tool_duration = meter.create_histogram("managedloop.tool.duration", unit="s")
+    session = "local_0123456789abcdef"
+    base = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai"}
+    chat = {**base, "gen_ai.request.model": "m"}
+    chat_in = {**chat, "gen_ai.token.type": "input"}
+    chat_out = {**chat, "gen_ai.token.type": "output"}
+    tool = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.tool.name": "get_weather",
+    }
+    tool_start = {**tool, "gen_ai.tool.type": "function"}
+    agent = {
+        "gen_ai.operation.name": "invoke_agent",
         "gen_ai.provider.name": "openai",
         "gen_ai.request.model": "m",
-        "gen_ai.conversation.id": "local_0123456789abcdef",
     }
-    small = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai"}
+    agent_start = {**agent, "gen_ai.agent.name": "bench"}
+    internal, client = trace.SpanKind.INTERNAL, trace.SpanKind.CLIENT
 
-    def one_span() -> None:
-        span = tracer.start_span("chat m", attributes=attrs)
-        token = otel_context.attach(trace.set_span_in_context(span))
-        span.set_attribute("gen_ai.usage.input_tokens", 10)
+    def open_span(name: str, kind: trace.SpanKind, attrs: dict[str, Any]) -> tuple[Any, Any, Any]:
+        parent = otel_context.get_current()
+        span = tracer.start_span(name, parent, kind, attrs)
+        return span, otel_context.attach(trace.set_span_in_context(span, parent)), parent
+
+    def request(with_tool: bool) -> None:
+        span, token, parent = open_span(
+            "chat m", client, {**chat, "gen_ai.conversation.id": session}
+        )
+        otel_context.detach(token)
+        span.set_attributes(
+            {
+                "gen_ai.usage.input_tokens": 12,
+                "gen_ai.usage.output_tokens": 7,
+                "gen_ai.response.finish_reasons": ("tool_calls",),
+            }
+        )
+        span.end()
+        duration.record(0.001, chat, parent)
+        tokens.record(12, chat_in, parent)
+        tokens.record(7, chat_out, parent)
+        if not with_tool:
+            return
+        attrs = {
+            **tool_start,
+            "gen_ai.conversation.id": session,
+            "gen_ai.tool.call.id": "call_0123456789",
+        }
+        span, token, parent = open_span("execute_tool get_weather", internal, attrs)
         otel_context.detach(token)
         span.end()
+        tool_duration.record(0.0001, tool, parent)
 
-    n = 3000
-    start = time.perf_counter()
-    for i in range(n):
-        one_span()
-        one_span()
-        if i % (TOOL_CALLS + 1) == 0:
-            one_span()
-        duration.record(0.001, small)
-        tokens.record(10, {**small, "gen_ai.token.type": "input"})
-        tokens.record(5, {**small, "gen_ai.token.type": "output"})
-        duration.record(0.001, {"gen_ai.tool.name": "get_weather"})
-    return (time.perf_counter() - start) / n
+    n = 1050  # x5 in measure(): ~0.5 s
+    start = time.process_time()  # CPU: the batch processor's thread too, and robust to load
+    for _ in range(n // (TOOL_CALLS + 1)):
+        agent_span, agent_token, agent_parent = open_span(
+            "invoke_agent bench", internal, {**agent_start, "gen_ai.conversation.id": session}
+        )
+        for i in range(TOOL_CALLS + 1):
+            request(i < TOOL_CALLS)  # the last request answers: no tool call
+        otel_context.detach(agent_token)
+        agent_span.set_attributes(
+            {
+                "gen_ai.usage.input_tokens": 252,
+                "gen_ai.usage.output_tokens": 147,
+                "gen_ai.response.finish_reasons": ("stop",),
+                "gen_ai.conversation.id": session,
+            }
+        )
+        agent_span.end()
+        duration.record(0.02, agent, agent_parent)
+    return (time.process_time() - start) / (n // (TOOL_CALLS + 1) * (TOOL_CALLS + 1))
 
 
 def main() -> None:
@@ -159,6 +264,7 @@ def main() -> None:
     print("                               wall us   x off   client CPU us   x off")
     for name, label in (
         ("off", "off"),
+        ("events", "events, a listener no-op"),
         ("bridge", "instrumented, API no-op"),
         ("batch", "instrumented, batch no-op"),
         ("simple", "instrumented, simple no-op"),
@@ -168,12 +274,43 @@ def main() -> None:
             f"  {label:27s} {wall:8.1f}  {wall / r['off_us']:6.3f}  {cpu:13.1f}  "
             f"{cpu / r['off_cpu_us']:6.3f}"
         )
-    extra = r["batch_cpu_us"] - r["off_cpu_us"]
+    off, off_cpu, floor = r["off_us"], r["off_cpu_us"], r["floor_us"]
+    budget = (TARGET - 1) * off
+    bridge_ratio = r["bridge_us"] / off
+    bridge_cpu = r["bridge_cpu_us"] - off_cpu
+    in_situ = r["batch_cpu_us"] - r["bridge_cpu_us"]
+    print(f"  the split (the target allows {budget:.1f} us per request over 'off'):")
+    events_cpu = r["events_cpu_us"] - off_cpu
     print(
-        f"  of the {extra:.1f} CPU us added per request, the SDK's own spans and records "
-        f"take {r['floor_us']:.1f} us (measured alone, same providers)"
+        f"    bridge alone (API no-op): {bridge_ratio:.3f}x wall, +{bridge_cpu:.1f} CPU us: "
+        + ("within" if bridge_ratio <= TARGET else "over")
+        + " the target; of it"
     )
-    verdict = "met" if r["batch_ratio"] <= TARGET else "NOT met"
+    print(
+        f"      the session's telemetry spans to a no-op listener: "
+        f"{r['events_us'] / off:.3f}x wall, +{events_cpu:.1f} CPU us"
+    )
+    print(
+        f"      the listeners, with the API no-op calls they make: "
+        f"+{bridge_cpu - events_cpu:.1f} CPU us (those calls alone: {r['api_floor_us']:.1f})"
+    )
+    print(
+        f"    SDK floor (its calls for one request, alone): {floor:.1f} CPU us = "
+        f"{floor / off:.1%} of 'off' wall ({floor / off_cpu:.1%} of its CPU)"
+    )
+    print(
+        f"    SDK in situ (batch minus API no-op): +{in_situ:.1f} CPU us = {in_situ / floor:.1f}x "
+        f"the floor (same instructions: see the module doc)"
+    )
+    if r["batch_ratio"] <= TARGET:
+        verdict = "met"
+    elif floor > budget:
+        verdict = (
+            f"NOT met; unreachable with the SDK: its floor alone ({floor:.1f} us) "
+            f"exceeds the {budget:.1f} us budget"
+        )
+    else:
+        verdict = "NOT met"
     print(f"  target <= {TARGET:.2f}x wall (batch processor): {verdict}")
 
 
