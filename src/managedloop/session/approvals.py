@@ -49,6 +49,7 @@ __all__ = [
     "check_approvals",
     "denial",
     "hold_reason",
+    "may_hold",
 ]
 
 APPROVAL_REQUIRED = "approval_required"
@@ -65,6 +66,16 @@ def denial(use: ToolUse, decision: Deny) -> ToolResult:
     text = f"The call to {use.name!r} was denied"
     text += f": {decision.message}" if decision.message else "."
     return ToolResult(tool_use_id=use.id or "", text=text, is_error=True)
+
+
+def may_hold(handler: Any) -> bool:
+    """Whether ``handler`` can hold a custom call for a decision (it has a
+    ``needs_approval`` and does not declare itself ``approval_free``); ``False`` means
+    every call runs at once, on the plain path."""
+    # approval_free first: a Toolset's is an attribute, not a bound method
+    return not getattr(handler, "approval_free", False) and (
+        getattr(handler, "needs_approval", None) is not None
+    )
 
 
 async def hold_reason(handler: Any, use: ToolUse, info: SessionInfo) -> str | None:

@@ -373,15 +373,7 @@ class _Driver:
         ``approval_required`` result when a decision is still open
         (:mod:`managedloop.session.approvals`)."""
         p = self.p
-        handler = p.handler
-        if (
-            not host_held
-            and carried is None
-            and (  # approval_free first: a Toolset's is an attribute, not a bound method
-                getattr(handler, "approval_free", False)
-                or getattr(handler, "needs_approval", None) is None
-            )
-        ):
+        if not host_held and carried is None and not _approvals.may_hold(p.handler):
             return await self._run_tools(uses)  # nothing can be held: the plain path
         answer, answered = await _approvals.answer(
             uses,
@@ -484,10 +476,7 @@ class _Driver:
         # Chosen once per request: an uninstrumented turn pays no telemetry check, and a
         # handler that asks for no approvals no approval check.
         traced = telemetry.span_enabled("session.turn")  # a flag: no bound method kept
-        handler = self.p.handler
-        asks = not getattr(handler, "approval_free", False) and (
-            getattr(handler, "needs_approval", None) is not None
-        )
+        may_hold = _approvals.may_hold(self.p.handler)
         while True:
             if isinstance(step, SessionResult):
                 return self._finish(step)
@@ -495,7 +484,7 @@ class _Driver:
             turn = _bounded(await (self._traced_turn(step) if traced else self._turn(step)))
             action = self.machine.on_turn(turn, self.conn.session_id)
             if isinstance(action, RunTools):
-                if not action.host_approvals and not asks:  # _answer's plain path, inline
+                if not action.host_approvals and not may_hold:  # _answer's plain path, inline
                     step = await self._run_tools(action.tool_uses)
                 else:
                     step = await self._answer(action.tool_uses, action.host_approvals)
