@@ -70,7 +70,7 @@ def model_request(
     roles = [m.get("role") for m in messages]  # one pass
     system = text_of(messages[roles.index("system")].get("content")) if "system" in roles else None
     return _record(
-        messages,
+        list(messages),  # the record's own snapshot
         roles.count("assistant"),
         system,
         _definitions(body.get("tools")) if tools is None else tools,
@@ -86,7 +86,8 @@ def _record(
     model: Any,
 ) -> ModelRequest:
     """The request record, given what the whole history says (the step index, the first
-    system message); the rest is read off the messages since the last assistant one."""
+    system message); the rest is read off the messages since the last assistant one.
+    ``messages`` becomes the record's: callers pass a snapshot (a list of their own)."""
     user_text: str | None = None
     results: list[ToolResult] = []
     for m in reversed(messages):
@@ -102,7 +103,7 @@ def _record(
             error = text.lstrip().startswith("{") and is_error_payload(text)
             results.append(make_tool_result(str(m.get("tool_call_id")), text, error))
     results.reverse()
-    return make_model_request(turn, tools, user_text, results, list(messages), system, model)
+    return make_model_request(turn, tools, user_text, results, messages, system, model)
 
 
 _UNSEEN: Any = object()  # no system message read yet

@@ -116,7 +116,7 @@ __all__ = [
 logger = logging.getLogger("managedloop.local")
 
 # Read once: on Python 3.11 an Enum class attribute is read through EnumType.__getattr__'s
-# slow hook (~700 instructions), and every model turn reads one.
+# slow hook (~1k instructions per read), and every model turn reads one.
 _REQUIRES_ACTION, _END_TURN, _TERMINATED = (
     Terminal.REQUIRES_ACTION,
     Terminal.END_TURN,
