@@ -382,10 +382,7 @@ class _Bridge:
         if self.capture and meta.get("output") is not None:
             output = [{"role": "assistant", "parts": [{"type": "text", "content": meta["output"]}]}]
             attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = _json(output)
-        span = node[1]
-        if attrs:
-            span.set_attributes(attrs)
-        span.end()
+        _end(node[1], attrs, None)
         metric, tokens_in, tokens_out = node[3]
         context = node[5]
         seconds = m.get("duration")
