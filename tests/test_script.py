@@ -158,13 +158,15 @@ def _message(role: str, n: int) -> dict[str, Any]:
 def test_history_reader_reads_what_a_whole_read_does(ops: list[tuple[str, str]]) -> None:
     """The scripted chat model reads only the messages a History gained since its last
     request; its record is the one a read of the whole history gives, whatever the order
-    of appends, reads and other histories (or plain lists) in between."""
+    of appends, reads and other histories (or plain lists) in between, and a record built
+    later (ScriptedAgent.play's) is the one the history gave at the read."""
     from managedloop.providers.local import History
     from managedloop.testing._chat_render import HistoryReader, model_request
 
     reader = HistoryReader()
     histories = [History(), History([{"role": "system", "content": "first"}])]
     current = 0
+    later: list[tuple[Any, ModelRequest]] = []
     for n, (op, role) in enumerate(ops):
         history = histories[current]
         if op == "append":
@@ -174,10 +176,16 @@ def test_history_reader_reads_what_a_whole_read_does(ops: list[tuple[str, str]])
             current = 1 - current
             continue
         messages: Any = list(history) if op == "plain" else history
+        expected = model_request({"model": "m", "messages": list(history)}, ())
         got = reader.request(messages, (), "m")
-        assert got == model_request({"model": "m", "messages": list(history)}, ())
+        assert got == expected
         assert got.messages == list(history)
         assert got.messages is not history  # a snapshot, not the growing history
+        turn, record = reader.read(messages, (), "m")
+        later.append((record, expected))  # built after every later append
+        assert turn == expected.turn
+    for record, expected in later:
+        assert record() == expected  # what the history gave at the read, not now
 
 
 def test_history_reader_reads_a_shorter_or_other_history_whole() -> None:
