@@ -248,6 +248,9 @@ async def test_scripted_chat_model_records_what_was_sent_at_each_call() -> None:
     assert [r.turn for r in model.requests] == [0, 1, 2, 3]
     assert model.requests[1].tool_results[0].text == "Sunny"
     assert model.requests[0].system == "be brief"
+    model.agent.requests = []  # reset, as when requests was a plain attribute
+    await model(ChatRequest(model="m", messages=History([{"role": "user", "content": "x"}])))
+    assert [r.user_text for r in model.requests] == ["x"]
 
 
 def test_a_tool_calls_arguments_are_its_input_as_compact_json_encoded_once() -> None:

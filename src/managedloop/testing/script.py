@@ -240,6 +240,11 @@ class ScriptedAgent:
                 self._unbuilt = 0
             return cast("list[ModelRequest]", log)  # every item is built now
 
+    @requests.setter
+    def requests(self, records: list[ModelRequest]) -> None:  # as when it was an attribute
+        with self._lock:
+            self._log, self._unbuilt = records, 0  # type: ignore[assignment]
+
     # acquire/release rather than ``with``: half the cost, once or twice per model turn.
     def mint_id(self, prefix: str = "call_") -> str:
         lock = self._lock
