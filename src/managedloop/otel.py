@@ -42,13 +42,18 @@ synchronously in the emitting task, and a span's ``start`` and ``stop``/``except
 emitted in the same context (:mod:`managedloop.telemetry`). On ``start`` the bridge opens
 the span and makes it the current one (``context.attach``); on ``stop`` it detaches and
 ends it. The session driver emits ``session.turn`` around the host's I/O, so HTTP client
-instrumentations (httpx for the ``anthropic`` SDK, aiohttp for AgentCore's data plane,
-botocore's control calls, which run in worker threads that copy the context) parent their
-spans under ``chat`` (Local's own transport has no instrumentation; its requests run with
-``chat`` current too); ``tool`` is emitted around the call in the task that runs it, and
-anyio copies the context into the worker thread of a sync tool. The span tree of a two-tool
-session on every host, the HTTP parents and a tool's own span under ``execute_tool`` are
-pinned in ``tests/telemetry/test_otel.py``; the cost, in ``bench/otel.py``.
+instrumentations parent their spans under ``chat``: ``HTTPX2ClientInstrumentor`` from
+``opentelemetry-instrumentation-httpx`` for the ``anthropic`` SDK (it sends over
+``httpx2``, its fork of httpx, which ``HTTPXClientInstrumentor`` does not see),
+``AioHttpClientInstrumentor`` for AgentCore's data plane and ``BotocoreInstrumentor`` for
+its calls (the control calls run in worker threads that copy the context). A session's
+create, and Claude's stream attach, happen at open, under ``invoke_agent``. Local's own
+transport has no instrumentation; its requests run with ``chat`` current too. ``tool`` is
+emitted around the call in the task that runs it, and anyio copies the context into the
+worker thread of a sync tool. The span tree of a two-tool session on every host, the HTTP
+parents and a tool's own span under ``execute_tool`` are pinned in
+``tests/telemetry/test_otel.py``, and what the real instrumentations make of it in
+``tests/telemetry/test_otel_http_instrumentations.py``; the cost, in ``bench/otel.py``.
 
 Cost (``bench/otel.py``, Local over HTTP, 21 requests with 20 tool calls; callgrind
 instructions per request): uninstrumented 369k; the session's telemetry spans delivered
