@@ -35,7 +35,9 @@ which may quote what a server sent. A tool that answers with an error result is 
 Metrics (histograms): ``gen_ai.client.token.usage`` (per ``chat``, by
 ``gen_ai.token.type``), ``gen_ai.client.operation.duration`` (seconds, per ``chat`` and
 ``invoke_agent``) and ``managedloop.tool.duration`` (seconds, per tool call; the GenAI
-conventions define no client tool metric).
+conventions define no client tool metric), with the conventions' explicit bucket
+boundaries as advice (tokens 1, 4, 16 ... 4**13; seconds 0.01, 0.02 ... 81.92, the tool
+histogram too); a ``View`` of the application's overrides them.
 
 How the nesting works (the invariant this module relies on): telemetry listeners run
 synchronously in the emitting task, and a span's ``start`` and ``stop``/``exception`` are
@@ -106,6 +108,12 @@ __all__ = ["TOOL_DURATION", "instrument", "instrumented", "uninstrument"]
 
 
 TOOL_DURATION = "managedloop.tool.duration"
+# The GenAI metric conventions' ExplicitBucketBoundaries: token usage, and operation
+# duration in seconds (the tool histogram uses the duration ones too).
+_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
+                  16777216, 67108864)  # fmt: skip
+_DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24,
+                     20.48, 40.96, 81.92)  # fmt: skip
 
 # Plain strings, read once: an enum's ``.value`` costs a descriptor call per event.
 _INVOKE_AGENT = gen_ai.GenAiOperationNameValues.INVOKE_AGENT.value
@@ -236,10 +244,26 @@ class _Bridge:
     def __init__(self, tracer: trace.Tracer, meter: metrics.Meter, capture: bool) -> None:
         self.tracer = tracer
         self.capture = capture
-        self.tokens = gen_ai_metrics.create_gen_ai_client_token_usage(meter)
-        self.duration = gen_ai_metrics.create_gen_ai_client_operation_duration(meter)
+        # The conventions' bucket boundaries (the SDK's default ones, 0-10,000, would put
+        # nearly every duration in seconds into the first bucket); semconv's create_*
+        # helpers pass none, so the histograms are made here with its names.
+        self.tokens = meter.create_histogram(
+            gen_ai_metrics.GEN_AI_CLIENT_TOKEN_USAGE,
+            unit="{token}",
+            description="Number of input and output tokens used.",
+            explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
+        )
+        self.duration = meter.create_histogram(
+            gen_ai_metrics.GEN_AI_CLIENT_OPERATION_DURATION,
+            unit="s",
+            description="GenAI operation duration.",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
         self.tool_duration = meter.create_histogram(
-            TOOL_DURATION, unit="s", description="Duration of custom tool calls."
+            TOOL_DURATION,
+            unit="s",
+            description="Duration of custom tool calls.",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
         )
         # (kind, host, model or tool) -> its shape (see _shape)
         self._shapes: dict[tuple[str, Any, Any], _Shape] = {}

@@ -1,0 +1,138 @@
+"""What definitions of the GenAI conventions we did not write say of the bridge's output.
+
+* every ``gen_ai`` span of a two-tool session on every host, a failed tool and a failed
+  request, with content on and off, passes ``pytest-genai-semconv``'s checks (attribute
+  value types and enum values from the conventions' registry; the required attributes,
+  span kinds and name prefixes of each span type);
+* the histograms carry the conventions' ``ExplicitBucketBoundaries`` (gen-ai metrics:
+  token usage 1, 4, 16 ... 67,108,864; operation duration 0.01 ... 81.92 s) rather than
+  the SDK's defaults, which are made for milliseconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from pytest_genai_semconv import (
+    assert_chat_span,
+    assert_execute_tool_span,
+    assert_genai_span_compliant,
+    assert_invoke_agent_span,
+)
+
+import managedloop as ml
+import managedloop.otel
+from managedloop import telemetry
+from managedloop.providers import BedrockAgentCore, ClaudeManagedAgents, Local
+from managedloop.testing import AgentCoreEmulator, ChatEmulator, ClaudeEmulator, call, say
+
+from .otel_kit import Otel, traced_tools
+
+pytestmark = pytest.mark.anyio
+
+TOKEN_BOUNDARIES = [4.0**n for n in range(14)]  # 1 ... 67,108,864
+DURATION_BOUNDARIES = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24]
+DURATION_BOUNDARIES += [20.48, 40.96, 81.92]
+
+
+def _agent(otel: Otel) -> ml.AgentSpec:
+    return ml.AgentSpec(name="weather", tools=traced_tools(otel.tracer), model="m1")
+
+
+def _judge(otel: Otel, tools: list[str]) -> None:
+    """Every gen_ai span passes the generic checks; each kind its operation's."""
+    genai = [s for s in otel.spans() if "gen_ai.operation.name" in (s.attributes or {})]
+    assert genai, "no gen_ai spans"
+    for span in genai:
+        assert_genai_span_compliant(span)
+    (agent,) = otel.named("invoke_agent")
+    assert_invoke_agent_span(agent, agent_name="weather")
+    chats = otel.named("chat")
+    assert chats
+    for chat in chats:
+        assert_chat_span(chat, request_model="m1")
+    executed = otel.named("execute_tool")
+    assert [dict(s.attributes or {})["gen_ai.tool.name"] for s in executed] == tools
+    for span, name in zip(executed, tools, strict=True):
+        assert_execute_tool_span(span, tool_name=name)
+
+
+async def _local(otel: Otel) -> None:
+    with ChatEmulator() as emu:
+        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        await ml.run(provider, agent=_agent(otel), prompt="x", max_concurrent_tools=1)
+
+
+async def _claude(otel: Otel) -> None:
+    with ClaudeEmulator() as emu:
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as c:
+            agent = _agent(otel)
+            handle = await ml.provision(ClaudeManagedAgents(client=c), agent)
+            otel.exporter.clear()
+            hosted = ClaudeManagedAgents(client=c, agent=handle, environment=handle)
+            await ml.run(hosted, agent=agent, prompt="x", max_concurrent_tools=1)
+
+
+async def _agentcore(otel: Otel) -> None:
+    with (
+        AgentCoreEmulator() as emu,
+        BedrockAgentCore(
+            harness_arn=emu.harness_arn, retry_backoff=0.0, **emu.client_kwargs
+        ) as hosted,
+    ):
+        await ml.run(hosted, agent=_agent(otel), prompt="x", max_concurrent_tools=1)
+
+
+@pytest.mark.parametrize("content", [False, True], ids=["content-off", "content-on"])
+@pytest.mark.parametrize("host", [_local, _claude, _agentcore], ids=lambda f: f.__name__[1:])
+async def test_every_host_s_spans_pass_the_conventions(
+    otel: Otel, host: Any, content: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    if content:  # instrumented again, into the same exporter, with content
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(otel.exporter))
+        managedloop.otel.instrument(provider, capture_content=True)
+        assert telemetry.capture_content()
+    await host(otel)
+    _judge(otel, ["get_weather", "get_time"])
+    if content:  # the content attributes were there to be judged
+        keys = {k for s in otel.spans() for k in s.attributes or {}}
+        assert {"gen_ai.input.messages", "gen_ai.tool.call.arguments"} <= keys
+
+
+@ml.tool
+def broken(city: str) -> str:
+    """Always fails."""
+    raise ml.ToolError(f"no weather for {city}")
+
+
+async def test_failures_pass_the_conventions(otel: Otel) -> None:
+    agent = ml.AgentSpec(name="weather", tools=[broken], model="m1")
+    with ChatEmulator([call("broken", {"city": "Paris"}), say("sorry")]) as emu:
+        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        await ml.run(provider, agent=agent, prompt="x")
+    _judge(otel, ["broken"])
+    otel.exporter.clear()
+    with ChatEmulator([say("never")]) as emu:
+        provider = Local(model="m1", base_url=emu.base_url, api_key="wrong-key", max_retries=0)
+        with pytest.raises(ml.ManagedLoopError):
+            await ml.run(provider, agent=agent, prompt="x")
+    _judge(otel, [])
+
+
+async def test_histograms_carry_the_conventions_bucket_boundaries(otel: Otel) -> None:
+    await _local(otel)
+    metrics = otel.metrics()
+    tokens = metrics["gen_ai.client.token.usage"]
+    durations = metrics["gen_ai.client.operation.duration"] + metrics["managedloop.tool.duration"]
+    assert tokens
+    assert durations
+    for point in tokens:
+        assert list(point.explicit_bounds) == TOKEN_BOUNDARIES
+    for point in durations:
+        assert list(point.explicit_bounds) == DURATION_BOUNDARIES
