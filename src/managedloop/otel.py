@@ -30,7 +30,9 @@ its type name) and an error status whose description is that type -- never the m
 which may quote what a server sent. A tool that answers with an error result is an
 ``execute_tool`` span with ``error.type = "tool_error"``. Message and tool content
 (``gen_ai.input.messages``, ``gen_ai.output.messages``, ``gen_ai.tool.call.arguments``,
-``gen_ai.tool.call.result``) is recorded only with ``capture_content=True``.
+``gen_ai.tool.call.result``) is recorded only with ``capture_content=True``; a turn's
+output message holds its text and a ``tool_call`` part (id, name, arguments) for each call
+the model asked for.
 
 Metrics (histograms): ``gen_ai.client.token.usage`` (per ``chat``, by
 ``gen_ai.token.type``), ``gen_ai.client.operation.duration`` (seconds, per ``chat`` and
@@ -203,6 +205,20 @@ def _input_messages(content: Any) -> str | None:
             part = {"type": "text", "content": item.get("content")}
             messages.append({"role": "user", "parts": [part]})
     return _json(messages)
+
+
+def _output_messages(meta: Mapping[str, Any]) -> str | None:
+    """The turn's output as one GenAI output message: its text, then the tool calls the
+    model asked for (the text part is left out when it is empty and there are calls)."""
+    text, calls = meta.get("output"), meta.get("tool_calls")
+    parts: list[dict[str, Any]] = []
+    if text or (text is not None and not calls):
+        parts.append({"type": "text", "content": text})
+    if isinstance(calls, list):
+        parts.extend({"type": "tool_call", **call} for call in calls)
+    if not parts:
+        return None
+    return _json([{"role": "assistant", "parts": parts}])
 
 
 def _seconds(m: Mapping[str, Any]) -> float:
@@ -408,9 +424,10 @@ class _Bridge:
         _stack.set(node[4])
         otel_context.detach(node[2])
         attrs = _stop_attributes(meta)
-        if self.capture and meta.get("output") is not None:
-            output = [{"role": "assistant", "parts": [{"type": "text", "content": meta["output"]}]}]
-            attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = _json(output)
+        if self.capture:
+            output = _output_messages(meta)
+            if output is not None:
+                attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = output
         _end(node[1], attrs, None)
         metric, tokens_in, tokens_out = node[3]
         context = node[5]

@@ -29,7 +29,8 @@ a task the session started, or in a worker thread, carries them too.
 Listeners run synchronously in the emitting task, and the ``start`` and ``stop`` (or
 ``exception``) of one span are emitted in the same context: :mod:`managedloop.otel` relies
 on that to make its span the current one while the body runs. Message and tool content
-(``arguments``, ``result``, ``input``, ``output``) is in the metadata only while
+(``arguments``, ``result``, ``input``, ``output``, and a turn's ``tool_calls``: id, name and
+arguments of each call the model asked for) is in the metadata only while
 :func:`set_capture_content` is on (``managedloop.otel.instrument(capture_content=True)``).
 """
 

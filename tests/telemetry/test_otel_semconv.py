@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anthropic
@@ -61,30 +62,30 @@ def _judge(otel: Otel, tools: list[str]) -> None:
         assert_execute_tool_span(span, tool_name=name)
 
 
-async def _local(otel: Otel) -> None:
+async def _local(otel: Otel) -> ml.SessionResult:
     with ChatEmulator() as emu:
         provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
-        await ml.run(provider, agent=_agent(otel), prompt="x", max_concurrent_tools=1)
+        return await ml.run(provider, agent=_agent(otel), prompt="x", max_concurrent_tools=1)
 
 
-async def _claude(otel: Otel) -> None:
+async def _claude(otel: Otel) -> ml.SessionResult:
     with ClaudeEmulator() as emu:
         async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as c:
             agent = _agent(otel)
             handle = await ml.provision(ClaudeManagedAgents(client=c), agent)
             otel.exporter.clear()
             hosted = ClaudeManagedAgents(client=c, agent=handle, environment=handle)
-            await ml.run(hosted, agent=agent, prompt="x", max_concurrent_tools=1)
+            return await ml.run(hosted, agent=agent, prompt="x", max_concurrent_tools=1)
 
 
-async def _agentcore(otel: Otel) -> None:
+async def _agentcore(otel: Otel) -> ml.SessionResult:
     with (
         AgentCoreEmulator() as emu,
         BedrockAgentCore(
             harness_arn=emu.harness_arn, retry_backoff=0.0, **emu.client_kwargs
         ) as hosted,
     ):
-        await ml.run(hosted, agent=_agent(otel), prompt="x", max_concurrent_tools=1)
+        return await ml.run(hosted, agent=_agent(otel), prompt="x", max_concurrent_tools=1)
 
 
 @pytest.mark.parametrize("content", [False, True], ids=["content-off", "content-on"])
@@ -98,11 +99,24 @@ async def test_every_host_s_spans_pass_the_conventions(
         provider.add_span_processor(SimpleSpanProcessor(otel.exporter))
         managedloop.otel.instrument(provider, capture_content=True)
         assert telemetry.capture_content()
-    await host(otel)
+    result = await host(otel)
     _judge(otel, ["get_weather", "get_time"])
-    if content:  # the content attributes were there to be judged
-        keys = {k for s in otel.spans() for k in s.attributes or {}}
-        assert {"gen_ai.input.messages", "gen_ai.tool.call.arguments"} <= keys
+    if not content:
+        return
+    # the content attributes were there to be judged; the first turn's output message
+    # names the tool calls the model asked for (the conventions' tool_call parts)
+    keys = {k for s in otel.spans() for k in s.attributes or {}}
+    assert {"gen_ai.input.messages", "gen_ai.tool.call.arguments"} <= keys
+    first, last = (dict(c.attributes or {}) for c in otel.named("chat"))
+    (message,) = json.loads(first["gen_ai.output.messages"])
+    assert message["role"] == "assistant"
+    calls = [p for p in message["parts"] if p["type"] == "tool_call"]
+    assert calls == [
+        {"type": "tool_call", "id": u.id, "name": u.name, "arguments": dict(u.input)}
+        for u in result.custom_tool_uses
+    ]
+    (answer,) = json.loads(last["gen_ai.output.messages"])
+    assert answer["parts"] == [{"type": "text", "content": result.text}]
 
 
 @ml.tool

@@ -219,6 +219,11 @@ class _Driver:
             extra.update(_turn_stop(result))
             if content:
                 extra["output"] = result.text
+                if result.custom_tool_uses:  # what the model asked for, with the text
+                    extra["tool_calls"] = [
+                        {"id": u.id, "name": u.name, "arguments": u.input}
+                        for u in result.custom_tool_uses
+                    ]
         return result
 
     def _ids(self) -> dict[str, Any]:
