@@ -32,7 +32,10 @@ which may quote what a server sent. A tool that answers with an error result is 
 (``gen_ai.input.messages``, ``gen_ai.output.messages``, ``gen_ai.tool.call.arguments``,
 ``gen_ai.tool.call.result``) is recorded only with ``capture_content=True``; a turn's
 output message holds its text and a ``tool_call`` part (id, name, arguments) for each call
-the model asked for.
+the model asked for. ``gen_ai.input.messages`` holds what the turn sends (the prompt, or
+the tool results), not the whole history: on the managed hosts the history is the
+server's, and on Local encoding it again on every turn would make each turn cost the
+whole conversation; the previous ``chat`` spans of the trace hold the rest.
 
 Metrics (histograms): ``gen_ai.client.token.usage`` (per ``chat``, by
 ``gen_ai.token.type``), ``gen_ai.client.operation.duration`` (seconds, per ``chat`` and
