@@ -19,61 +19,28 @@ with ``chat`` current.)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from urllib.parse import urlsplit
 
-import anthropic
 import pytest
 from opentelemetry import trace
 from opentelemetry.instrumentation.aiohttp_client import AioHttpClientInstrumentor
 from opentelemetry.instrumentation.botocore import BotocoreInstrumentor
 from opentelemetry.instrumentation.httpx import HTTPX2ClientInstrumentor
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-import managedloop as ml
-import managedloop.otel
-from managedloop.providers import BedrockAgentCore, ClaudeManagedAgents
-from managedloop.testing import AgentCoreEmulator, ClaudeEmulator
-
-from .otel_kit import Otel, traced_tools
+from .otel_hosts import TREE, run_agentcore, run_claude
+from .otel_kit import Otel
 
 pytestmark = pytest.mark.anyio
 
-# The bridge's own tree, as test_otel.py pins it; the HTTP spans are checked on their own.
-TREE = [
-    "invoke_agent weather",
-    "  chat m1",
-    "  execute_tool get_weather",
-    "    weather lookup",
-    "  execute_tool get_time",
-    "    time lookup",
-    "  chat m1",
-]
 
-
-@pytest.fixture
-def traced() -> Iterator[tuple[Otel, TracerProvider]]:
-    """The bridge on an in-memory SDK, and the provider the instrumentations get."""
-    exporter = InMemorySpanExporter()
+def _http_provider(otel: Otel) -> TracerProvider:
+    """The instrumentations' provider, exporting into the bridge's exporter (a trace's
+    context does not depend on which provider made a span)."""
     provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    reader = InMemoryMetricReader()
-    meters = MeterProvider(metric_readers=[reader])
-    managedloop.otel.instrument(provider, meter_provider=meters)
-    try:
-        yield Otel(exporter, reader, provider.get_tracer("tools")), provider
-    finally:
-        managedloop.otel.uninstrument()
-        provider.shutdown()
-        meters.shutdown()
-
-
-def _agent(otel: Otel) -> ml.AgentSpec:
-    return ml.AgentSpec(name="weather", tools=traced_tools(otel.tracer), model="m1")
+    provider.add_span_processor(SimpleSpanProcessor(otel.exporter))
+    return provider
 
 
 def _ours(span: ReadableSpan) -> bool:
@@ -116,20 +83,12 @@ def _bridge_tree(otel: Otel) -> list[str]:
     return otel.tree()
 
 
-async def test_claude_httpx2_spans_nest_under_the_bridge(
-    traced: tuple[Otel, TracerProvider],
-) -> None:
-    otel, provider = traced
+async def test_claude_httpx2_spans_nest_under_the_bridge(otel: Otel) -> None:
+    provider = _http_provider(otel)
     instrumentor = HTTPX2ClientInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:
-        with ClaudeEmulator() as emu:
-            async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as c:
-                agent = _agent(otel)
-                handle = await ml.provision(ClaudeManagedAgents(client=c), agent)
-                otel.exporter.clear()
-                hosted = ClaudeManagedAgents(client=c, agent=handle, environment=handle)
-                result = await ml.run(hosted, agent=agent, prompt="x", max_concurrent_tools=1)
+        result = await run_claude(otel)
     finally:
         instrumentor.uninstrument()
     sid = result.session_id
@@ -145,21 +104,15 @@ async def test_claude_httpx2_spans_nest_under_the_bridge(
 
 
 async def test_agentcore_botocore_and_aiohttp_spans_nest_under_the_bridge(
-    traced: tuple[Otel, TracerProvider], monkeypatch: pytest.MonkeyPatch
+    otel: Otel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    otel, provider = traced
+    provider = _http_provider(otel)
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     botocore, aiohttp = BotocoreInstrumentor(), AioHttpClientInstrumentor()
     botocore.instrument(tracer_provider=provider)
     aiohttp.instrument(tracer_provider=provider)
     try:
-        with (
-            AgentCoreEmulator() as emu,
-            BedrockAgentCore(
-                harness_arn=emu.harness_arn, retry_backoff=0.0, **emu.client_kwargs
-            ) as hosted,
-        ):
-            await ml.run(hosted, agent=_agent(otel), prompt="x", max_concurrent_tools=1)
+        await run_agentcore(otel)
     finally:
         botocore.uninstrument()
         aiohttp.uninstrument()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anthropic
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -28,20 +27,17 @@ from pytest_genai_semconv import (
 import managedloop as ml
 import managedloop.otel
 from managedloop import telemetry
-from managedloop.providers import BedrockAgentCore, ClaudeManagedAgents, Local
-from managedloop.testing import AgentCoreEmulator, ChatEmulator, ClaudeEmulator, call, say
+from managedloop.providers import Local
+from managedloop.testing import ChatEmulator, call, say
 
-from .otel_kit import Otel, traced_tools
+from .otel_hosts import run_agentcore, run_claude, run_local
+from .otel_kit import Otel
 
 pytestmark = pytest.mark.anyio
 
 TOKEN_BOUNDARIES = [4.0**n for n in range(14)]  # 1 ... 67,108,864
 DURATION_BOUNDARIES = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24]
 DURATION_BOUNDARIES += [20.48, 40.96, 81.92]
-
-
-def _agent(otel: Otel) -> ml.AgentSpec:
-    return ml.AgentSpec(name="weather", tools=traced_tools(otel.tracer), model="m1")
 
 
 def _judge(otel: Otel, tools: list[str]) -> None:
@@ -62,34 +58,10 @@ def _judge(otel: Otel, tools: list[str]) -> None:
         assert_execute_tool_span(span, tool_name=name)
 
 
-async def _local(otel: Otel) -> ml.SessionResult:
-    with ChatEmulator() as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
-        return await ml.run(provider, agent=_agent(otel), prompt="x", max_concurrent_tools=1)
-
-
-async def _claude(otel: Otel) -> ml.SessionResult:
-    with ClaudeEmulator() as emu:
-        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as c:
-            agent = _agent(otel)
-            handle = await ml.provision(ClaudeManagedAgents(client=c), agent)
-            otel.exporter.clear()
-            hosted = ClaudeManagedAgents(client=c, agent=handle, environment=handle)
-            return await ml.run(hosted, agent=agent, prompt="x", max_concurrent_tools=1)
-
-
-async def _agentcore(otel: Otel) -> ml.SessionResult:
-    with (
-        AgentCoreEmulator() as emu,
-        BedrockAgentCore(
-            harness_arn=emu.harness_arn, retry_backoff=0.0, **emu.client_kwargs
-        ) as hosted,
-    ):
-        return await ml.run(hosted, agent=_agent(otel), prompt="x", max_concurrent_tools=1)
-
-
 @pytest.mark.parametrize("content", [False, True], ids=["content-off", "content-on"])
-@pytest.mark.parametrize("host", [_local, _claude, _agentcore], ids=lambda f: f.__name__[1:])
+@pytest.mark.parametrize(
+    "host", [run_local, run_claude, run_agentcore], ids=["local", "claude", "agentcore"]
+)
 async def test_every_host_s_spans_pass_the_conventions(
     otel: Otel, host: Any, content: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,7 +112,7 @@ async def test_failures_pass_the_conventions(otel: Otel) -> None:
 
 
 async def test_histograms_carry_the_conventions_bucket_boundaries(otel: Otel) -> None:
-    await _local(otel)
+    await run_local(otel)
     metrics = otel.metrics()
     tokens = metrics["gen_ai.client.token.usage"]
     durations = metrics["gen_ai.client.operation.duration"] + metrics["managedloop.tool.duration"]

@@ -1,0 +1,54 @@
+"""A two-tool session on each host, for the bridge tests that judge its output."""
+
+from __future__ import annotations
+
+import anthropic
+
+import managedloop as ml
+from managedloop.providers import BedrockAgentCore, ClaudeManagedAgents, Local
+from managedloop.testing import AgentCoreEmulator, ChatEmulator, ClaudeEmulator
+
+from .otel_kit import Otel, traced_tools
+
+# The bridge's span tree of these sessions (tests/telemetry/test_otel.py pins it too).
+TREE = [
+    "invoke_agent weather",
+    "  chat m1",
+    "  execute_tool get_weather",
+    "    weather lookup",
+    "  execute_tool get_time",
+    "    time lookup",
+    "  chat m1",
+]
+
+
+def agent(otel: Otel) -> ml.AgentSpec:
+    return ml.AgentSpec(name="weather", tools=traced_tools(otel.tracer), model="m1")
+
+
+async def run_local(otel: Otel) -> ml.SessionResult:
+    with ChatEmulator() as emu:
+        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        return await ml.run(provider, agent=agent(otel), prompt="x", max_concurrent_tools=1)
+
+
+async def run_claude(otel: Otel) -> ml.SessionResult:
+    """Provisioned first; the spans of the provisioning calls are cleared."""
+    with ClaudeEmulator() as emu:
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as c:
+            spec = agent(otel)
+            handle = await ml.provision(ClaudeManagedAgents(client=c), spec)
+            otel.exporter.clear()
+            hosted = ClaudeManagedAgents(client=c, agent=handle, environment=handle)
+            return await ml.run(hosted, agent=spec, prompt="x", max_concurrent_tools=1)
+
+
+async def run_agentcore(otel: Otel) -> ml.SessionResult:
+    """Needs ``AWS_EC2_METADATA_DISABLED=true`` (botocore looks for credentials)."""
+    with (
+        AgentCoreEmulator() as emu,
+        BedrockAgentCore(
+            harness_arn=emu.harness_arn, retry_backoff=0.0, **emu.client_kwargs
+        ) as hosted,
+    ):
+        return await ml.run(hosted, agent=agent(otel), prompt="x", max_concurrent_tools=1)
