@@ -303,6 +303,30 @@ async def test_claude_leaks_nothing(capture: Capture, tmp_path: Path) -> None:
             )
             capture.see(f"claude {label} provider", wrong)
             await _expect_failure(capture, f"claude {label}", ml.run(wrong, agent=AGENT))
+        # A credential no HTTP header can carry (a newline read with the file, a stray
+        # space): h11 would refuse the header and quote it, token and all, in the error it
+        # raises, which the session's error chains. Refused up front, without the value.
+        for label, bad in (("key newline", CLAUDE_KEY + "\n"), ("key space", " " + CLAUDE_KEY)):
+            with pytest.raises(ml.ManagedLoopError) as refused:
+                ClaudeManagedAgents(
+                    base_url=emu.base_url, agent=handle, environment=handle, api_key=bad
+                )
+            capture.see(f"claude {label}", refused.value)
+        odd = _token_file(tmp_path / "odd-token", BEARER + "\r\n")
+        await _expect_failure(
+            capture,
+            "claude bearer newline",
+            ml.run(
+                ClaudeManagedAgents(
+                    base_url=emu.base_url,
+                    agent=handle,
+                    environment=handle,
+                    api_key=None,
+                    bearer_token_file=str(odd),
+                ),
+                agent=AGENT,
+            ),
+        )
         missing = ClaudeManagedAgents(
             base_url=emu.base_url,
             agent=handle,
@@ -319,6 +343,7 @@ async def test_claude_leaks_nothing(capture: Capture, tmp_path: Path) -> None:
         "create_session_failed",
         "authentication_error",
         "authentication_error",
+        "authentication_error",  # the bearer file's token with a CR LF
         "authentication_error",
     ]
 
@@ -365,3 +390,33 @@ async def test_agentcore_leaks_nothing(capture: Capture) -> None:
         "harness_stream_error",
         "harness_tools_unavailable",
     ]
+
+
+def test_claude_refuses_a_credential_no_header_can_carry(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A Claude API key or bearer token that is not visible ASCII without whitespace is a
+    named error that never quotes it (the leak test above shows why it must not reach h11)."""
+    from managedloop.providers.claude._api import read_bearer_token
+
+    for bad in (CLAUDE_KEY + "\n", CLAUDE_KEY + " ", "\t" + CLAUDE_KEY, CLAUDE_KEY + "\x00", "é"):
+        with pytest.raises(ml.InvalidOptionsError) as given:
+            ClaudeManagedAgents(api_key=bad)
+        assert given.value.context["option"] == "api_key"
+        errors: list[BaseException] = [given.value]
+        if "\x00" not in bad:  # (no environment variable can hold a NUL)
+            monkeypatch.setenv("ANTHROPIC_API_KEY", bad)
+            with pytest.raises(ml.ConfigError) as configured:
+                ClaudeManagedAgents()
+            assert configured.value.code == "invalid_configuration"
+            errors.append(configured.value)
+        for error in errors:
+            assert findings([("e", _exception_text(error))]) == []
+        path = _token_file(tmp_path / "t", bad)
+        with pytest.raises(ml.AuthenticationError) as read:
+            read_bearer_token(str(path))
+        assert read.value.context["reason"] == "bearer_file_invalid"
+        assert findings([("e", _exception_text(read.value))]) == []
+    monkeypatch.setenv("ANTHROPIC_API_KEY", CLAUDE_KEY)
+    assert repr(ClaudeManagedAgents()).startswith("ClaudeManagedAgents(")
+    assert read_bearer_token(str(_token_file(tmp_path / "ok", BEARER))) == BEARER
