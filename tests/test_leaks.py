@@ -417,6 +417,8 @@ def test_claude_refuses_a_credential_no_header_can_carry(
             read_bearer_token(str(path))
         assert read.value.context["reason"] == "bearer_file_invalid"
         assert findings([("e", _exception_text(read.value))]) == []
+        # with client=, the client's own key is what is sent: the configured one is unused
+        ClaudeManagedAgents(client=anthropic.AsyncAnthropic(api_key=CLAUDE_KEY))
     monkeypatch.setenv("ANTHROPIC_API_KEY", CLAUDE_KEY)
     assert repr(ClaudeManagedAgents()).startswith("ClaudeManagedAgents(")
     assert read_bearer_token(str(_token_file(tmp_path / "ok", BEARER))) == BEARER

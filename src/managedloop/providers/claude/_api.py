@@ -157,8 +157,8 @@ def settings(
             code="invalid_configuration",
             key="receive_timeout",
         )
-    if key is not None and _HEADER_SAFE.fullmatch(reveal(key) or "") is None:
-        # The key itself is never quoted.
+    if need_auth and key is not None and _HEADER_SAFE.fullmatch(reveal(key) or "") is None:
+        # The key itself is never quoted. (With client= the client's own key is sent.)
         message = "api_key must be visible ASCII with no whitespace (a newline read with it?)"
         if api_key is not MISSING:
             raise InvalidOptionsError(message, option="api_key")
