@@ -1,9 +1,10 @@
 """No secret leaks anywhere we can look (DESIGN.md "Secrets never leak"; issue 11 item 5).
 
-Every host runs its scenarios -- a success, retries, faults, an authentication failure --
-with distinctive fake secrets: a Local API key and a password in a Local ``base_url``; a
-Claude API key and a bearer token read from a file; an AWS access key id, secret access key
-and session token. Everything observable is captured while they run:
+Every host runs its scenarios -- a success, retries, faults, authentication failures (on
+AgentCore the control plane, provisioning and the signed invoke; on Claude a wrong key, a
+wrong or missing bearer file, a credential no header can carry) -- with distinctive fake
+secrets: a Local API key and a password in a Local ``base_url``; a Claude API key and a
+bearer token read from a file; an AWS access key id, secret access key and session token. Everything observable is captured while they run:
 
 * every log record of every logger at DEBUG (botocore's, aiohttp's and httpx's included):
   its message, its arguments, its ``extra`` fields and its formatted traceback;
@@ -249,8 +250,17 @@ async def test_local_leaks_nothing(capture: Capture) -> None:
         with pytest.raises(ml.ManagedLoopError) as both:
             Local(model="m1", base_url=_with_password(emu.base_url), api_key=LOCAL_KEY)
         capture.see("local both credentials", both.value)
+    with ChatEmulator(SCRIPT) as emu:
+        gone = emu.base_url
+    # nothing listens there any more: the connection is refused (the URL holds a password)
+    refused = _local(gone, True, False)
+    await _expect_failure(capture, "local refused", ml.run(refused, agent=AGENT))
     each = ["http_error", "transport_error", "malformed_chat_response", "redirect_refused"]
-    assert [c for _, c in capture.failures] == each * 4 + ["authentication_error"]
+    assert [c for _, c in capture.failures] == [
+        *each * 4,
+        "authentication_error",
+        "transport_error",
+    ]
 
 
 def _with_password(base_url: str) -> str:
@@ -384,11 +394,26 @@ async def test_agentcore_leaks_nothing(capture: Capture) -> None:
         with wrong:
             capture.see("agentcore wrong-secret provider", wrong)
             await _expect_failure(capture, "agentcore auth", ml.run(wrong, agent=AGENT))
+            # provisioning: the CreateHarness 403 echoes the canonical request (the token)
+            await _expect_failure(
+                capture,
+                "agentcore provision auth",
+                wrong.provision(AGENT, execution_role_arn=emu.execution_role_arn),
+            )
+        # harness_tools=[] skips GetHarness: the signed InvokeHarness itself is refused
+        with BedrockAgentCore(
+            **{**kwargs, "aws_secret_access_key": AWS_SECRET + "x", "harness_tools": []}
+        ) as wrong_invoke:
+            await _expect_failure(
+                capture, "agentcore invoke auth", ml.run(wrong_invoke, agent=AGENT)
+            )
     # (a wrong secret fails the open's GetHarness: reported as harness_tools_unavailable)
     assert [c for _, c in capture.failures] == [
         "transport_error",
         "harness_stream_error",
         "harness_tools_unavailable",
+        "authentication_error",  # CreateHarness
+        "authentication_error",  # InvokeHarness
     ]
 
 
