@@ -240,3 +240,35 @@ async def test_reprompts_are_guard_records(logs: Records) -> None:
     assert all(r.levelno == logging.INFO for r in logs.events("guard"))
     (stopped,) = [as_json(r) for r in logs.events("stopped")]
     assert (stopped["reason"], stopped["turns"]) == ("no_terminal_tool", 3)
+
+
+async def test_agentcore_provision_stops_are_structured_records(logs: Records) -> None:
+    """The end of each provisioning wait is one record with fields: INFO when the harness
+    is ready, WARNING when the wait gave up (here: the harness FAILED)."""
+    faults = AgentCoreFaults(harness_ready_after=0.05, endpoint_ready_after=0.05)
+    with AgentCoreEmulator(faults=faults, clock=ManualClock()) as emu:
+        assert isinstance(emu.clock, ManualClock)
+        with BedrockAgentCore(**emu.client_kwargs) as provider:
+            waits = {"timeout": 3.0, "clock": emu.clock, "sleep": emu.clock.sleep}
+            role = emu.execution_role_arn
+            await provider.provision(
+                ml.AgentSpec(name="ok", model="m1"), execution_role_arn=role, **waits
+            )
+            (ready,) = [
+                as_json(r) for r in logs.events("provision_stop") if as_json(r)["phase"] == "ready"
+            ]
+            assert ready["host"] == "agentcore"
+            assert ready["result"] == "ok"
+            assert ready["polls"] >= 1
+            assert {"harness_id", "duration_ms"} <= set(ready)
+            logs.records.clear()
+            emu.faults = AgentCoreFaults(harness_ready_after=0.05, harness_outcome="FAILED")
+            with pytest.raises(ml.ManagedLoopError) as info:
+                await provider.provision(
+                    ml.AgentSpec(name="bad", model="m1"), execution_role_arn=role, **waits
+                )
+    (stop,) = logs.events("provision_stop")
+    assert stop.levelno == logging.WARNING
+    data = as_json(stop)
+    assert (data["host"], data["phase"], data["result"]) == ("agentcore", "ready", "error")
+    assert data["error"] == info.value.code
