@@ -9,9 +9,10 @@ attribute of the record into the JSON object):
 
 * ``event`` -- what happened: ``retry``, ``give_up``, ``reconnect``, ``provision_poll``,
   ``provision_stop`` (the end of one AgentCore provisioning wait, its ``result`` ``ok``,
-  ``error`` or ``cancelled``), ``guard`` (a loop guard stepped in: a re-prompt, a
-  duplicate call answered), ``stopped`` (the library ended a request: ``max_turns``, a turn
-  guard, a token budget...);
+  ``error`` or ``cancelled``), ``skipped_frame`` (a Claude stream frame that is not a
+  JSON object: WARNING for the first of a stream, DEBUG after), ``guard`` (a loop guard
+  stepped in: a re-prompt, a duplicate call answered), ``stopped`` (the library ended a
+  request: ``max_turns``, a turn guard, a token budget...);
 * the event's own fields, flat: ``host``, ``operation``, ``session_id``, ``attempt``,
   ``max_retries``, ``wait_s`` (the wait before the retry, in seconds), ``code``,
   ``status``, ``reason``...

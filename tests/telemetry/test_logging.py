@@ -272,3 +272,37 @@ async def test_agentcore_provision_stops_are_structured_records(logs: Records) -
     data = as_json(stop)
     assert (data["host"], data["phase"], data["result"]) == ("agentcore", "ready", "error")
     assert data["error"] == info.value.code
+
+
+async def test_undecodable_claude_frames_warn_once_per_stream(logs: Records) -> None:
+    """A server that streams junk frames (here 30 non-JSON ``data:`` lines) gets one WARNING
+    for the stream, with fields; the others are DEBUG: no WARNING per event."""
+    emulator: list[ClaudeEmulator] = []
+
+    @ml.tool
+    def junk(city: str) -> str:
+        """Makes the server send junk frames."""
+        for _ in range(30):
+            emulator[0].inject_frame(b"event: junk\ndata: not json\n\n")
+        return city
+
+    agent = ml.AgentSpec(name="j", tools=[junk], model="m1")
+    with ClaudeEmulator([call("junk", {"city": "A"}), say("done")]) as emu:
+        emulator.append(emu)
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as c:
+            handle = await ml.provision(ClaudeManagedAgents(client=c), agent)
+            provider = ClaudeManagedAgents(client=c, agent=handle, environment=handle)
+            result = await ml.run(provider, agent=agent, prompt="x")
+    assert result.terminal is ml.Terminal.END_TURN
+    skipped = logs.events("skipped_frame")
+    assert len(skipped) == 30
+    (loud,) = [r for r in skipped if r.levelno >= logging.INFO]
+    assert loud.levelno == logging.WARNING
+    data = as_json(loud)
+    assert (data["host"], data["sse_event"], data["size"], data["skipped"]) == (
+        "claude",
+        "junk",
+        8,
+        1,
+    )
+    assert logs.loud() == [f"{loud.name}: {loud.getMessage()}"]
