@@ -306,3 +306,23 @@ async def test_undecodable_claude_frames_warn_once_per_stream(logs: Records) -> 
         1,
     )
     assert logs.loud() == [f"{loud.name}: {loud.getMessage()}"]
+
+
+async def test_claude_tool_result_resend_is_a_retry_record(logs: Records) -> None:
+    """A tool result the host acknowledged but lost (it names the call again) is re-sent:
+    one ``retry`` record with fields, like every other retry."""
+    three = calls(("get_weather", {"city": "A"}), ("get_time", {"city": "B"}))
+    with ClaudeEmulator([three, say("done")], faults=ClaudeFaults(lose_results=1)) as emu:
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as c:
+            handle = await ml.provision(ClaudeManagedAgents(client=c), TWO_TOOLS)
+            provider = ClaudeManagedAgents(
+                client=c, agent=handle, environment=handle, reconnect_backoff=0.0
+            )
+            result = await ml.run(provider, agent=TWO_TOOLS, prompt="x", timeout=30)
+    assert result.terminal is ml.Terminal.END_TURN
+    (resend,) = [as_json(r) for r in logs.events("retry")]
+    assert (resend["host"], resend["operation"]) == ("claude", "tool result resend")
+    assert resend["session_id"] == result.session_id
+    assert resend["tool_use_id"] == result.custom_tool_uses[0].id
+    assert resend["attempt"] == 1
+    assert resend["max_retries"] >= 1
