@@ -4,7 +4,8 @@ Every host runs its scenarios -- a success, retries, faults, authentication fail
 AgentCore the control plane, provisioning and the signed invoke; on Claude a wrong key, a
 wrong or missing bearer file, a credential no header can carry) -- with distinctive fake
 secrets: a Local API key and a password in a Local ``base_url``; a Claude API key and a
-bearer token read from a file; an AWS access key id, secret access key and session token. Everything observable is captured while they run:
+bearer token read from a file; an AWS access key id, secret access key and session token.
+Everything observable is captured while they run:
 
 * every log record of every logger at DEBUG (botocore's, aiohttp's and httpx's included):
   its message, its arguments, its ``extra`` fields and its formatted traceback;
@@ -14,7 +15,7 @@ bearer token read from a file; an AWS access key id, secret access key and sessi
 * every exception: ``str``, ``repr``, ``context``, the partial result, and the whole
   formatted traceback chain (causes and contexts);
 * the ``repr`` and ``str`` of every public object the scenarios touch (providers, results
-  and their events and transcripts, handles, session infos, tool uses).
+  and their events and transcripts, handles, a live session, session infos, tool uses).
 
 Then every secret is searched for in all of it, whole and by its distinctive core: zero
 findings. (What the emulators themselves record is not searched: they are the server the
@@ -250,6 +251,15 @@ async def test_local_leaks_nothing(capture: Capture) -> None:
         with pytest.raises(ml.ManagedLoopError) as both:
             Local(model="m1", base_url=_with_password(emu.base_url), api_key=LOCAL_KEY)
         capture.see("local both credentials", both.value)
+    for password in (False, True):  # a live session: its repr and each SessionInfo
+        with ChatEmulator(SCRIPT, api_key=None if password else LOCAL_KEY) as emu:
+            seen = Seen()
+            provider = _local(emu.base_url, password, False)
+            async with ml.start(provider, agent=AGENT, prompt="Paris?", handler=seen) as live:
+                capture.see(f"local live password={password}", live)
+                capture.see(f"local live result password={password}", await live.result())
+            capture.see(f"local live infos password={password}", seen.infos)
+            assert seen.infos
     with ChatEmulator(SCRIPT) as emu:
         gone = emu.base_url
     # nothing listens there any more: the connection is refused (the URL holds a password)
@@ -261,6 +271,20 @@ async def test_local_leaks_nothing(capture: Capture) -> None:
         "authentication_error",
         "transport_error",
     ]
+
+
+class Seen:
+    """A handler that answers every call and keeps each SessionInfo it is handed."""
+
+    def __init__(self) -> None:
+        self.infos: list[ml.SessionInfo] = []
+
+    def handle_tool_call(self, name: str, input: Any, info: ml.SessionInfo) -> str:
+        self.infos.append(info)
+        return f"found {input}"
+
+    def handle_event(self, event: Any, info: ml.SessionInfo) -> None:
+        self.infos.append(info)
 
 
 def _with_password(base_url: str) -> str:
