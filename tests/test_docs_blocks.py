@@ -54,14 +54,17 @@ def blocks(path: Path) -> list[Block]:
     lines = path.read_text().splitlines()
     i = 0
     while i < len(lines):
-        fence = re.match(r"^(\s*)(`{3,})(.*)$", lines[i])
+        # Backtick or tilde fences (superfences renders both); a fence closes on a line of
+        # the same character, at least as long, and nothing else (CommonMark's rule).
+        fence = re.match(r"^(\s*)(`{3,}|~{3,})(.*)$", lines[i])
         if not fence:
             i += 1
             continue
         indent, ticks, lang = fence.group(1), fence.group(2), fence.group(3).strip()
+        closing = re.compile(re.escape(indent) + re.escape(ticks) + re.escape(ticks[0]) + r"*\s*")
         start = i + 1
         j = start
-        while j < len(lines) and not lines[j].startswith(indent + ticks):
+        while j < len(lines) and not closing.fullmatch(lines[j]):
             j += 1
         code = "\n".join(line.removeprefix(indent) for line in lines[start:j]) + "\n"
         prev = next((lines[k] for k in range(i - 1, -1, -1) if lines[k].strip()), "")
@@ -189,6 +192,22 @@ def test_a_continued_block_sees_the_previous_ones_names(tmp_path: Path) -> None:
     assert [[b.line for b in chain] for chain in grouped] == [[2, 9], [13]]
     for chain in grouped:
         run_chain(chain)  # the second chain fails if the first one's names leaked into it
+
+
+def test_tilde_fences_are_blocks_too(tmp_path: Path) -> None:
+    """pymdownx.superfences renders ``~~~`` fences as code like backtick ones: a parser
+    that knew only backticks would neither run a ~~~python block nor flag an untagged one."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "~~~python\nx = 1\n```\nstill code\n~~~\n\n"
+        "- a list item:\n\n    ~~~~ python\n    y = 2\n    ~~~~\n\n~~~\nuntagged\n~~~\n"
+    )
+    found = blocks(page)
+    assert [(b.lang, b.line, b.code) for b in found] == [
+        ("python", 2, "x = 1\n```\nstill code\n"),
+        ("python", 10, "y = 2\n"),
+        ("", 14, "untagged\n"),
+    ]
 
 
 def test_a_failing_block_names_its_page_and_line() -> None:

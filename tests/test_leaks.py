@@ -1,9 +1,11 @@
 """No secret leaks anywhere we can look (DESIGN.md "Secrets never leak"; issue 11 item 5).
 
-Every host runs its scenarios -- a success, retries, faults, an authentication failure --
-with distinctive fake secrets: a Local API key and a password in a Local ``base_url``; a
-Claude API key and a bearer token read from a file; an AWS access key id, secret access key
-and session token. Everything observable is captured while they run:
+Every host runs its scenarios -- a success, retries, faults, authentication failures (on
+AgentCore the control plane, provisioning and the signed invoke; on Claude a wrong key, a
+wrong or missing bearer file, a credential no header can carry) -- with distinctive fake
+secrets: a Local API key and a password in a Local ``base_url``; a Claude API key and a
+bearer token read from a file; an AWS access key id, secret access key and session token.
+Everything observable is captured while they run:
 
 * every log record of every logger at DEBUG (botocore's, aiohttp's and httpx's included):
   its message, its arguments, its ``extra`` fields and its formatted traceback;
@@ -13,7 +15,7 @@ and session token. Everything observable is captured while they run:
 * every exception: ``str``, ``repr``, ``context``, the partial result, and the whole
   formatted traceback chain (causes and contexts);
 * the ``repr`` and ``str`` of every public object the scenarios touch (providers, results
-  and their events and transcripts, handles, session infos, tool uses).
+  and their events and transcripts, handles, a live session, session infos, tool uses).
 
 Then every secret is searched for in all of it, whole and by its distinctive core: zero
 findings. (What the emulators themselves record is not searched: they are the server the
@@ -249,8 +251,40 @@ async def test_local_leaks_nothing(capture: Capture) -> None:
         with pytest.raises(ml.ManagedLoopError) as both:
             Local(model="m1", base_url=_with_password(emu.base_url), api_key=LOCAL_KEY)
         capture.see("local both credentials", both.value)
+    for password in (False, True):  # a live session: its repr and each SessionInfo
+        with ChatEmulator(SCRIPT, api_key=None if password else LOCAL_KEY) as emu:
+            seen = Seen()
+            provider = _local(emu.base_url, password, False)
+            async with ml.start(provider, agent=AGENT, prompt="Paris?", handler=seen) as live:
+                capture.see(f"local live password={password}", live)
+                capture.see(f"local live result password={password}", await live.result())
+            capture.see(f"local live infos password={password}", seen.infos)
+            assert seen.infos
+    with ChatEmulator(SCRIPT) as emu:
+        gone = emu.base_url
+    # nothing listens there any more: the connection is refused (the URL holds a password)
+    refused = _local(gone, True, False)
+    await _expect_failure(capture, "local refused", ml.run(refused, agent=AGENT))
     each = ["http_error", "transport_error", "malformed_chat_response", "redirect_refused"]
-    assert [c for _, c in capture.failures] == each * 4 + ["authentication_error"]
+    assert [c for _, c in capture.failures] == [
+        *each * 4,
+        "authentication_error",
+        "transport_error",
+    ]
+
+
+class Seen:
+    """A handler that answers every call and keeps each SessionInfo it is handed."""
+
+    def __init__(self) -> None:
+        self.infos: list[ml.SessionInfo] = []
+
+    def handle_tool_call(self, name: str, input: Any, info: ml.SessionInfo) -> str:
+        self.infos.append(info)
+        return f"found {input}"
+
+    def handle_event(self, event: Any, info: ml.SessionInfo) -> None:
+        self.infos.append(info)
 
 
 def _with_password(base_url: str) -> str:
@@ -303,6 +337,30 @@ async def test_claude_leaks_nothing(capture: Capture, tmp_path: Path) -> None:
             )
             capture.see(f"claude {label} provider", wrong)
             await _expect_failure(capture, f"claude {label}", ml.run(wrong, agent=AGENT))
+        # A credential no HTTP header can carry (a newline read with the file, a stray
+        # space): h11 would refuse the header and quote it, token and all, in the error it
+        # raises, which the session's error chains. Refused up front, without the value.
+        for label, bad in (("key newline", CLAUDE_KEY + "\n"), ("key space", " " + CLAUDE_KEY)):
+            with pytest.raises(ml.ManagedLoopError) as refused:
+                ClaudeManagedAgents(
+                    base_url=emu.base_url, agent=handle, environment=handle, api_key=bad
+                )
+            capture.see(f"claude {label}", refused.value)
+        odd = _token_file(tmp_path / "odd-token", BEARER + "\r\n")
+        await _expect_failure(
+            capture,
+            "claude bearer newline",
+            ml.run(
+                ClaudeManagedAgents(
+                    base_url=emu.base_url,
+                    agent=handle,
+                    environment=handle,
+                    api_key=None,
+                    bearer_token_file=str(odd),
+                ),
+                agent=AGENT,
+            ),
+        )
         missing = ClaudeManagedAgents(
             base_url=emu.base_url,
             agent=handle,
@@ -319,6 +377,7 @@ async def test_claude_leaks_nothing(capture: Capture, tmp_path: Path) -> None:
         "create_session_failed",
         "authentication_error",
         "authentication_error",
+        "authentication_error",  # the bearer file's token with a CR LF
         "authentication_error",
     ]
 
@@ -359,9 +418,56 @@ async def test_agentcore_leaks_nothing(capture: Capture) -> None:
         with wrong:
             capture.see("agentcore wrong-secret provider", wrong)
             await _expect_failure(capture, "agentcore auth", ml.run(wrong, agent=AGENT))
+            # provisioning: the CreateHarness 403 echoes the canonical request (the token)
+            await _expect_failure(
+                capture,
+                "agentcore provision auth",
+                wrong.provision(AGENT, execution_role_arn=emu.execution_role_arn),
+            )
+        # harness_tools=[] skips GetHarness: the signed InvokeHarness itself is refused
+        with BedrockAgentCore(
+            **{**kwargs, "aws_secret_access_key": AWS_SECRET + "x", "harness_tools": []}
+        ) as wrong_invoke:
+            await _expect_failure(
+                capture, "agentcore invoke auth", ml.run(wrong_invoke, agent=AGENT)
+            )
     # (a wrong secret fails the open's GetHarness: reported as harness_tools_unavailable)
     assert [c for _, c in capture.failures] == [
         "transport_error",
         "harness_stream_error",
         "harness_tools_unavailable",
+        "authentication_error",  # CreateHarness
+        "authentication_error",  # InvokeHarness
     ]
+
+
+def test_claude_refuses_a_credential_no_header_can_carry(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A Claude API key or bearer token that is not visible ASCII without whitespace is a
+    named error that never quotes it (the leak test above shows why it must not reach h11)."""
+    from managedloop.providers.claude._api import read_bearer_token
+
+    for bad in (CLAUDE_KEY + "\n", CLAUDE_KEY + " ", "\t" + CLAUDE_KEY, CLAUDE_KEY + "\x00", "é"):
+        with pytest.raises(ml.InvalidOptionsError) as given:
+            ClaudeManagedAgents(api_key=bad)
+        assert given.value.context["option"] == "api_key"
+        errors: list[BaseException] = [given.value]
+        if "\x00" not in bad:  # (no environment variable can hold a NUL)
+            monkeypatch.setenv("ANTHROPIC_API_KEY", bad)
+            with pytest.raises(ml.ConfigError) as configured:
+                ClaudeManagedAgents()
+            assert configured.value.code == "invalid_configuration"
+            errors.append(configured.value)
+        for error in errors:
+            assert findings([("e", _exception_text(error))]) == []
+        path = _token_file(tmp_path / "t", bad)
+        with pytest.raises(ml.AuthenticationError) as read:
+            read_bearer_token(str(path))
+        assert read.value.context["reason"] == "bearer_file_invalid"
+        assert findings([("e", _exception_text(read.value))]) == []
+        # with client=, the client's own key is what is sent: the configured one is unused
+        ClaudeManagedAgents(client=anthropic.AsyncAnthropic(api_key=CLAUDE_KEY))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", CLAUDE_KEY)
+    assert repr(ClaudeManagedAgents()).startswith("ClaudeManagedAgents(")
+    assert read_bearer_token(str(_token_file(tmp_path / "ok", BEARER))) == BEARER

@@ -8,14 +8,18 @@ formatter can emit as they are (``python-json-logger`` and the like put every no
 attribute of the record into the JSON object):
 
 * ``event`` -- what happened: ``retry``, ``give_up``, ``reconnect``, ``provision_poll``,
-  ``guard`` (a loop guard stepped in: a re-prompt, a duplicate call answered), ``stopped``
-  (the library ended a request: ``max_turns``, a turn guard, a token budget...);
+  ``provision_stop`` (the end of one AgentCore provisioning wait, its ``result`` ``ok``,
+  ``error`` or ``cancelled``), ``skipped_frame`` (a Claude stream frame that is not a
+  JSON object: WARNING for the first of a stream, DEBUG after), ``guard`` (a loop guard
+  stepped in: a re-prompt, a duplicate call answered), ``stopped`` (the library ended a
+  request: ``max_turns``, a turn guard, a token budget...);
 * the event's own fields, flat: ``host``, ``operation``, ``session_id``, ``attempt``,
   ``max_retries``, ``wait_s`` (the wait before the retry, in seconds), ``code``,
   ``status``, ``reason``...
 
-Levels: WARNING for retries, reconnects and give-ups; INFO for guard interventions and
-library stops; DEBUG for provisioning polls. Nothing is logged at INFO or above on a
+Levels: WARNING for retries, reconnects, give-ups and provisioning waits that failed; INFO
+for guard interventions, library stops and provisioning waits that succeeded; DEBUG for
+provisioning polls. Nothing is logged at INFO or above on a
 per-token or per-event path: a normal session logs nothing at INFO
 (``tests/telemetry/test_logging.py``). Secrets are never fields (the leak test checks).
 """

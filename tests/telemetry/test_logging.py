@@ -240,3 +240,89 @@ async def test_reprompts_are_guard_records(logs: Records) -> None:
     assert all(r.levelno == logging.INFO for r in logs.events("guard"))
     (stopped,) = [as_json(r) for r in logs.events("stopped")]
     assert (stopped["reason"], stopped["turns"]) == ("no_terminal_tool", 3)
+
+
+async def test_agentcore_provision_stops_are_structured_records(logs: Records) -> None:
+    """The end of each provisioning wait is one record with fields: INFO when the harness
+    is ready, WARNING when the wait gave up (here: the harness FAILED)."""
+    faults = AgentCoreFaults(harness_ready_after=0.05, endpoint_ready_after=0.05)
+    with AgentCoreEmulator(faults=faults, clock=ManualClock()) as emu:
+        assert isinstance(emu.clock, ManualClock)
+        with BedrockAgentCore(**emu.client_kwargs) as provider:
+            waits = {"timeout": 3.0, "clock": emu.clock, "sleep": emu.clock.sleep}
+            role = emu.execution_role_arn
+            await provider.provision(
+                ml.AgentSpec(name="ok", model="m1"), execution_role_arn=role, **waits
+            )
+            (ready,) = [
+                as_json(r) for r in logs.events("provision_stop") if as_json(r)["phase"] == "ready"
+            ]
+            assert ready["host"] == "agentcore"
+            assert ready["result"] == "ok"
+            assert ready["polls"] >= 1
+            assert {"harness_id", "duration_ms"} <= set(ready)
+            logs.records.clear()
+            emu.faults = AgentCoreFaults(harness_ready_after=0.05, harness_outcome="FAILED")
+            with pytest.raises(ml.ManagedLoopError) as info:
+                await provider.provision(
+                    ml.AgentSpec(name="bad", model="m1"), execution_role_arn=role, **waits
+                )
+    (stop,) = logs.events("provision_stop")
+    assert stop.levelno == logging.WARNING
+    data = as_json(stop)
+    assert (data["host"], data["phase"], data["result"]) == ("agentcore", "ready", "error")
+    assert data["error"] == info.value.code
+
+
+async def test_undecodable_claude_frames_warn_once_per_stream(logs: Records) -> None:
+    """A server that streams junk frames (here 30 non-JSON ``data:`` lines) gets one WARNING
+    for the stream, with fields; the others are DEBUG: no WARNING per event."""
+    emulator: list[ClaudeEmulator] = []
+
+    @ml.tool
+    def junk(city: str) -> str:
+        """Makes the server send junk frames."""
+        for _ in range(30):
+            emulator[0].inject_frame(b"event: junk\ndata: not json\n\n")
+        return city
+
+    agent = ml.AgentSpec(name="j", tools=[junk], model="m1")
+    with ClaudeEmulator([call("junk", {"city": "A"}), say("done")]) as emu:
+        emulator.append(emu)
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as c:
+            handle = await ml.provision(ClaudeManagedAgents(client=c), agent)
+            provider = ClaudeManagedAgents(client=c, agent=handle, environment=handle)
+            result = await ml.run(provider, agent=agent, prompt="x")
+    assert result.terminal is ml.Terminal.END_TURN
+    skipped = logs.events("skipped_frame")
+    assert len(skipped) == 30
+    (loud,) = [r for r in skipped if r.levelno >= logging.INFO]
+    assert loud.levelno == logging.WARNING
+    data = as_json(loud)
+    assert (data["host"], data["sse_event"], data["size"], data["skipped"]) == (
+        "claude",
+        "junk",
+        8,
+        1,
+    )
+    assert logs.loud() == [f"{loud.name}: {loud.getMessage()}"]
+
+
+async def test_claude_tool_result_resend_is_a_retry_record(logs: Records) -> None:
+    """A tool result the host acknowledged but lost (it names the call again) is re-sent:
+    one ``retry`` record with fields, like every other retry."""
+    three = calls(("get_weather", {"city": "A"}), ("get_time", {"city": "B"}))
+    with ClaudeEmulator([three, say("done")], faults=ClaudeFaults(lose_results=1)) as emu:
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as c:
+            handle = await ml.provision(ClaudeManagedAgents(client=c), TWO_TOOLS)
+            provider = ClaudeManagedAgents(
+                client=c, agent=handle, environment=handle, reconnect_backoff=0.0
+            )
+            result = await ml.run(provider, agent=TWO_TOOLS, prompt="x", timeout=30)
+    assert result.terminal is ml.Terminal.END_TURN
+    (resend,) = [as_json(r) for r in logs.events("retry")]
+    assert (resend["host"], resend["operation"]) == ("claude", "tool result resend")
+    assert resend["session_id"] == result.session_id
+    assert resend["tool_use_id"] == result.custom_tool_uses[0].id
+    assert resend["attempt"] == 1
+    assert resend["max_retries"] >= 1

@@ -558,6 +558,19 @@ def _stop(
         endpoint,
         ctx.polls,
         ctx.elapsed * 1000,
+        extra=fields(
+            "provision_stop",
+            host="agentcore",
+            harness_id=harness_id,
+            endpoint_name=ctx.endpoint_name,
+            phase=phase,
+            result=result,
+            error=error,
+            detail=detail,
+            last_status=ctx.last_status,
+            polls=ctx.polls,
+            duration_ms=ctx.elapsed * 1000,
+        ),
     )
     meta: dict[str, Any] = {"harness_id": harness_id, "phase": phase, "result": result}
     if error is not None:

@@ -26,6 +26,7 @@ import functools
 import json
 import math
 import os
+import re
 import time
 import urllib.parse
 import weakref
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from managedloop import telemetry
 from managedloop._loops import ephemeral_loop
-from managedloop.config import MISSING, Secret, resolve
+from managedloop.config import MISSING, Secret, resolve, reveal
 from managedloop.errors import (
     APIStatusError,
     AuthenticationError,
@@ -64,6 +65,10 @@ T = TypeVar("T")
 
 BEARER_MIN_REMAINING = 30.0  # seconds; a token this close to expiry would die mid-request
 _PLACEHOLDER = "managedloop-bearer-file"  # sent nowhere: the transport replaces it
+# What a credential sent as a header value may hold: visible ASCII, no space (API keys and
+# RFC 6750 tokens do). h11 refuses anything else (a newline read with a key file, a stray
+# space) with an error that quotes the whole header, credential included.
+_HEADER_SAFE = re.compile(r"[!-~]+")
 
 
 class ClientSettings:
@@ -152,6 +157,12 @@ def settings(
             code="invalid_configuration",
             key="receive_timeout",
         )
+    if need_auth and key is not None and _HEADER_SAFE.fullmatch(reveal(key) or "") is None:
+        # The key itself is never quoted. (With client= the client's own key is sent.)
+        message = "api_key must be visible ASCII with no whitespace (a newline read with it?)"
+        if api_key is not MISSING:
+            raise InvalidOptionsError(message, option="api_key")
+        raise ConfigError(message, code="invalid_configuration", key="api_key")
     url = str(resolve("base_url", base_url)).rstrip("/")
     problem = _url_problem(url)
     if problem is not None:
@@ -204,6 +215,12 @@ def read_bearer_token(path: str, *, now: float | None = None) -> str:
     if not isinstance(token, str) or not token:
         raise AuthenticationError(
             "bearer token file has no access_token", reason="bearer_file_invalid", path=path
+        )
+    if _HEADER_SAFE.fullmatch(token) is None:
+        raise AuthenticationError(
+            "bearer token file's access_token must be visible ASCII with no whitespace",
+            reason="bearer_file_invalid",
+            path=path,
         )
     if isinstance(expires, bool) or not isinstance(expires, int | float):
         raise AuthenticationError(

@@ -480,6 +480,15 @@ class ClaudeConnection(ConnectionBase):
                 "session %s: the result of tool use %s is not in the history; re-sending it",
                 self.session_id,
                 tid,
+                extra=fields(
+                    "retry",
+                    host="claude",
+                    operation="tool result resend",
+                    session_id=self.session_id,
+                    tool_use_id=tid,
+                    attempt=self._resends[tid],
+                    max_retries=RESULT_RESENDS,
+                ),
             )
             try:
                 ids = await self.send([self._results[tid]])

@@ -31,6 +31,7 @@ import json
 import logging
 from typing import Any
 
+from managedloop._log import fields
 from managedloop.errors import MalformedResponseError
 
 __all__ = ["SSEDecoder", "StreamErrorFrameError"]
@@ -107,10 +108,21 @@ class SSEDecoder:
             ) from None
         if not isinstance(event, dict):
             self.undecodable += 1
-            logger.warning(
-                "skipping an SSE frame whose data is not a JSON object (event %r, %d bytes)",
-                name,
+            shown = (name or "")[:100]  # the server's event name, bounded
+            # One WARNING per stream: a server streaming junk must not log once per frame.
+            logger.log(
+                logging.WARNING if self.undecodable == 1 else logging.DEBUG,
+                "skipping an SSE frame whose data is not a JSON object (event %r, %d bytes)%s",
+                shown,
                 len(text),
+                "; later ones on this stream are logged at DEBUG" if self.undecodable == 1 else "",
+                extra=fields(
+                    "skipped_frame",
+                    host="claude",
+                    sse_event=shown,
+                    size=len(text),
+                    skipped=self.undecodable,
+                ),
             )
             return None
         if "type" not in event and name:
