@@ -77,10 +77,13 @@ measured (``bench/otel.py``, paired runs): it moved ~70 µs of CPU per request o
 critical path but gave no wall-time gain on the benchmark machine, so the simpler inline
 ends stay.
 
-Limits: instrumenting or uninstrumenting while a session runs leaves that session's open
-spans as they were (a stop with no start is ignored; a start whose stop is no longer
-delivered stays current in its task until the task ends). Provisioning and raw request
-events are not spanned (the HTTP instrumentations cover them).
+Instrumenting or uninstrumenting while a session runs: a span that started before an
+``uninstrument()`` still ends, and the caller's context is restored (a telemetry span
+delivers its stop to the listeners that heard its start); a span whose start came before
+an ``instrument()`` is not opened, and its stop is ignored. A timeout ends
+``invoke_agent`` with ``error.type = "timeout"`` (the deadline's cancel stays inside it).
+Provisioning and raw request events are not spanned (the HTTP instrumentations cover
+them).
 
 Only ``opentelemetry-api`` and ``opentelemetry-semantic-conventions`` are needed at run
 time (the ``otel`` extra); ``import managedloop`` never imports this module.

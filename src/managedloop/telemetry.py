@@ -196,7 +196,8 @@ def attach(listener: Listener, events: list[str] | None = None) -> Attachment:
 
 
 def detach(attachment: Attachment) -> bool:
-    """Remove a listener; ``False`` if it was not attached."""
+    """Remove a listener; ``False`` if it was not attached. A :func:`span` that started
+    while it was attached still delivers its stop (or exception) to it."""
     global _attachments
     with _lock:
         if attachment not in _attachments:
@@ -310,7 +311,7 @@ class _Span:
     the session driver enters one per turn and per tool call (a generator-based one costs
     several calls more on each side; the delivery loop is inlined for the same reason)."""
 
-    __slots__ = ("_caller", "_extra", "_meta", "_metadata", "_name", "_start")
+    __slots__ = ("_caller", "_extra", "_meta", "_metadata", "_name", "_start", "_stops")
 
     def __init__(
         self, name: str, metadata: Mapping[str, Any], caller: Mapping[str, Any] | None
@@ -332,7 +333,11 @@ class _Span:
         else:
             caller = scope
         meta = self._meta = {**caller, **self._metadata} if caller else dict(self._metadata)
-        entry = _by_event.get(_PHASES[self._name][0])
+        phases = _PHASES[self._name]
+        # The listeners of the stop and the exception as attached now: a listener detached
+        # while the body runs still hears the end of what it saw start.
+        self._stops = (_by_event.get(phases[1]), _by_event.get(phases[2]))
+        entry = _by_event.get(phases[0])
         if entry is not None:
             full, listeners = entry
             measurements = {"system_time": time.time()}
@@ -352,12 +357,12 @@ class _Span:
             return
         measurements = {"duration": _perf_counter() - self._start}
         if exc is None:
-            entry = _by_event.get(_PHASES[self._name][1])
+            entry = self._stops[0]
             if entry is None:
                 return
             meta = {**meta, **self._extra}  # a new dict: a listener may keep the start's
         else:
-            entry = _by_event.get(_PHASES[self._name][2])
+            entry = self._stops[1]
             if entry is None:
                 return
             code = getattr(exc, "code", None)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import anthropic
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 import managedloop as ml
 from managedloop.providers import BedrockAgentCore, ClaudeManagedAgents, Local
@@ -20,6 +22,14 @@ TREE = [
     "    time lookup",
     "  chat m1",
 ]
+
+
+def provider_into(otel: Otel) -> TracerProvider:
+    """Another tracer provider exporting into ``otel``'s exporter (a trace's context does
+    not depend on which provider made a span)."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(otel.exporter))
+    return provider
 
 
 def agent(otel: Otel) -> ml.AgentSpec:

@@ -26,21 +26,12 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.aiohttp_client import AioHttpClientInstrumentor
 from opentelemetry.instrumentation.botocore import BotocoreInstrumentor
 from opentelemetry.instrumentation.httpx import HTTPX2ClientInstrumentor
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 
-from .otel_hosts import TREE, run_agentcore, run_claude
+from .otel_hosts import TREE, provider_into, run_agentcore, run_claude
 from .otel_kit import Otel
 
 pytestmark = pytest.mark.anyio
-
-
-def _http_provider(otel: Otel) -> TracerProvider:
-    """The instrumentations' provider, exporting into the bridge's exporter (a trace's
-    context does not depend on which provider made a span)."""
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(otel.exporter))
-    return provider
 
 
 def _ours(span: ReadableSpan) -> bool:
@@ -84,7 +75,7 @@ def _bridge_tree(otel: Otel) -> list[str]:
 
 
 async def test_claude_httpx2_spans_nest_under_the_bridge(otel: Otel) -> None:
-    provider = _http_provider(otel)
+    provider = provider_into(otel)
     instrumentor = HTTPX2ClientInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:
@@ -106,7 +97,7 @@ async def test_claude_httpx2_spans_nest_under_the_bridge(otel: Otel) -> None:
 async def test_agentcore_botocore_and_aiohttp_spans_nest_under_the_bridge(
     otel: Otel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    provider = _http_provider(otel)
+    provider = provider_into(otel)
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     botocore, aiohttp = BotocoreInstrumentor(), AioHttpClientInstrumentor()
     botocore.instrument(tracer_provider=provider)

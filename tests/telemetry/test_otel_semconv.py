@@ -15,8 +15,6 @@ import json
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from pytest_genai_semconv import (
     assert_chat_span,
     assert_execute_tool_span,
@@ -30,7 +28,7 @@ from managedloop import telemetry
 from managedloop.providers import Local
 from managedloop.testing import ChatEmulator, call, say
 
-from .otel_hosts import run_agentcore, run_claude, run_local
+from .otel_hosts import provider_into, run_agentcore, run_claude, run_local
 from .otel_kit import Otel
 
 pytestmark = pytest.mark.anyio
@@ -67,9 +65,7 @@ async def test_every_host_s_spans_pass_the_conventions(
 ) -> None:
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     if content:  # instrumented again, into the same exporter, with content
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(otel.exporter))
-        managedloop.otel.instrument(provider, capture_content=True)
+        managedloop.otel.instrument(provider_into(otel), capture_content=True)
         assert telemetry.capture_content()
     result = await host(otel)
     _judge(otel, ["get_weather", "get_time"])

@@ -403,26 +403,39 @@ class _Driver:
         return dataclasses.replace(result, pending=answer)
 
     async def request(
-        self, first: TurnInput | Pending | None, *, scoped: bool = False
+        self, first: TurnInput | Pending | None, *, timeout: float | None = None
     ) -> SessionResult:
-        """One request: from ``first`` to a terminal (``None``: redrive pending tool uses;
-        a :class:`Pending`: answer a parked request with ``approvals=`` / ``confirm=``).
-
-        ``scoped=True``: the caller has set the telemetry scope and emits the
-        ``session.request`` span (``run``, whose span covers the open too)."""
-        if scoped:
-            return await self._request(first, interruptible=False)
+        """A live session's request, in its telemetry scope and ``session.request`` span:
+        from ``first`` to a terminal (``None``: redrive pending tool uses; a
+        :class:`Pending`: answer a parked request with ``approvals=`` / ``confirm=``), within
+        ``timeout`` (:meth:`_within`). ``run`` drives :meth:`_request` itself: its scope and
+        span cover the open too."""
         token = telemetry.enter_scope(self.p.caller)
         try:
             if not telemetry.span_enabled("session.request"):
-                return await self._request(first)
+                return await self._within(first, timeout)
             meta = {**self.p.agent_meta, "model": self.p.model, **self._ids()}
             with telemetry.span("session.request", meta) as extra:
-                result = await self._request(first)
+                result = await self._within(first, timeout)
                 extra.update(_request_stop(result))
             return result
         finally:
             telemetry.exit_scope(token)
+
+    async def _within(
+        self, first: TurnInput | Pending | None, timeout: float | None
+    ) -> SessionResult:
+        """A live session's request under its deadline: a timeout raises
+        :class:`SessionTimeoutError` here, inside the ``session.request`` span, so the span
+        ends with the timeout rather than with the cancel the deadline used."""
+        with _deadline(timeout) as scope:
+            return await self._request(first)
+        assert scope.cancelled_caught
+        message = (
+            f"the live session's request did not reach a terminal within {timeout}s;"
+            " it was cancelled, the connection closed and the session ended"
+        )
+        raise _timed_out(timeout, self.partial(), message)
 
     async def _request(
         self, first: TurnInput | Pending | None, *, interruptible: bool = True
@@ -731,21 +744,28 @@ async def run(
     prepared, coerced = prepare(
         provider, agent=agent, options=options, timeout=timeout, prompt=prompt
     )
-    opened: list[_Driver] = []
     token = telemetry.enter_scope(prepared.caller)  # open, request and close carry the tags
     try:
-        with anyio.move_on_after(timeout if timeout is not None else math.inf) as scope:
-            if not telemetry.span_enabled("session.request"):
-                return await _run_one(prepared, prompt, coerced, opened)
-            # The request's span covers the open too: a run's session create is part of it.
-            meta = {**prepared.agent_meta, "model": prepared.model}
-            meta |= {"provider": prepared.provider.name, "session_id": None}
-            with telemetry.span("session.request", meta) as extra:
-                result = await _run_one(prepared, prompt, coerced, opened)
-                extra.update(_request_stop(result))
-            return result
+        if not telemetry.span_enabled("session.request"):
+            return await _run_within(prepared, prompt, coerced, timeout)
+        # The request's span covers the open too: a run's session create is part of it; and
+        # the deadline, so a timeout ends it with the SessionTimeoutError, not a cancel.
+        meta = {**prepared.agent_meta, "model": prepared.model}
+        meta |= {"provider": prepared.provider.name, "session_id": None}
+        with telemetry.span("session.request", meta) as extra:
+            result = await _run_within(prepared, prompt, coerced, timeout)
+            extra.update(_request_stop(result))
+        return result
     finally:
         telemetry.exit_scope(token)
+
+
+async def _run_within(
+    prepared: Prepared, prompt: str | None, outcome: Outcome | None, timeout: float | None
+) -> SessionResult:
+    opened: list[_Driver] = []
+    with anyio.move_on_after(timeout if timeout is not None else math.inf) as scope:
+        return await _run_one(prepared, prompt, outcome, opened)
     assert scope.cancelled_caught
     raise _timed_out(
         timeout,
@@ -909,18 +929,13 @@ class LiveSession:
     async def _one(self, driver: _Driver, command: TurnInput | Pending | None) -> bool:
         """Serve one request; ``False`` when it timed out and the session is over."""
         result: SessionResult | BaseException
-        with _deadline(self._timeout) as scope:
-            try:
-                result = await driver.request(command)
-            except Exception as exc:  # handed to result(); the session stays usable
-                result = exc
-        if scope.cancelled_caught:
-            message = (
-                f"the live session's request did not reach a terminal within {self._timeout}s;"
-                " it was cancelled, the connection closed and the session ended"
-            )
-            await self._end(_timed_out(self._timeout, driver.partial(), message))
+        try:
+            result = await driver.request(command, timeout=self._timeout)
+        except SessionTimeoutError as exc:  # raised inside the request's span
+            await self._end(exc)
             return False
+        except Exception as exc:  # handed to result(); the session stays usable
+            result = exc
         self._outbox_send.send_nowait(result)
         return True
 

@@ -1,0 +1,91 @@
+"""The bridge's spans at the edges of a session's life: a timeout, and an uninstrument
+while the session runs (found by the hostile review of issue 11).
+
+* a run or a live request that times out raises ``SessionTimeoutError`` (code
+  ``timeout``): its ``invoke_agent`` span and its duration point say ``timeout``, not
+  ``CancelledError`` (the cancel the deadline uses inside);
+* ``uninstrument()`` during a session still ends the spans that session opened and gives
+  the caller's task its context back: a later session in that task (instrumented again)
+  is a trace of its own, not the child of a span that never ends.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from opentelemetry import trace
+from opentelemetry.trace import StatusCode
+
+import managedloop as ml
+import managedloop.otel
+from managedloop.providers import Local
+from managedloop.testing import ChatEmulator, call, say
+
+from .otel_hosts import provider_into
+from .otel_kit import Otel
+
+pytestmark = pytest.mark.anyio
+
+
+@ml.tool
+async def hang(city: str) -> str:
+    """Never returns."""
+    await anyio.sleep_forever()
+    raise AssertionError("unreachable")
+
+
+@ml.tool
+def switch_off(city: str) -> str:
+    """Turns the bridge off while its own session runs."""
+    managedloop.otel.uninstrument()
+    return "off"
+
+
+def _hanging() -> tuple[ml.AgentSpec, ChatEmulator]:
+    agent = ml.AgentSpec(name="a", tools=[hang], model="m1")
+    return agent, ChatEmulator([call("hang", {"city": "P"}), say("never")])
+
+
+async def test_a_timed_out_run_records_the_timeout_code(otel: Otel) -> None:
+    agent, emulator = _hanging()
+    with emulator as emu:
+        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        with pytest.raises(ml.SessionTimeoutError) as info:
+            await ml.run(provider, agent=agent, prompt="x", timeout=0.2)
+    code = info.value.code
+    assert code == "timeout"
+    (root,) = otel.named("invoke_agent")
+    assert root.status.status_code is StatusCode.ERROR
+    assert dict(root.attributes or {})["error.type"] == code
+    assert root.status.description == code
+    points = otel.metrics()["gen_ai.client.operation.duration"]
+    (point,) = [p for p in points if p.attributes["gen_ai.operation.name"] == "invoke_agent"]
+    assert point.attributes["error.type"] == code
+
+
+async def test_a_timed_out_live_request_records_the_timeout_code(otel: Otel) -> None:
+    agent, emulator = _hanging()
+    with emulator as emu:
+        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        async with ml.start(provider, agent=agent, prompt="x", timeout=0.2) as session:
+            with pytest.raises(ml.SessionTimeoutError) as info:
+                await session.result()
+    (root,) = otel.named("invoke_agent")
+    assert dict(root.attributes or {})["error.type"] == info.value.code == "timeout"
+    assert root.status.status_code is StatusCode.ERROR
+
+
+async def test_uninstrument_mid_session_leaves_no_current_span_behind(otel: Otel) -> None:
+    agent = ml.AgentSpec(name="a", tools=[switch_off], model="m1")
+    with ChatEmulator([call("switch_off", {"city": "P"}), say("done"), say("again")]) as emu:
+        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        with otel.tracer.start_as_current_span("caller") as caller:
+            await ml.run(provider, agent=agent, prompt="x")
+            assert trace.get_current_span() is caller
+        # the spans the session opened before the switch were ended, so exported
+        assert {s.name for s in otel.spans()} >= {"invoke_agent a", "execute_tool switch_off"}
+        otel.exporter.clear()
+        managedloop.otel.instrument(provider_into(otel))
+        await ml.run(provider, agent=ml.AgentSpec(name="b", model="m1"), prompt="y")
+    (root,) = otel.named("invoke_agent")
+    assert root.parent is None  # a root: not under the first session's dead spans
