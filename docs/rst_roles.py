@@ -7,7 +7,7 @@ does) and a plain colon (the indented block after a ``::`` is already a Markdown
 block), and fences a doctest paragraph (``>>>`` lines, which Markdown would read as nested
 block quotes) as a ``pycon`` block, and turns a reST simple table (``====  ====`` borders
 around a header row) into a Markdown table. The source is left as it is. (The docstrings'
-doctests are illustrations, not run; the pages' own blocks are.) mkdocs.yml loads it
+doctests run in tests/test_docs_blocks.py, like the pages' own blocks.) mkdocs.yml loads it
 by path; tests/test_docs_blocks.py pins the rewriting.
 """
 

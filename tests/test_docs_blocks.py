@@ -1,4 +1,5 @@
-"""Every code block in README.md and docs/ is tagged, and every ```python block runs.
+"""Every code block in README.md and docs/ is tagged, every ```python block runs, and so does
+every ``>>>`` example in a docstring (the API reference shows them).
 
 The conventions a page follows (so none of its examples can rot):
 
@@ -271,3 +272,32 @@ def test_the_reference_shows_rest_roles_as_inline_code() -> None:
         "Intro:\n\n| name | what |\n|---|---|\n| ``a`` | first |\n"
         "| b | second, continued |\n| longer | overflows |\n\nAfter."
     )
+
+
+def _doctest_modules() -> list[str]:
+    """The modules of src/managedloop whose docstrings hold a ``>>>`` example (the API
+    reference renders them as ``pycon`` blocks)."""
+    src = ROOT / "src"
+    names = []
+    for path in sorted((src / "managedloop").rglob("*.py")):
+        if ">>> " in path.read_text(encoding="utf-8"):
+            parts = path.relative_to(src).with_suffix("").parts
+            names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+def test_there_are_docstring_examples_to_run() -> None:
+    assert len(_doctest_modules()) >= 5
+
+
+@pytest.mark.parametrize("name", _doctest_modules())
+def test_docstring_examples_run(name: str) -> None:
+    """Every ``>>>`` example in a docstring runs as a doctest (offline: an emulator or an
+    object that sends nothing), so the reference's ``pycon`` blocks cannot rot either."""
+    import doctest
+    import importlib
+
+    module = importlib.import_module(name)
+    results = doctest.testmod(module, optionflags=doctest.ELLIPSIS, report=False)
+    assert results.attempted > 0, f"{name}: no example found"
+    assert results.failed == 0, f"{name}: {results.failed} of its examples failed"

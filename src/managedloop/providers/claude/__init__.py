@@ -1,8 +1,13 @@
 """Claude Managed Agents: the managed loop host on the official ``anthropic`` SDK.
 
+>>> import anthropic
 >>> from managedloop.providers import ClaudeManagedAgents
->>> client = anthropic.AsyncAnthropic()
->>> provider = ClaudeManagedAgents(client=client, agent=handle, environment=handle)
+>>> client = anthropic.AsyncAnthropic(api_key="sk-ant-...")  # or from ANTHROPIC_API_KEY
+>>> provider = ClaudeManagedAgents(client=client, agent="agent_011", environment="env_011")
+>>> provider.agent_id
+'agent_011'
+
+``agent=`` and ``environment=`` take ids or the handle :func:`managedloop.provision` returns.
 
 Importing this package imports ``anthropic`` lazily (only when a client is built or a call
 is made), so ``managedloop.providers.ClaudeManagedAgents`` is cheap to reach.
