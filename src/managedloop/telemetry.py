@@ -7,7 +7,7 @@ The event tree (names are dotted, prefixed ``managedloop.``)::
     agent_core.provision.poll|stop|exception  provisioning waits (harness_id, status, phase)
     stream.connected|event|done|error         host event streams (session_id, type, usage)
     tool.start|stop|exception                 each custom tool call (tool, session_id, is_error)
-    session.tool_uses                         every turn (turn, tool_use_ids, tool_use_count)
+    session.tool_uses                         every turn (turn, tool_use_ids, session_id, ...)
     session.terminal                          every terminal (terminal, reason)
     session.request.start|stop|exception      each request of a session, open to terminal
     session.turn.start|stop|exception         each host turn (one model call on Local)
@@ -123,7 +123,7 @@ TABLE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "tool.start": (("system_time",), ("tool", "tool_use_id", *_SESSION)),
     "tool.stop": (("duration",), ("tool", "tool_use_id", *_SESSION, "is_error")),
     "tool.exception": (("duration",), ("tool", "tool_use_id", *_SESSION, "kind")),
-    "session.tool_uses": (("tool_use_count",), ("turn", "tool_use_ids", "provider")),
+    "session.tool_uses": (("tool_use_count",), ("turn", "tool_use_ids", *_SESSION)),
     "session.terminal": ((), ("terminal", "reason", *_SESSION)),
     "session.request.start": (("system_time",), ("agent", "agent_id", "model", *_SESSION)),
     "session.request.stop": (

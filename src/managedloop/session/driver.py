@@ -291,7 +291,11 @@ class _Driver:
             telemetry.emit(
                 "session.tool_uses",
                 {"tool_use_count": len(uses)},
-                {"turn": self.machine.turns, "tool_use_ids": [u.id for u in uses]},
+                {
+                    "turn": self.machine.turns,
+                    "tool_use_ids": [u.id for u in uses],
+                    "session_id": self.conn.session_id,
+                },
                 caller=self.p.caller,
             )
         done = self.done
