@@ -471,3 +471,19 @@ def test_claude_refuses_a_credential_no_header_can_carry(
     monkeypatch.setenv("ANTHROPIC_API_KEY", CLAUDE_KEY)
     assert repr(ClaudeManagedAgents()).startswith("ClaudeManagedAgents(")
     assert read_bearer_token(str(_token_file(tmp_path / "ok", BEARER))) == BEARER
+
+
+def test_configured_secrets_are_held_wrapped() -> None:
+    """``ml.configure(api_key=...)`` keeps secret keys as :class:`~managedloop.config.Secret`:
+    a dump of the module's globals (a debugger, a crash reporter's locals) shows none, and
+    the key still reaches the provider."""
+    import managedloop.config as config
+
+    try:
+        ml.configure(api_key=CLAUDE_KEY, base_url="http://127.0.0.1:9")
+        dumped = repr(vars(config))
+        assert findings([("globals", dumped)]) == []
+        assert config.reveal(config.resolve("api_key")) == CLAUDE_KEY
+        assert config.resolve("base_url") == "http://127.0.0.1:9"  # not a secret: as given
+    finally:
+        ml.configure()

@@ -110,10 +110,16 @@ def configure(**values: Any) -> None:
             f"unknown configuration key(s): {', '.join(unknown)}; known: {', '.join(KEYS)}",
             option=unknown[0],
         )
+    # Secret keys are held wrapped, so no dump of this module's globals (a debugger, a
+    # crash reporter's locals) shows them.
+    held = {
+        name: Secret(value) if KEYS[name].secret and isinstance(value, str) else value
+        for name, value in values.items()
+    }
     with _lock:
         if not values:
             _configured.clear()
-        _configured.update(values)
+        _configured.update(held)
 
 
 def resolve(name: str, explicit: Any = MISSING) -> Any:
