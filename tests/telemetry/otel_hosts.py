@@ -12,7 +12,7 @@ from managedloop.testing import AgentCoreEmulator, ChatEmulator, ClaudeEmulator
 
 from .otel_kit import Otel, traced_tools
 
-# The bridge's span tree of these sessions (tests/telemetry/test_otel.py pins it too).
+# The bridge's span tree of these sessions (tests/telemetry/test_otel.py pins it per host).
 TREE = [
     "invoke_agent weather",
     "  chat m1",
@@ -22,6 +22,12 @@ TREE = [
     "    time lookup",
     "  chat m1",
 ]
+
+
+@ml.tool
+def broken(city: str) -> str:
+    """Always fails."""
+    raise ml.ToolError(f"no weather for {city}")
 
 
 def provider_into(otel: Otel) -> TracerProvider:

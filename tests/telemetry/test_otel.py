@@ -40,19 +40,10 @@ from managedloop.testing import (
     say,
 )
 
+from .otel_hosts import TREE, broken
 from .otel_kit import Otel, traced_tools
 
 pytestmark = pytest.mark.anyio
-
-TREE = [
-    "invoke_agent weather",
-    "  chat m1",
-    "  execute_tool get_weather",
-    "    weather lookup",
-    "  execute_tool get_time",
-    "    time lookup",
-    "  chat m1",
-]
 
 
 @pytest.fixture
@@ -182,12 +173,6 @@ async def test_agentcore_span_tree(
         ("/harnesses/invoke", "chat m1"),
         ("/harnesses/invoke", "chat m1"),
     ]
-
-
-@ml.tool
-def broken(city: str) -> str:
-    """Always fails."""
-    raise ml.ToolError(f"no weather for {city}")
 
 
 async def test_tool_error_and_failed_request(otel: Otel) -> None:

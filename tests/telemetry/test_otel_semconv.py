@@ -28,7 +28,7 @@ from managedloop import telemetry
 from managedloop.providers import Local
 from managedloop.testing import ChatEmulator, call, say
 
-from .otel_hosts import provider_into, run_agentcore, run_claude, run_local
+from .otel_hosts import broken, provider_into, run_agentcore, run_claude, run_local
 from .otel_kit import Otel
 
 pytestmark = pytest.mark.anyio
@@ -85,12 +85,6 @@ async def test_every_host_s_spans_pass_the_conventions(
     ]
     (answer,) = json.loads(last["gen_ai.output.messages"])
     assert answer["parts"] == [{"type": "text", "content": result.text}]
-
-
-@ml.tool
-def broken(city: str) -> str:
-    """Always fails."""
-    raise ml.ToolError(f"no weather for {city}")
 
 
 async def test_failures_pass_the_conventions(otel: Otel) -> None:
