@@ -42,7 +42,10 @@ Metrics (histograms): ``gen_ai.client.token.usage`` (per ``chat``, by
 ``invoke_agent``) and ``managedloop.tool.duration`` (seconds, per tool call; the GenAI
 conventions define no client tool metric), with the conventions' explicit bucket
 boundaries as advice (tokens 1, 4, 16 ... 4**13; seconds 0.01, 0.02 ... 81.92, the tool
-histogram too); a ``View`` of the application's overrides them.
+histogram too); a ``View`` of the application's overrides them. A metric point keeps the
+operation, provider, model and tool name: a model that calls tools it was never given
+makes one tool-duration series per invented name (each answered with an error result),
+bounded by the SDK's cardinality limit (2,000 series per instrument by default).
 
 How the nesting works (the invariant this module relies on): telemetry listeners run
 synchronously in the emitting task, and a span's ``start`` and ``stop``/``exception`` are
