@@ -43,9 +43,10 @@ Metrics (histograms): ``gen_ai.client.token.usage`` (per ``chat``, by
 conventions define no client tool metric), with the conventions' explicit bucket
 boundaries as advice (tokens 1, 4, 16 ... 4**13; seconds 0.01, 0.02 ... 81.92, the tool
 histogram too); a ``View`` of the application's overrides them. A metric point keeps the
-operation, provider, model and tool name: a model that calls tools it was never given
-makes one tool-duration series per invented name (each answered with an error result),
-bounded by the SDK's cardinality limit (2,000 series per instrument by default).
+operation, provider, model and tool name; a model can invent tool names without end (each
+call answered with an error result), so after 1,000 distinct names a new one is
+``_OTHER`` in the tool-duration metric (the SDK's aggregation has no cardinality limit of
+its own); spans keep every name.
 
 How the nesting works (the invariant this module relies on): telemetry listeners run
 synchronously in the emitting task, and a span's ``start`` and ``stop``/``exception`` are
@@ -154,6 +155,12 @@ _PROVIDER_NAMES = {
 # Span shapes cached per (host, model) or (host, tool): a session's turns and tool calls
 # repeat the same few. Bounded: cleared when a process sees more shapes than this.
 _SHAPES_MAX = 512
+# Tool names become metric attributes, and a model can invent any number of them (each is
+# answered with an error result): past this many distinct names a new one is recorded as
+# ``_OTHER`` in the metrics, so the SDK's aggregation (which has no cardinality limit)
+# cannot grow without bound. Spans keep every name: they are not aggregated.
+_TOOL_NAMES_MAX = 1000
+_OTHER = "_OTHER"
 # (span name, start attributes, metric attributes, span kind)
 _Shape = tuple[str, dict[str, Any], Any, SpanKind]
 
@@ -292,6 +299,7 @@ class _Bridge:
         )
         # (kind, host, model or tool) -> its shape (see _shape)
         self._shapes: dict[tuple[str, Any, Any], _Shape] = {}
+        self._tool_names: set[Any] = set()  # the names the tool metric has kept (see _OTHER)
 
     def listeners(self) -> dict[str, telemetry.Listener]:
         p = telemetry.PREFIX
@@ -342,6 +350,11 @@ class _Bridge:
             name = f"{_EXECUTE_TOOL} {key}" if key else _EXECUTE_TOOL
             span_kind = SpanKind.INTERNAL
             metric = _metric_attributes(attrs)
+            if key is not None and key not in self._tool_names:
+                if len(self._tool_names) < _TOOL_NAMES_MAX:
+                    self._tool_names.add(key)
+                else:
+                    metric = {**metric, _TOOL_NAME: _OTHER}
         if len(self._shapes) >= _SHAPES_MAX:
             self._shapes.clear()
         shape = self._shapes[kind, host, key] = (name, attrs, metric, span_kind)

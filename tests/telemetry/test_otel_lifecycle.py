@@ -1,12 +1,13 @@
-"""The bridge's spans at the edges of a session's life: a timeout, and an uninstrument
-while the session runs (found by the hostile review of issue 11).
+"""The bridge at the edges (found by the hostile review of issue 11): a timeout, an
+uninstrument while the session runs, a model that invents tool names.
 
 * a run or a live request that times out raises ``SessionTimeoutError`` (code
   ``timeout``): its ``invoke_agent`` span and its duration point say ``timeout``, not
   ``CancelledError`` (the cancel the deadline uses inside);
 * ``uninstrument()`` during a session still ends the spans that session opened and gives
   the caller's task its context back: a later session in that task (instrumented again)
-  is a trace of its own, not the child of a span that never ends.
+  is a trace of its own, not the child of a span that never ends;
+* invented tool names cannot grow the tool-duration metric without bound.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from opentelemetry.trace import StatusCode
 
 import managedloop as ml
 import managedloop.otel
+from managedloop import telemetry
 from managedloop.providers import Local
 from managedloop.testing import ChatEmulator, call, say
 
@@ -89,3 +91,21 @@ async def test_uninstrument_mid_session_leaves_no_current_span_behind(otel: Otel
         await ml.run(provider, agent=ml.AgentSpec(name="b", model="m1"), prompt="y")
     (root,) = otel.named("invoke_agent")
     assert root.parent is None  # a root: not under the first session's dead spans
+
+
+def test_invented_tool_names_cannot_grow_the_metrics_without_bound(otel: Otel) -> None:
+    """A model can call any number of tools it was never given: after 1,000 distinct names
+    the tool-duration metric records new ones as ``_OTHER`` (the SDK keeps a series per
+    attribute set, without a limit); the spans keep every name."""
+    names = [f"invented_{i}" for i in range(1005)]
+    for name in names:
+        with telemetry.span("tool", {"tool": name, "tool_use_id": "c", "provider": "local"}):
+            pass
+    points = otel.metrics()["managedloop.tool.duration"]
+    by_name = {p.attributes["gen_ai.tool.name"]: p.count for p in points}
+    assert len(by_name) == 1001
+    assert by_name["_OTHER"] == 5
+    assert by_name["invented_999"] == 1
+    assert "invented_1000" not in by_name
+    spans = {dict(s.attributes or {})["gen_ai.tool.name"] for s in otel.named("execute_tool")}
+    assert spans == set(names)
