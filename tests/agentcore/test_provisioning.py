@@ -316,9 +316,13 @@ async def test_an_endpoint_404_is_waited_on_then_ready() -> None:
         assert statuses[-1] == 200
 
 
-async def test_endpoint_name_overrides_the_polled_endpoint(emu: AgentCoreEmulator) -> None:
-    with make_provider(emu) as provider, pytest.raises(ml.ProvisioningError) as info:
-        await provision(emu, provider, endpoint_name="live", timeout=0.4)
+async def test_endpoint_name_overrides_the_polled_endpoint() -> None:
+    # On the manual clock, with the default budget: the endpoint never appears and the wait
+    # runs out on the deadline, not on how fast a loaded machine answers CreateHarness (the
+    # create's read timeout is what is left of the budget: a real 0.4 s failed under load).
+    async with manual() as emu:
+        with make_provider(emu) as provider, pytest.raises(ml.ProvisioningError) as info:
+            await provision(emu, provider, endpoint_name="live")
     assert info.value.code == "endpoint_ready_timeout"
     assert info.value.context["endpoint_name"] == "live"
     assert all(r.path.endswith("/endpoints/live") for r in emu.operations("GetHarnessEndpoint"))
@@ -594,12 +598,14 @@ async def test_a_failing_rollback_never_masks_the_original_error(
     assert "may be orphaned" in caplog.text
 
 
-async def test_rollback_has_its_own_fixed_budget(emu: AgentCoreEmulator) -> None:
-    emu.faults = fast(harness_outcome="CREATE_FAILED")
-    with make_provider(emu) as provider:
-        spy = Spy(provider)
-        with pytest.raises(ml.ProvisioningError):
-            await provision(emu, provider, timeout=0.3)
+async def test_rollback_has_its_own_fixed_budget() -> None:
+    # On the manual clock, with the default budget: the create's read timeout is what is
+    # left of the budget, so a small real one fails on a loaded machine's slow answer.
+    async with manual(harness_outcome="CREATE_FAILED") as emu:
+        with make_provider(emu) as provider:
+            spy = Spy(provider)
+            with pytest.raises(ml.ProvisioningError):
+                await provision(emu, provider)
     assert spy.timeouts("delete_harness") == [10.0]
 
 
