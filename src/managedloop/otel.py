@@ -1,11 +1,14 @@
 """OpenTelemetry GenAI spans and metrics over the telemetry events (``managedloop[otel]``).
 
-::
-
-    import managedloop.otel
-    managedloop.otel.instrument()                  # the global tracer and meter providers
-    managedloop.otel.instrument(provider, meter_provider=mp, capture_content=True)
-    managedloop.otel.uninstrument()
+>>> import managedloop.otel
+>>> managedloop.otel.instrument()  # the global tracer and meter providers
+>>> from opentelemetry.sdk.metrics import MeterProvider  # or your own (the SDK's here)
+>>> from opentelemetry.sdk.trace import TracerProvider
+>>> managedloop.otel.instrument(TracerProvider(), meter_provider=MeterProvider())
+>>> managedloop.otel.instrumented()
+True
+>>> managedloop.otel.uninstrument()
+True
 
 Spans follow the OpenTelemetry GenAI semantic conventions (names and attribute keys are
 the ``opentelemetry-semantic-conventions`` constants)::

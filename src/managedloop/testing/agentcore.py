@@ -2,11 +2,21 @@
 
 :class:`AgentCoreEmulator` is a real HTTP server on ``127.0.0.1`` (a free port, its own
 thread and event loop) that speaks the AgentCore REST API as botocore sends it, so the
-production client (botocore, SigV4, its event-stream decoder) is what gets exercised::
+production client (botocore, SigV4, its event-stream decoder) is what gets exercised:
 
-    with AgentCoreEmulator() as emu:
-        provider = BedrockAgentCore(harness_arn=emu.harness_arn, **emu.client_kwargs)
-        result = ml.run_sync(provider, agent=agent, prompt="Weather in Paris?")
+>>> import managedloop as ml
+>>> from managedloop.providers import BedrockAgentCore
+>>> from managedloop.testing import AgentCoreEmulator
+>>> @ml.tool
+... def get_weather(city: str) -> str:
+...     '''Current weather for a city.'''
+...     return f"Sunny in {city}"
+>>> agent = ml.AgentSpec(name="weather", tools=[get_weather])
+>>> with AgentCoreEmulator() as emu:
+...     provider = BedrockAgentCore(harness_arn=emu.harness_arn, **emu.client_kwargs)
+...     result = ml.run_sync(provider, agent=agent, prompt="Weather in Paris?")
+>>> [use.name for use in result.custom_tool_uses]
+['get_weather']
 
 Both planes share one ``endpoint_url`` and are routed by path, exactly as botocore builds
 them (``bedrock-agentcore-control``: ``/harnesses...``; ``bedrock-agentcore``:

@@ -3,12 +3,23 @@
 :class:`ScriptedChatModel` is a chat function (``Local(chat=ScriptedChatModel(script))``):
 no server, no HTTP, the fastest way to test an agent's tools. :class:`ChatEmulator` serves
 the same script as a real HTTP server on ``127.0.0.1`` (a free port), so the production
-HTTP client is what gets tested::
+HTTP client is what gets tested:
 
-    with ChatEmulator([call("get_weather", {"city": "Paris"}), say("Sunny.")]) as emu:
-        provider = Local(model="m", base_url=emu.base_url, api_key=emu.api_key)
-        result = ml.run_sync(provider, agent=agent, prompt="Weather in Paris?")
-    assert emu.requests[1].tool_results[0].text == "Sunny in Paris"
+>>> import managedloop as ml
+>>> from managedloop.providers import Local
+>>> from managedloop.testing import ChatEmulator, call, say
+>>> @ml.tool
+... def get_weather(city: str) -> str:
+...     '''Current weather for a city.'''
+...     return f"Sunny in {city}"
+>>> agent = ml.AgentSpec(name="weather", tools=[get_weather])
+>>> with ChatEmulator([call("get_weather", {"city": "Paris"}), say("Sunny.")]) as emu:
+...     provider = Local(model="m", base_url=emu.base_url, api_key=emu.api_key)
+...     result = ml.run_sync(provider, agent=agent, prompt="Weather in Paris?")
+>>> emu.requests[1].tool_results[0].text
+'Sunny in Paris'
+>>> result.text
+'Sunny.'
 
 The emulator serves ``POST /v1/chat/completions`` (JSON, or SSE with ``stream: true``,
 ``data: [DONE]`` and ``stream_options.include_usage``), ``POST /v1/messages`` (the Anthropic
