@@ -9,6 +9,7 @@ import pytest
 
 import managedloop as ml
 from managedloop import telemetry
+from weather import get_time, get_weather
 
 from .otel_kit import otel  # noqa: F401  (a fixture for the OTel tests)
 
@@ -24,18 +25,6 @@ CALLER = {
     "provider": LOSES,
     "terminal": LOSES,
 }
-
-
-@ml.tool
-def get_weather(city: str) -> str:
-    """Current weather for a city."""
-    return f"Sunny in {city}"
-
-
-@ml.tool
-def get_time(city: str) -> str:
-    """Local time in a city."""
-    return f"Noon in {city}"
 
 
 TWO_TOOLS = ml.AgentSpec(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import anthropic
 import pytest
@@ -148,11 +149,8 @@ async def test_agentcore_invoke_retry_and_give_up(logs: Records) -> None:
     assert give_up["attempts"] == len(retries) + 1
 
 
-async def test_claude_reconnect_and_send_retry(logs: Records) -> None:
-    script = [call("get_weather", {"city": "A"}), say("done")]
-    faults = ClaudeFaults(
-        drop_stream_after=(2,), rate_limit=1, fault_path="/events", fault_method="POST"
-    )
+async def _claude_run(script: list[Any], faults: ClaudeFaults) -> ml.SessionResult:
+    """A provisioned two-tool Claude session under ``faults`` (the SDK's own retries off)."""
     with ClaudeEmulator(script, faults=faults) as emu:
         async with anthropic.AsyncAnthropic(
             base_url=emu.base_url, api_key=emu.api_key, max_retries=0
@@ -161,7 +159,15 @@ async def test_claude_reconnect_and_send_retry(logs: Records) -> None:
             provider = ClaudeManagedAgents(
                 client=c, agent=handle, environment=handle, reconnect_backoff=0.0
             )
-            result = await ml.run(provider, agent=TWO_TOOLS, prompt="x", timeout=30)
+            return await ml.run(provider, agent=TWO_TOOLS, prompt="x", timeout=30)
+
+
+async def test_claude_reconnect_and_send_retry(logs: Records) -> None:
+    script = [call("get_weather", {"city": "A"}), say("done")]
+    faults = ClaudeFaults(
+        drop_stream_after=(2,), rate_limit=1, fault_path="/events", fault_method="POST"
+    )
+    result = await _claude_run(script, faults)
     assert result.terminal is ml.Terminal.END_TURN
     (reconnect,) = [as_json(r) for r in logs.events("reconnect")]
     assert reconnect["host"] == "claude"
@@ -312,13 +318,7 @@ async def test_claude_tool_result_resend_is_a_retry_record(logs: Records) -> Non
     """A tool result the host acknowledged but lost (it names the call again) is re-sent:
     one ``retry`` record with fields, like every other retry."""
     three = calls(("get_weather", {"city": "A"}), ("get_time", {"city": "B"}))
-    with ClaudeEmulator([three, say("done")], faults=ClaudeFaults(lose_results=1)) as emu:
-        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as c:
-            handle = await ml.provision(ClaudeManagedAgents(client=c), TWO_TOOLS)
-            provider = ClaudeManagedAgents(
-                client=c, agent=handle, environment=handle, reconnect_backoff=0.0
-            )
-            result = await ml.run(provider, agent=TWO_TOOLS, prompt="x", timeout=30)
+    result = await _claude_run([three, say("done")], ClaudeFaults(lose_results=1))
     assert result.terminal is ml.Terminal.END_TURN
     (resend,) = [as_json(r) for r in logs.events("retry")]
     assert (resend["host"], resend["operation"]) == ("claude", "tool result resend")

@@ -768,7 +768,7 @@ async def _run_within(
     prepared: Prepared, prompt: str | None, outcome: Outcome | None, timeout: float | None
 ) -> SessionResult:
     opened: list[_Driver] = []
-    with anyio.move_on_after(timeout if timeout is not None else math.inf) as scope:
+    with _deadline(timeout) as scope:
         return await _run_one(prepared, prompt, outcome, opened)
     assert scope.cancelled_caught
     raise _timed_out(
