@@ -124,15 +124,33 @@ class ToolResult(_Json):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Usage(_Json):
-    """Token counts, summed over turns; ``raw`` keeps each provider usage object verbatim."""
+    """Token counts (and, where the host reports them, cost and active time), summed over
+    turns; ``raw`` keeps each provider usage object verbatim.
+
+    ``input_tokens`` is the input the host reports as such; where a host reports cache reads
+    and writes apart from it (Anthropic, Bedrock), they are ``cache_read_input_tokens`` and
+    ``cache_creation_input_tokens``, and :attr:`total_tokens` (what ``max_total_tokens``
+    budgets) adds them.
+    ``cost_usd`` and ``active_seconds`` are ``None`` when no turn reported them (Claude's
+    ``session.usage`` does; the other hosts do not), never a made-up zero.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cost_usd: float | None = None
+    active_seconds: float | None = None
     raw: list[Any] = field(default_factory=list)
 
     @property
     def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_read_input_tokens
+            + self.cache_creation_input_tokens
+        )
 
     def __add__(self, other: Usage | None) -> Usage:
         if other is None:
@@ -140,8 +158,22 @@ class Usage(_Json):
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+            cache_creation_input_tokens=(
+                self.cache_creation_input_tokens + other.cache_creation_input_tokens
+            ),
+            cost_usd=_add_optional(self.cost_usd, other.cost_usd),
+            active_seconds=_add_optional(self.active_seconds, other.active_seconds),
             raw=[*self.raw, *other.raw],
         )
+
+
+def _add_optional(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -360,7 +392,18 @@ def fast_builder(cls: type, names: tuple[str, ...]) -> type:
 
 _ToolUseB = fast_builder(ToolUse, ("name", "id", "input", "thread_id", "input_error"))
 _ToolResultB = fast_builder(ToolResult, ("tool_use_id", "text", "is_error"))
-_UsageB = fast_builder(Usage, ("input_tokens", "output_tokens", "raw"))
+_UsageB = fast_builder(
+    Usage,
+    (
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+        "cost_usd",
+        "active_seconds",
+        "raw",
+    ),
+)
 _TurnResultB = fast_builder(
     TurnResult,
     (
@@ -460,6 +503,10 @@ def make_usage(input_tokens: int, output_tokens: int, raw: list[Any]) -> Usage:
     usage: Any = _UsageB()
     usage.input_tokens = input_tokens
     usage.output_tokens = output_tokens
+    usage.cache_read_input_tokens = 0
+    usage.cache_creation_input_tokens = 0
+    usage.cost_usd = None
+    usage.active_seconds = None
     usage.raw = raw
     usage.__class__ = Usage
     return usage  # type: ignore[no-any-return]
