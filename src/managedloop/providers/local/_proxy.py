@@ -12,7 +12,7 @@ library's :func:`urllib.request.getproxies` / :func:`urllib.request.proxy_bypass
   script) makes ``HTTP_PROXY`` unread, as urllib does (httpoxy).
 * ``NO_PROXY`` (either case): comma- or space-separated entries; ``*`` bypasses every
   host; ``host`` matches it and its subdomains, ``.domain`` its subdomains and itself;
-  ``host:port`` only that port; an IP address itself; a CIDR block (``10.0.0.0/8``,
+  ``host:port`` only that port; an IP address itself only (no suffix match); a CIDR block (``10.0.0.0/8``,
   ``fd00::/8``) any address in it (urllib does not read CIDR; httpx, requests and curl
   do).
 * A proxy URL is ``http://`` (a forwarding proxy for ``http://`` targets, a ``CONNECT``
@@ -197,7 +197,9 @@ def bypassed(host: str, port: int, entries: list[_Entry]) -> bool:
             suffix, only_port = entry
             if only_port is not None and only_port != port:
                 continue
-            if name == suffix or name.endswith("." + suffix):
+            # an IP address matches itself only (requests' and curl's rule), a name its
+            # subdomains too
+            if name == suffix or (address is None and name.endswith("." + suffix)):
                 return True
         elif address is not None and address.version == entry.version and address in entry:
             return True
