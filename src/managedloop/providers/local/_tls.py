@@ -27,7 +27,7 @@ from typing import Any
 
 from managedloop.errors import InvalidOptionsError
 
-__all__ = ["InsecureTLSWarning", "ssl_context"]
+__all__ = ["InsecureTLSWarning", "default_context", "ssl_context"]
 
 logger = logging.getLogger("managedloop.local")
 
@@ -36,8 +36,22 @@ class InsecureTLSWarning(UserWarning):
     """``verify=False``: TLS certificates and host names are not checked."""
 
 
+_defaults: dict[tuple[str | None, str | None], ssl.SSLContext] = {}
+
+
+def default_context() -> ssl.SSLContext:
+    """The system trust store's context, made on first use (loading the store takes
+    milliseconds) and again when ``SSL_CERT_FILE`` or ``SSL_CERT_DIR`` changed, so a
+    variable set by a program (or a test) before its first request is honoured."""
+    key = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    context = _defaults.get(key)
+    if context is None:
+        context = _defaults[key] = ssl.create_default_context()
+    return context
+
+
 def ssl_context(verify: Any = True, client_cert: Any = None) -> ssl.SSLContext | None:
-    """The context for ``https`` (``None``: the shared default one)."""
+    """The context for ``https`` (``None``: :func:`default_context`, at connect time)."""
     if isinstance(verify, ssl.SSLContext):
         if client_cert is not None:
             raise InvalidOptionsError(

@@ -47,7 +47,7 @@ from urllib.parse import quote, urlsplit
 from managedloop.errors import InvalidOptionsError
 from managedloop.providers.local import _wire
 from managedloop.providers.local._proxy import Proxy, ProxyRules
-from managedloop.providers.local._tls import ssl_context
+from managedloop.providers.local._tls import default_context, ssl_context
 
 __all__ = [
     "AiohttpTransport",
@@ -304,8 +304,7 @@ class AiohttpTransport(AsyncTransport):
         if not isinstance(trust_env, bool):
             raise InvalidOptionsError("trust_env must be True or False", option="trust_env")
         self.proxies = ProxyRules(proxy, trust_env=trust_env)
-        context = ssl_context(verify, client_cert)
-        self._ssl: ssl.SSLContext | bool = context if context is not None else True
+        self._ssl = ssl_context(verify, client_cert)
         self._timeout = float(timeout)
         self._connect_timeout = float(connect_timeout)
         self._max_connections = max_connections
@@ -323,7 +322,9 @@ class AiohttpTransport(AsyncTransport):
             for old in [k for k, v in self._sessions.items() if k.is_closed() or v.closed]:
                 del self._sessions[old]
             session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._max_connections, ssl=self._ssl),
+                connector=aiohttp.TCPConnector(
+                    limit=self._max_connections, ssl=self._ssl or default_context()
+                ),
                 timeout=aiohttp.ClientTimeout(
                     total=None, connect=self._connect_timeout, sock_read=self._timeout
                 ),
@@ -423,7 +424,11 @@ def _aiohttp_error(exc: Exception, aiohttp: Any) -> Exception:
                 "the proxy answered CONNECT with 407 Proxy Authentication Required"
             )
         return _wire.ProxyStatusError(f"the proxy answered CONNECT with {exc.status}", exc.status)
-    if isinstance(exc, aiohttp.ClientSSLError | ssl.SSLError):
+    if isinstance(exc, aiohttp.ClientSSLError | ssl.SSLError) or (
+        # TLS 1.3: the server refuses our certificate after the handshake, in an alert on
+        # the first read (aiohttp reports it as a ClientOSError)
+        isinstance(exc, aiohttp.ClientOSError) and "[SSL:" in text and "CERTIFICATE" in text
+    ):
         return _wire.TLSError(f"the TLS handshake failed: {text}")
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
         return _wire.ConnectTimeoutError(f"connecting took too long: {text}")
@@ -432,7 +437,7 @@ def _aiohttp_error(exc: Exception, aiohttp: Any) -> Exception:
     if isinstance(exc, aiohttp.ClientConnectorError):
         return _wire.ConnectError(f"cannot connect: {text}")
     if isinstance(exc, aiohttp.ClientResponseError):
-        if "Got more than" in text or "too long" in text.lower():
+        if "Got more than" in text or "too long" in text.lower() or "Too many headers" in text:
             return _wire.HeadTooLargeError(f"the answer's head is too large: {text}")
         return _wire.BadResponseError(f"the answer is not HTTP/1.1: {text}")
     if isinstance(exc, aiohttp.ClientError):

@@ -51,6 +51,8 @@ from typing import Any
 
 import httptools
 
+from managedloop.providers.local._tls import default_context
+
 __all__ = [
     "MAX_BODY",
     "MAX_HEAD",
@@ -142,16 +144,6 @@ class UnsupportedEncodingError(WireError):
     """A ``Content-Encoding`` this client neither asked for nor decodes."""
 
     kind = "UnsupportedContentEncoding"
-
-
-_default_ssl: ssl.SSLContext | None = None
-
-
-def _ssl_context() -> ssl.SSLContext:
-    global _default_ssl
-    if _default_ssl is None:
-        _default_ssl = ssl.create_default_context()  # system trust store, hostname checks
-    return _default_ssl
 
 
 class _StopParsing(Exception):  # noqa: N818 - not an error: the answer already failed
@@ -671,7 +663,7 @@ class Pool:
         self._all.add(conn)
         scheme, host, port = key[:3]
         tls = scheme == "https"
-        context = (self.ssl_context or _ssl_context()) if tls else None
+        context = (self.ssl_context or default_context()) if tls else None
         where = f"{host}:{port}" if via is None else f"{host}:{port} through the proxy"
         try:
             async with asyncio.timeout(self.connect_timeout):
