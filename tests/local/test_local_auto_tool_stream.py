@@ -23,8 +23,8 @@ import managedloop as ml
 from managedloop import cli
 from managedloop.providers.local import Local
 from managedloop.providers.local._http import ClientPool, OpenAIChat
-from managedloop.providers.local._transports import HttpTransport
 from managedloop.providers.local._profiles import PROFILES, Profile
+from managedloop.providers.local._transports import HttpTransport
 from managedloop.providers.local._types import ChatRequest
 from managedloop.testing import ChatEmulator, ChatFaults, call, say
 from managedloop.testing.script import ModelRequest

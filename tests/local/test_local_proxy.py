@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 import trustme
-from realproxy import RealProxy
 from test_local_wire import AGENT, RawServer, ok
 
 import managedloop as ml
 from managedloop.providers.local import AiohttpTransport, Local
 from managedloop.providers.local._proxy import ProxyRules, bypassed
+from realproxy import RealProxy
 
 pytestmark = pytest.mark.anyio
 
@@ -139,7 +139,14 @@ async def test_an_https_target_goes_through_a_connect_tunnel(
 @TRANSPORTS
 @pytest.mark.parametrize(
     "no_proxy",
-    ["127.0.0.1", "localhost,127.0.0.1", "127.0.0.0/8", "{port_entry}", "*", " other.test , 127.0.0.1 "],
+    [
+        "127.0.0.1",
+        "localhost,127.0.0.1",
+        "127.0.0.0/8",
+        "{port_entry}",
+        "*",
+        " other.test , 127.0.0.1 ",
+    ],
 )
 async def test_no_proxy_sends_matching_targets_direct(
     proxy: RealProxy, transport: str, no_proxy: str, monkeypatch: pytest.MonkeyPatch
@@ -223,19 +230,28 @@ async def test_a_proxy_407_is_a_named_error_on_the_first_attempt(
         base = f"{target}://127.0.0.1:{srv.port}/v1"
         if transport == "aiohttp":
             provider = Local(
-                model="m", base_url=base, api_key="k", max_retries=3, sleep=_never_sleep,
+                model="m",
+                base_url=base,
+                api_key="k",
+                max_retries=3,
+                sleep=_never_sleep,
                 transport=AiohttpTransport(**options),
             )
         else:
             provider = Local(
-                model="m", base_url=base, api_key="k", max_retries=3, sleep=_never_sleep,
+                model="m",
+                base_url=base,
+                api_key="k",
+                max_retries=3,
+                sleep=_never_sleep,
                 **options,
             )
         with pytest.raises(ml.APIStatusError) as failed:
             await run(provider)
     assert failed.value.code == "proxy_auth_required"
     assert failed.value.status == 407
-    assert "wrong" not in str(failed.value) and "wrong" not in repr(failed.value.context)
+    assert "wrong" not in str(failed.value)
+    assert "wrong" not in repr(failed.value.context)
     assert srv.requests == []  # the target never saw it
     # one request at the proxy: proxy.py logs an unauthenticated one as "None:None"
     assert len(auth_proxy.wait_for("None:None", count=1)) >= 1
@@ -280,7 +296,8 @@ def test_the_scheme_picks_the_variable_and_lower_case_wins() -> None:
     rules = ProxyRules(environ=env)
     assert rules.for_url("http", "h", 80).host == "lower"  # type: ignore[union-attr]
     https = rules.for_url("https", "h", 443)
-    assert https is not None and (https.host, https.port) == ("upper-no-scheme", 2)
+    assert https is not None
+    assert (https.host, https.port) == ("upper-no-scheme", 2)
     assert ProxyRules(environ={"ALL_PROXY": "http://all:3"}).for_url("https", "h", 1) is not None
     cgi = ProxyRules(environ={"HTTP_PROXY": "http://x:1", "REQUEST_METHOD": "GET"})
     assert cgi.for_url("http", "h", 80) is None  # httpoxy: a CGI request's Proxy header
@@ -288,7 +305,11 @@ def test_the_scheme_picks_the_variable_and_lower_case_wins() -> None:
 
 @pytest.mark.parametrize(
     ("value", "option"),
-    [("socks5://127.0.0.1:1080", "ALL_PROXY"), ("https://p:1", "HTTPS_PROXY"), ("http://", "HTTPS_PROXY")],
+    [
+        ("socks5://127.0.0.1:1080", "ALL_PROXY"),
+        ("https://p:1", "HTTPS_PROXY"),
+        ("http://", "HTTPS_PROXY"),
+    ],
 )
 def test_a_proxy_the_transports_cannot_use_is_refused_by_name(value: str, option: str) -> None:
     with pytest.raises(ml.InvalidOptionsError) as failed:
@@ -299,7 +320,9 @@ def test_a_proxy_the_transports_cannot_use_is_refused_by_name(value: str, option
 def test_proxy_credentials_never_show() -> None:
     rules = ProxyRules(f"http://{USER}:{PASSWORD}@proxy.test:3128")
     shown = repr(rules) + repr(rules.for_url("http", "h", 80))
-    assert PASSWORD not in shown and TOKEN not in shown and "***@proxy.test:3128" in shown
+    assert PASSWORD not in shown
+    assert TOKEN not in shown
+    assert "***@proxy.test:3128" in shown
     provider = Local(model="m", base_url="http://h/v1", proxy=f"http://{USER}:{PASSWORD}@p:1")
     assert PASSWORD not in repr(provider) + repr(provider._pool.transport)  # type: ignore[union-attr]
     with pytest.raises(ml.InvalidOptionsError) as failed:

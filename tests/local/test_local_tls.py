@@ -204,7 +204,8 @@ async def test_a_client_certificate_the_server_requires_is_supplied(
         async with CountingTLSServer(server_context(ca, client_ca=client_ca)) as srv:
             provider = make(srv.port, transport, verify=ca_file, client_cert=client_cert)
             assert (await run(provider)).text == "hi"
-        assert srv.peer_certs and srv.peer_certs[0]["subject"]  # the server saw ours
+        assert srv.peer_certs
+        assert srv.peer_certs[0]["subject"]  # the server saw ours
 
 
 # -- refused, once ----------------------------------------------------------------------------
@@ -259,13 +260,20 @@ async def test_an_over_size_head_fails_on_the_first_attempt(transport: str) -> N
         with pytest.raises(ml.MalformedResponseError) as failed:
             await run(make(srv.port, transport, scheme="http"))
     assert failed.value.code == "response_head_too_large"
-    assert srv.accepts == 1 and len(srv.requests) == 1
+    assert srv.accepts == 1
+    assert len(srv.requests) == 1
 
 
 @pytest.mark.parametrize(
     "url",
-    ["http//127.0.0.1/v1", "ftp://127.0.0.1/v1", "http://127.0.0.1:99999/v1", "http://[::1/v1",
-     "http://exa mple.com/v1", "http:///v1"],
+    [
+        "http//127.0.0.1/v1",
+        "ftp://127.0.0.1/v1",
+        "http://127.0.0.1:99999/v1",
+        "http://[::1/v1",
+        "http://exa mple.com/v1",
+        "http:///v1",
+    ],
 )
 def test_a_malformed_url_fails_before_any_request(url: str) -> None:
     with pytest.raises(ml.InvalidOptionsError) as failed:

@@ -96,9 +96,9 @@ from managedloop.errors import (
     TransportError,
 )
 from managedloop.providers.local import _wire
+from managedloop.providers.local._profiles import PROFILES, Profile
 from managedloop.providers.local._sse import EventTooLargeError, ServerSentEvent, SSEDecoder
 from managedloop.providers.local._transports import AsyncTransport, HttpRequest, HttpResponse
-from managedloop.providers.local._profiles import PROFILES, Profile
 from managedloop.providers.local._types import (
     ChatRequest,
     ChatResponse,
@@ -533,9 +533,7 @@ class _EmptyAutoToolStreamError(Exception):
     data (never leaves this module: the call is re-sent unstreamed)."""
 
 
-async def _read_stream(
-    resp: HttpResponse, request: ChatRequest, auto_tools: bool
-) -> ChatResponse:
+async def _read_stream(resp: HttpResponse, request: ChatRequest, auto_tools: bool) -> ChatResponse:
     """Fold server-sent events (:mod:`._sse`) into one assistant message, handing text
     chunks to ``on_delta``.
 
@@ -619,7 +617,7 @@ class StreamFold:
                 json.loads(raw)
             except (ValueError, RecursionError):
                 lines = [line.strip() for line in raw.split(b"\n") if line.strip()]
-                return any([self.data(line) for line in lines])
+                return any(self.data(line) for line in lines)  # stops at [DONE]
         return self.data(raw)
 
     def data(self, data: bytes) -> bool:

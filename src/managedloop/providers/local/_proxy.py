@@ -12,7 +12,8 @@ library's :func:`urllib.request.getproxies` / :func:`urllib.request.proxy_bypass
   script) makes ``HTTP_PROXY`` unread, as urllib does (httpoxy).
 * ``NO_PROXY`` (either case): comma- or space-separated entries; ``*`` bypasses every
   host; ``host`` matches it and its subdomains, ``.domain`` its subdomains and itself;
-  ``host:port`` only that port; an IP address itself only (no suffix match); a CIDR block (``10.0.0.0/8``,
+  ``host:port`` only that port; an IP address itself only (no suffix match); a CIDR
+  block (``10.0.0.0/8``,
   ``fd00::/8``) any address in it (urllib does not read CIDR; httpx, requests and curl
   do).
 * A proxy URL is ``http://`` (a forwarding proxy for ``http://`` targets, a ``CONNECT``

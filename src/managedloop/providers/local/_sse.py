@@ -154,6 +154,5 @@ class SSEDecoder:
         elif name == "id":
             if "\x00" not in value:
                 self.last_id = value
-        elif name == "retry":
-            if value.isascii() and value.isdigit():
-                self.retry = int(value)
+        elif name == "retry" and value.isascii() and value.isdigit():
+            self.retry = int(value)
