@@ -312,9 +312,24 @@ def test_the_scheme_picks_the_variable_and_lower_case_wins() -> None:
     ],
 )
 def test_a_proxy_the_transports_cannot_use_is_refused_by_name(value: str, option: str) -> None:
+    rules = ProxyRules(environ={option: value, "NO_PROXY": "direct.test"})
+    assert rules.for_url("https", "direct.test", 443) is None  # a bypassed target goes direct
     with pytest.raises(ml.InvalidOptionsError) as failed:
-        ProxyRules(environ={option: value})
+        rules.for_url("https", "api.test", 443)
     assert failed.value.context["option"] == option
+    assert "trust_env=False" in str(failed.value)
+
+
+def test_local_refuses_an_unusable_environment_proxy_at_construction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ALL_PROXY", "socks5://127.0.0.1:1080")
+    with pytest.raises(ml.InvalidOptionsError) as failed:
+        Local(model="m", base_url="http://api.test/v1")
+    assert failed.value.context["option"] == "ALL_PROXY"
+    Local(model="m", base_url="http://api.test/v1", trust_env=False)
+    monkeypatch.setenv("NO_PROXY", "api.test")
+    Local(model="m", base_url="http://api.test/v1")
 
 
 def test_proxy_credentials_never_show() -> None:

@@ -122,46 +122,54 @@ _name = st.text(st.characters(blacklist_characters="\r\n\x00", blacklist_categor
 
 
 @st.composite
-def streams(draw: Any) -> tuple[bytes, list[tuple[str, str, str]]]:
+def streams(draw: Any) -> tuple[bytes, list[tuple[str, str, str, int | None]]]:
     """A stream sse-starlette encodes, and the (data, event, id) it must decode to."""
     sep = draw(st.sampled_from(["\r\n", "\n", "\r"]))
     events = draw(
         st.lists(
-            st.tuples(_text, st.none() | _name.filter(bool), st.none() | _name, st.booleans()),
+            st.tuples(
+                _text,
+                st.none() | _name.filter(bool),
+                st.none() | _name,
+                st.booleans(),
+                st.none() | st.integers(0, 10**6),
+            ),
             max_size=6,
         )
     )
     out: list[bytes] = []
-    expected: list[tuple[str, str, str]] = []
-    last_id = ""
-    for data, event, id_, comment in events:
+    expected: list[tuple[str, str, str, int | None]] = []
+    last_id, last_retry = "", None
+    for data, event, id_, comment, retry in events:
         out.append(
             StarletteEvent(
-                data, event=event, id=id_, comment="note" if comment else None, sep=sep
+                data, event=event, id=id_, retry=retry, comment="note" if comment else None, sep=sep
             ).encode()
         )
         if id_ is not None:
             last_id = id_
+        if retry is not None:
+            last_retry = retry
         # sse-starlette strips a leading space per field only by writing "data: "; the
         # data's own line breaks become "\n"
         joined = "\n".join(data.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
-        expected.append((joined, event or "message", last_id))
+        expected.append((joined, event or "message", last_id, last_retry))
     return b"".join(out), expected
 
 
 @settings(max_examples=300, deadline=None)
 @given(streams(), st.lists(st.integers(min_value=0), max_size=8), st.booleans())
 def test_any_stream_split_at_any_bytes_yields_the_same_events(
-    case: tuple[bytes, list[tuple[str, str, str]]], cuts: list[int], bom: bool
+    case: tuple[bytes, list[tuple[str, str, str, int | None]]], cuts: list[int], bom: bool
 ) -> None:
     stream, expected = case
     if bom:
         stream = b"\xef\xbb\xbf" + stream
     points = sorted({c % (len(stream) + 1) for c in cuts})
     chunks = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
-    whole = [(e.data, e.event, e.id) for e in decode(stream)]
-    split = [(e.data, e.event, e.id) for e in decode(*chunks)]
-    byte_by_byte = [(e.data, e.event, e.id) for e in decode(*(bytes([b]) for b in stream))]
+    whole = [(e.data, e.event, e.id, e.retry) for e in decode(stream)]
+    split = [(e.data, e.event, e.id, e.retry) for e in decode(*chunks)]
+    byte_by_byte = [(e.data, e.event, e.id, e.retry) for e in decode(*(bytes([b]) for b in stream))]
     assert whole == split == byte_by_byte == expected
 
 

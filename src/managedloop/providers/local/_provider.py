@@ -154,7 +154,9 @@ class Local:
             ``(certificate, key)`` pair of paths (botocore's ``client_cert``).
         transport: Another :class:`AsyncTransport` for the bytes (e.g.
             :class:`AiohttpTransport`, or :class:`managedloop.testing.MockTransport`); it
-            takes its own network options, so the six above cannot be combined with it.
+            takes its own network options, so ``proxy``, ``trust_env``, ``verify``,
+            ``client_cert``, ``timeout``, ``connect_timeout`` and ``max_connections``
+            cannot be combined with it.
         sleep: ``async sleep(seconds)`` used between retries (inject for tests, or use
             :func:`set_testing`).
 
@@ -211,6 +213,7 @@ class Local:
                 ("client_cert", client_cert, None),
                 ("connect_timeout", connect_timeout, DEFAULT_CONNECT_TIMEOUT),
                 ("max_connections", max_connections, DEFAULT_MAX_CONNECTIONS),
+                ("timeout", timeout, DEFAULT_TIMEOUT),
             )
             if value is not default and value != default
         }
@@ -278,7 +281,8 @@ class Local:
         self._api_key: Any = key  # Secret, None, or MISSING (anthropic: the SDK default)
         max_connections = _int("max_connections", max_connections)
         not_http = "chat=" if chat is not None else "anthropic: models" if self._anthropic else ""
-        for name in sorted(network - {"connect_timeout", "max_connections"} if not_http else ()):
+        unused = {"connect_timeout", "max_connections", "timeout"}  # read there before, kept
+        for name in sorted(network - unused if not_http else ()):
             raise InvalidOptionsError(  # refused, never dropped
                 f"{name}= is an option of the Local host's HTTP transport, which {not_http} "
                 "do not use",
@@ -297,19 +301,24 @@ class Local:
             )
         # A chat function replaces HTTP entirely: no transport is made.
         self._pool: ClientPool | None = None
-        if chat is None and not self._anthropic:
-            self._pool = ClientPool(
-                transport
-                or HttpTransport(
-                    proxy=proxy,
-                    trust_env=trust_env,
-                    verify=verify,
-                    client_cert=client_cert,
-                    timeout=self._timeout,
-                    connect_timeout=self._connect_timeout,
-                    max_connections=max_connections,
-                )
+        if chat is None and not self._anthropic and transport is not None:
+            self._pool = ClientPool(transport)
+        elif chat is None and not self._anthropic:
+            default = HttpTransport(
+                proxy=proxy,
+                trust_env=trust_env,
+                verify=verify,
+                client_cert=client_cert,
+                timeout=self._timeout,
+                connect_timeout=self._connect_timeout,
+                max_connections=max_connections,
             )
+            if url is not None:
+                # an environment proxy the transport cannot use fails here, not at a request
+                parts = urlsplit(url)
+                port = parts.port or (443 if parts.scheme == "https" else 80)
+                default.proxies.for_url(parts.scheme, parts.hostname or "", port)
+            self._pool = ClientPool(default)
         self._http = (
             OpenAIChat(url, key, self._pool, self._headers, self.profile)
             if self._pool is not None and not self._anthropic and url is not None

@@ -18,7 +18,10 @@ library's :func:`urllib.request.getproxies` / :func:`urllib.request.proxy_bypass
   do).
 * A proxy URL is ``http://`` (a forwarding proxy for ``http://`` targets, a ``CONNECT``
   tunnel for ``https://`` ones); ``https://`` and ``socks`` proxies are refused by name
-  (:class:`~managedloop.InvalidOptionsError`) rather than ignored. A proxy URL without a
+  (:class:`~managedloop.InvalidOptionsError`) rather than ignored: ``proxy=`` at once, one
+  from the environment when a request would use it (``Local`` checks its ``base_url`` at
+  construction), so an ``ALL_PROXY=socks5://...`` meant for other programs stops only
+  the targets it covers, and ``trust_env=False`` (or ``NO_PROXY``) lifts it. A proxy URL without a
   scheme is read as ``http://`` (as curl and requests do).
 * Its ``user:password@`` are proxy credentials: kept as a
   :class:`~managedloop.config.Secret` (the ``Proxy-Authorization`` header value), shown
@@ -118,7 +121,7 @@ class ProxyRules:
     ) -> None:
         env = os.environ if environ is None else environ
         self.explicit = proxy is not None
-        self._by_scheme: dict[str, Proxy | None] = {}
+        self._by_scheme: dict[str, Proxy | InvalidOptionsError | None] = {}
         if proxy is not None:
             if not isinstance(proxy, str):
                 raise InvalidOptionsError("proxy must be a URL string or None", option="proxy")
@@ -132,22 +135,33 @@ class ProxyRules:
                 ("https", _env(env, "https_proxy"), "HTTPS_PROXY"),
             ):
                 chosen, option = (value, name) if value is not None else (fallback, "ALL_PROXY")
-                self._by_scheme[scheme] = Proxy(chosen, option) if chosen is not None else None
+                try:
+                    self._by_scheme[scheme] = Proxy(chosen, option) if chosen is not None else None
+                except InvalidOptionsError as exc:  # raised when a request would use it
+                    self._by_scheme[scheme] = exc
         no_proxy = _env(env, "no_proxy") if trust_env else None
         self._no_proxy = _entries(no_proxy or "")
 
     def __repr__(self) -> str:
-        shown = {k: v.shown for k, v in self._by_scheme.items() if v is not None}
+        shown = {k: v.shown for k, v in self._by_scheme.items() if isinstance(v, Proxy)}
         return f"ProxyRules({shown!r})"
 
     def __bool__(self) -> bool:
         return any(v is not None for v in self._by_scheme.values())
 
     def for_url(self, scheme: str, host: str, port: int) -> Proxy | None:
-        """The proxy for a request to ``scheme://host:port``, or ``None`` (go direct)."""
+        """The proxy for a request to ``scheme://host:port``, or ``None`` (go direct).
+
+        Raises :class:`~managedloop.InvalidOptionsError` when that is an environment
+        proxy the transports cannot use."""
         proxy = self._by_scheme.get(scheme)
         if proxy is None or bypassed(host, port, self._no_proxy):
             return None
+        if isinstance(proxy, InvalidOptionsError):
+            raise InvalidOptionsError(
+                f"{proxy.message}; unset it, list the host in NO_PROXY or pass trust_env=False",
+                option=proxy.context.get("option"),
+            )
         return proxy
 
 

@@ -74,7 +74,7 @@ class SSEDecoder:
 
     def __init__(self, max_line: int = 1 << 24) -> None:
         self.max_line = max_line
-        self._pending = b""  # an unfinished line
+        self._pending = bytearray()  # an unfinished line (never holds a line end)
         self._after_cr = False  # the last line ended at a CR: an LF first is its end
         self._started = False  # past the first bytes (where a BOM may be)
         self._data: list[str] = []
@@ -86,19 +86,28 @@ class SSEDecoder:
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """The events that ``chunk`` completes."""
         if not self._started:
-            head = self._pending + chunk
+            head = bytes(self._pending) + chunk
             if len(head) < len(_BOM) and _BOM.startswith(head):
-                self._pending = head  # could still be a BOM: wait for more
+                self._pending = bytearray(head)  # could still be a BOM: wait for more
                 return []
             self._started = True
-            self._pending = b""
+            self._pending = bytearray()
             chunk = head[len(_BOM) :] if head.startswith(_BOM) else head
         if self._after_cr and chunk:
             self._after_cr = False
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]  # the LF of a CRLF split between two chunks
+        if _LINE_END.search(chunk) is None:
+            # no line ends here: append, in amortised linear time (a hostile server
+            # sending a long line byte by byte must not make this quadratic)
+            self._pending += chunk
+            if len(self._pending) > self.max_line:
+                raise EventTooLargeError(
+                    f"a line of the event stream is over {self.max_line} bytes"
+                )
+            return []
         events: list[ServerSentEvent] = []
-        buffer = self._pending + chunk if self._pending else chunk
+        buffer = bytes(self._pending) + chunk if self._pending else chunk
         start = 0
         for match in _LINE_END.finditer(buffer):
             end = match.start()
@@ -109,14 +118,14 @@ class SSEDecoder:
         rest = buffer[start:]
         if len(rest) > self.max_line:
             raise EventTooLargeError(f"a line of the event stream is over {self.max_line} bytes")
-        self._pending = rest
+        self._pending = bytearray(rest)
         return events
 
     def close(self) -> list[ServerSentEvent]:
         """The end of the stream: a last unterminated line, and an event no blank line
         ended (see the module docstring)."""
         events: list[ServerSentEvent] = []
-        pending, self._pending = self._pending, b""
+        pending, self._pending = bytes(self._pending), bytearray()
         if not self._started:
             self._started = True
             pending = pending[len(_BOM) :] if pending.startswith(_BOM) else pending
