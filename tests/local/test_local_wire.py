@@ -335,20 +335,21 @@ async def test_many_small_headers_over_the_limit_are_refused() -> None:
     assert len(srv.requests) == 1
 
 
-async def test_a_streamed_line_over_the_limit_is_a_malformed_response() -> None:
-    async with RawServer([]) as srv:
-        pool = _wire.Pool(read_timeout=30, connect_timeout=30)
-        srv.answers.append(
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 40\r\n\r\n"
-            + b"data: "
-            + b"x" * 34
-        )
-        head = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
-        resp = await pool.request(("http", "127.0.0.1", srv.port), head, stream=True)
-        with pytest.raises(_wire.LineTooLongError):
-            await resp.readline(16)
-        resp.release()
-        await pool.aclose()
+async def test_a_streamed_line_over_the_limit_is_a_malformed_response(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from managedloop.providers.local import _http
+
+    monkeypatch.setattr(_http, "_MAX_SSE_LINE", 16)
+    body = b"data: " + b"x" * 34
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body)
+    ) + body
+    async with RawServer([answer]) as srv:
+        with pytest.raises(ml.MalformedResponseError, match="over 16 bytes") as failed:
+            await run(local(srv.base_url, stream=True, max_retries=3, sleep=_no_sleep))
+    assert failed.value.code == "malformed_chat_response"
 
 
 # -- content encodings --------------------------------------------------------------------

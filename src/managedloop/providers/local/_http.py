@@ -279,7 +279,7 @@ def _transport_error(shown: str, exc: _wire.WireError) -> ProviderError:
             code="response_head_too_large",
             cause=exc.kind,
         )
-    if isinstance(exc, _wire.UnsupportedEncodingError | _wire.LineTooLongError):
+    if isinstance(exc, _wire.UnsupportedEncodingError):
         # the answer arrived and is not one this client reads: asking again gets the same
         return MalformedResponseError(
             f"the chat response from {shown} cannot be read: {exc}",

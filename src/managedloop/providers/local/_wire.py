@@ -57,7 +57,6 @@ __all__ = [
     "MAX_BODY",
     "MAX_HEAD",
     "HeadTooLargeError",
-    "LineTooLongError",
     "Pool",
     "ProxyAuthError",
     "ProxyStatusError",
@@ -132,12 +131,6 @@ class ProxyStatusError(ConnectError):
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
-
-
-class LineTooLongError(BadResponseError):
-    """A line of a streamed body over the reader's limit."""
-
-    kind = "LineTooLong"
 
 
 class UnsupportedEncodingError(WireError):
@@ -412,7 +405,7 @@ class _Conn(asyncio.Protocol):
 
 class Response:
     """One answer: ``status``, ``headers`` (lower-case names), then the body by
-    :meth:`read` or :meth:`readline`. :meth:`release` hands the connection back."""
+    :meth:`read` or :meth:`next_chunk`. :meth:`release` hands the connection back."""
 
     __slots__ = ("_conn", "_pending", "headers", "status")
 
@@ -432,35 +425,6 @@ class Response:
             raise conn.error
         body, conn.body = conn.body, []
         return b"".join([bytes(self._pending), *body]) if self._pending else b"".join(body)
-
-    async def readline(self, limit: int) -> bytes:
-        """The next line (with its ``\\n``), the rest of the body at its end, ``b""`` after
-        it. A line over ``limit`` bytes is a :class:`BadResponseError`."""
-        conn = self._conn
-        assert conn is not None
-        pending = self._pending
-        scanned = 0
-        while True:
-            end = pending.find(b"\n", scanned)
-            if end >= 0:
-                line = bytes(pending[: end + 1])
-                del pending[: end + 1]
-                return line
-            scanned = len(pending)
-            if scanned > limit:
-                raise LineTooLongError(f"a line of the answer is over {limit} bytes")
-            if conn.body:
-                for piece in conn.body:
-                    pending += piece
-                conn.body = []
-                continue
-            if conn.error is not None:
-                raise conn.error
-            if conn.done:
-                line = bytes(pending)
-                pending.clear()
-                return line
-            await conn.wait()
 
     async def next_chunk(self) -> bytes:
         """The next piece of the body as it arrived (decoded), ``b""`` after its end."""
