@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from sse_starlette.event import ServerSentEvent as StarletteEvent
 
@@ -157,7 +157,7 @@ def streams(draw: Any) -> tuple[bytes, list[tuple[str, str, str, int | None]]]:
     return b"".join(out), expected
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.fuzz  # the "ci" profile's examples here, 10,000 in `make fuzz`
 @given(streams(), st.lists(st.integers(min_value=0), max_size=8), st.booleans())
 def test_any_stream_split_at_any_bytes_yields_the_same_events(
     case: tuple[bytes, list[tuple[str, str, str, int | None]]], cuts: list[int], bom: bool
