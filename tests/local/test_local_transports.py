@@ -156,3 +156,37 @@ def test_a_mock_error_status_maps_as_a_real_one() -> None:
     provider = Local(model="m", base_url="http://m.test/v1", transport=mock)
     with pytest.raises(ml.AuthenticationError, match="no key"):
         ml.run_sync(provider, agent=AGENT, prompt="q")
+
+
+def test_aiohttp_failures_map_to_the_same_kinds_as_the_default_transports() -> None:
+    import aiohttp
+    from multidict import CIMultiDict, CIMultiDictProxy
+    from yarl import URL
+
+    from managedloop.providers.local import _wire
+    from managedloop.providers.local._transports import _aiohttp_error
+
+    url = URL("http://h/v1")
+    info = aiohttp.RequestInfo(url, "POST", CIMultiDictProxy(CIMultiDict()), url)
+    cases: list[tuple[Exception, type[Exception]]] = [
+        (aiohttp.ClientHttpProxyError(info, (), status=407), _wire.ProxyAuthError),
+        (aiohttp.ClientHttpProxyError(info, (), status=502), _wire.ProxyStatusError),
+        (aiohttp.ConnectionTimeoutError(), _wire.ConnectTimeoutError),
+        (aiohttp.SocketTimeoutError(), _wire.ReadTimeoutError),
+        (aiohttp.ServerDisconnectedError(), _wire.DisconnectedError),
+        (aiohttp.ClientPayloadError("cut"), _wire.DisconnectedError),
+        (
+            aiohttp.ClientResponseError(info, (), message="Got more than 8190 bytes"),
+            _wire.HeadTooLargeError,
+        ),
+        (aiohttp.ClientResponseError(info, (), message="Bad status line"), _wire.BadResponseError),
+        (
+            aiohttp.ClientOSError(1, "[SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] alert"),
+            _wire.TLSError,
+        ),
+    ]
+    for exc, kind in cases:
+        assert type(_aiohttp_error(exc, aiohttp)) is kind, exc
+    other = ValueError("not aiohttp's")
+    assert _aiohttp_error(other, aiohttp) is other
+    assert _aiohttp_error(aiohttp.ClientHttpProxyError(info, (), status=502), aiohttp).status == 502  # type: ignore[attr-defined]
