@@ -15,6 +15,7 @@ import time
 SUITES: list[str] = [
     "bench.imports",
     "bench.local",
+    "bench.local_transports",
     "bench.claude",
     "bench.agentcore",
     "bench.otel",

@@ -24,6 +24,7 @@ secret is meant for.)
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import time
@@ -54,6 +55,7 @@ from managedloop.testing import (
     call,
     say,
 )
+from realproxy import RealProxy
 
 pytestmark = pytest.mark.anyio
 
@@ -64,7 +66,13 @@ BEARER = "LEAKTESTbearerfiletoken0123456789abcdef"
 AWS_KEY_ID = "AKIALEAKTEST00000001"
 AWS_SECRET = "LEAKTESTawssecretKEY0123456789abcdefghij"
 AWS_TOKEN = "IQoJLEAKTESTawssessiontoken0123456789abcdef"
+PROXY_PASSWORD = "pxLEAKTESTproxypass2468"
+PROXY_WRONG = "pxLEAKTESTwrongpass1357"
 SECRETS = {
+    "proxy password": PROXY_PASSWORD,
+    "wrong proxy password": PROXY_WRONG,
+    # the Proxy-Authorization token the password travels in (base64 of user:password)
+    "proxy basic token": base64.b64encode(f"proxyuser:{PROXY_PASSWORD}".encode()).decode(),
     "local api key": LOCAL_KEY,
     "base_url password": URL_PASSWORD,
     "claude api key": CLAUDE_KEY,
@@ -269,6 +277,76 @@ async def test_local_leaks_nothing(capture: Capture) -> None:
     assert [c for _, c in capture.failures] == [
         *each * 4,
         "authentication_error",
+        "transport_error",
+    ]
+
+
+async def test_local_proxy_credentials_leak_nothing(
+    capture: Capture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real proxy (proxy.py) asking for credentials: forwarded and tunnelled requests,
+    from ``proxy=`` and from the environment, a wrong password (407), a tunnel the proxy
+    cannot open (the target is gone) and a proxy that is gone."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    with RealProxy(tmp_path, auth=f"proxyuser:{PROXY_PASSWORD}") as proxy:
+        good = f"http://proxyuser:{PROXY_PASSWORD}@127.0.0.1:{proxy.port}"
+        wrong = f"http://proxyuser:{PROXY_WRONG}@127.0.0.1:{proxy.port}"
+        for stream in (False, True):
+            with ChatEmulator(SCRIPT, api_key=LOCAL_KEY) as emu:
+                option = Local(
+                    model="m1",
+                    base_url=emu.base_url,
+                    api_key=LOCAL_KEY,
+                    stream=stream,
+                    proxy=good,
+                    retry_backoff=0,
+                )
+                capture.see("local proxy provider", option)
+                capture.see("local proxy transport", option._pool.transport)  # type: ignore[union-attr]
+                await _success(capture, f"local proxy= stream={stream}", option)
+                monkeypatch.setenv("HTTP_PROXY", good)
+                env = Local(
+                    model="m1",
+                    base_url=emu.base_url,
+                    api_key=LOCAL_KEY,
+                    stream=stream,
+                    retry_backoff=0,
+                )
+                await _success(capture, f"local HTTP_PROXY stream={stream}", env)
+                monkeypatch.delenv("HTTP_PROXY")
+                bad = Local(
+                    model="m1",
+                    base_url=emu.base_url,
+                    api_key=LOCAL_KEY,
+                    proxy=wrong,
+                    stream=stream,
+                    retry_backoff=0,
+                )
+                await _expect_failure(capture, "local proxy 407", ml.run(bad, agent=AGENT))
+                gone = emu.base_url.replace("http://", "https://")
+            tunnel_407 = Local(
+                model="m1", base_url=gone, api_key=LOCAL_KEY, proxy=wrong, retry_backoff=0
+            )
+            await _expect_failure(capture, "local CONNECT 407", ml.run(tunnel_407, agent=AGENT))
+            monkeypatch.setenv("HTTPS_PROXY", good)
+            tunnel = Local(
+                model="m1", base_url=gone, api_key=LOCAL_KEY, retry_backoff=0, max_retries=1
+            )
+            await _expect_failure(capture, "local CONNECT refused", ml.run(tunnel, agent=AGENT))
+            monkeypatch.delenv("HTTPS_PROXY")
+    nothing = Local(
+        model="m1",
+        base_url="http://127.0.0.1:9/v1",
+        api_key=LOCAL_KEY,
+        proxy=good,
+        retry_backoff=0,
+        max_retries=1,
+    )
+    await _expect_failure(capture, "local proxy gone", ml.run(nothing, agent=AGENT))
+    assert [c for _, c in capture.failures] == [
+        *["proxy_auth_required", "proxy_auth_required", "proxy_refused"] * 2,
         "transport_error",
     ]
 
