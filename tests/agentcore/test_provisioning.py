@@ -32,12 +32,8 @@ from emitted import emitted
 from managedloop.config import MISSING
 from managedloop.providers import BedrockAgentCore
 from managedloop.providers.agentcore import AgentCoreHandle
-from managedloop.providers.agentcore._provision import (
-    WaitBudget,
-    classify,
-    create_body,
-    harness_name,
-)
+from managedloop.providers.agentcore._harness_body import create_body, harness_name
+from managedloop.providers.agentcore._waits import WaitBudget, classify
 from managedloop.testing import AgentCoreEmulator, AgentCoreFaults
 from managedloop.testing.agentcore import ManualClock
 

@@ -19,7 +19,7 @@ Service rules the provider applies (``agentcore-wire.md``, reference §3.3-3.7):
 
 Import direction: this module imports every other module of the package, and none of them
 imports it back; they reach the provider through small Protocols
-(:class:`~._connection.InvokeSettings`, :class:`~._provision.ControlPlane`,
+(:class:`~._connection.InvokeSettings`, :class:`~._waits.ControlPlane`,
 :class:`~._artifacts.CommandRunner`).
 """
 
@@ -51,6 +51,8 @@ from managedloop.providers.agentcore._ids import (
     validate_endpoint_name,
     validate_runtime_session_id,
 )
+from managedloop.providers.agentcore._lifecycle import AgentCoreLifecycle
+from managedloop.providers.agentcore._teardown import teardown
 from managedloop.results import CommandResult
 
 __all__ = ["BedrockAgentCore"]
@@ -463,13 +465,13 @@ class BedrockAgentCore:
 
     async def teardown(self, handle: Any, **options: Any) -> Any:
         """Delete a provisioned harness (asynchronous on AWS: it goes DELETING first)."""
-        return await _provision.teardown(self, handle, **options)
+        return await teardown(self, handle, **options)
 
     @contextlib.asynccontextmanager
-    async def lifecycle(self) -> AsyncIterator[_provision.AgentCoreLifecycle]:
+    async def lifecycle(self) -> AsyncIterator[AgentCoreLifecycle]:
         """This host for the lifecycle verbs (``ml.ensure_agent``, ``ml.prune_agents``...)."""
         account = hashlib.sha256(repr(self.cache_identity()).encode()).hexdigest()[:16]
-        yield _provision.AgentCoreLifecycle(self, account)
+        yield AgentCoreLifecycle(self, account)
 
 
 class _Flight:
