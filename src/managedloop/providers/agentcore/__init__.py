@@ -4,6 +4,13 @@
 on first use, and a missing extra raises ``ConfigError(code="missing_dependency")``.
 """
 
+from managedloop.providers.agentcore._converse import REASONS, HookDecision
+from managedloop.providers.agentcore._harness_config import (
+    browser,
+    code_interpreter,
+    gateway,
+    remote_mcp,
+)
 from managedloop.providers.agentcore._ids import (
     AgentCoreHandle,
     new_runtime_session_id,
@@ -12,8 +19,14 @@ from managedloop.providers.agentcore._ids import (
 from managedloop.providers.agentcore._provider import BedrockAgentCore
 
 __all__ = [
+    "REASONS",
     "AgentCoreHandle",
     "BedrockAgentCore",
+    "HookDecision",
+    "browser",
+    "code_interpreter",
+    "gateway",
     "new_runtime_session_id",
+    "remote_mcp",
     "validate_runtime_session_id",
 ]

@@ -44,6 +44,13 @@ from managedloop.providers.agentcore._clients import Clients, request_meta
 from managedloop.providers.agentcore._commands import DEFAULT_COMMAND_IDLE_TIMEOUT, OutputCallback
 from managedloop.providers.agentcore._connection import AgentCoreConnection
 from managedloop.providers.agentcore._errors import map_error, raise_mapped
+from managedloop.providers.agentcore._harness_body import CLAUDE_ONLY, model_of
+from managedloop.providers.agentcore._harness_config import (
+    INVOKE_KEYS,
+    check_shape,
+    harness_settings,
+    host_tools,
+)
 from managedloop.providers.agentcore._ids import (
     arn_of,
     harness_id_of,
@@ -53,6 +60,7 @@ from managedloop.providers.agentcore._ids import (
 )
 from managedloop.providers.agentcore._lifecycle import AgentCoreLifecycle
 from managedloop.providers.agentcore._teardown import teardown
+from managedloop.provisioning.specs import AgentSpec, refuse_fields
 from managedloop.results import CommandResult
 
 __all__ = ["BedrockAgentCore"]
@@ -291,18 +299,32 @@ class BedrockAgentCore:
             sid, resumed = self.runtime_session_id, False
         else:
             sid, resumed = new_runtime_session_id(), False
+        spec_params, server_tools = _spec_invoke(request.spec)
         tools: list[dict[str, Any]] | None = None
         allowed: list[str] | None = None
-        if request.tools:
+        if request.tools or server_tools:
             info = await self._harness_tools(arn)
-            tools = _converse.merge_tools(info.get("tools") or [], request.tools)
+            names = {t.get("name") for t in server_tools}
+            kept = [t for t in info.get("tools") or [] if t.get("name") not in names]
+            tools = _converse.merge_tools([*kept, *server_tools], request.tools)
             deployed = info.get("allowedTools")
             if deployed and "*" not in deployed:
                 allowed = [*deployed, *(t.name for t in request.tools)]
         system = self.system_prompt
         if system is MISSING:
             system = request.spec.system_prompt if request.spec is not None else None
-        params = self._session_params(arn, sid, tools=tools, allowed=allowed, system=system)
+        params = {
+            **spec_params,
+            **self._session_params(arn, sid, tools=tools, allowed=allowed, system=system),
+        }
+        if "allowedTools" in spec_params:  # the spec's own list wins over the harness's
+            params["allowedTools"] = spec_params["allowedTools"]
+        check_shape(
+            "bedrock-agentcore",
+            "InvokeHarness",
+            {**params, "messages": _converse.user_message("-")},
+            option="spec",
+        )
         pending = request.pending.host_state if request.pending is not None else None
         return AgentCoreConnection(self, params=params, resumed=resumed, pending_state=pending)
 
@@ -472,6 +494,34 @@ class BedrockAgentCore:
         """This host for the lifecycle verbs (``ml.ensure_agent``, ``ml.prune_agents``...)."""
         account = hashlib.sha256(repr(self.cache_identity()).encode()).hexdigest()[:16]
         yield AgentCoreLifecycle(self, account)
+
+
+def _spec_invoke(spec: AgentSpec | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """What a spec run against an existing harness sends on every ``InvokeHarness`` (the
+    provider's own options win): its model, ``timeout_seconds``, the per-invocation
+    members of ``harness_config`` and its host tools. A field an invocation cannot carry
+    is refused here, before any request (see docs/agentcore.md for the table)."""
+    if spec is None:
+        return {}, []
+    refuse_fields(spec, "agentcore", CLAUDE_ONLY)
+    settings = harness_settings(spec)
+    only = sorted(set(settings) - set(INVOKE_KEYS))
+    if only:
+        raise InvalidOptionsError(
+            f"harness_config {', '.join(only)} exist only on a harness, not per invocation: "
+            "provision the spec (ml.ensure_agent or BedrockAgentCore.provision) and run the "
+            "handle",
+            code="unsupported_spec_field",
+            option="harness_config",
+            host="agentcore",
+        )
+    params: dict[str, Any] = dict(settings)
+    model = model_of(spec)
+    if model is not None:
+        params["model"] = model
+    if spec.timeout_seconds is not None:
+        params["timeoutSeconds"] = spec.timeout_seconds
+    return params, host_tools(spec)
 
 
 class _Flight:

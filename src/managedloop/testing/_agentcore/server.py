@@ -102,6 +102,13 @@ class RecordedRequest:
     status: int = 200
 
     @property
+    def trace_context(self) -> dict[str, str]:
+        """The trace headers it carried (``traceparent``, ``tracestate``, ``baggage``,
+        ``x-amzn-trace-id``), lower-cased; ``{}`` when none."""
+        names = ("traceparent", "tracestate", "baggage", "x-amzn-trace-id")
+        return {k.lower(): v for k, v in self.headers.items() if k.lower() in names}
+
+    @property
     def session_id(self) -> str | None:
         for key, value in self.headers.items():
             if key.lower() == "x-amzn-bedrock-agentcore-runtime-session-id":
