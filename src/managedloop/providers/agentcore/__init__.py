@@ -4,7 +4,12 @@
 on first use, and a missing extra raises ``ConfigError(code="missing_dependency")``.
 """
 
-from managedloop.providers.agentcore._converse import REASONS, HookDecision
+from managedloop.providers.agentcore._converse import (
+    REASONS,
+    HookDecision,
+    hook_decisions,
+    server_tool_results,
+)
 from managedloop.providers.agentcore._harness_config import (
     browser,
     code_interpreter,
@@ -26,7 +31,9 @@ __all__ = [
     "browser",
     "code_interpreter",
     "gateway",
+    "hook_decisions",
     "new_runtime_session_id",
     "remote_mcp",
+    "server_tool_results",
     "validate_runtime_session_id",
 ]

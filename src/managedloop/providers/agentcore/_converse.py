@@ -63,12 +63,14 @@ __all__ = [
     "HookDecision",
     "ParsedTurn",
     "StreamCheck",
+    "hook_decisions",
     "inline_function",
     "merge_tools",
     "normalize",
     "parse",
     "reason_of",
     "resume_messages",
+    "server_tool_results",
     "terminal",
     "text_delta",
     "user_message",
@@ -420,6 +422,24 @@ def turn_result(parsed: ParsedTurn, events: Sequence[RawEvent]) -> TurnResult:
         usage=usage,
         events=list(events),
     )
+
+
+def _events_of(source: Any) -> Sequence[Any]:
+    events = getattr(source, "events", source)
+    return events if isinstance(events, Sequence) else list(events)
+
+
+def hook_decisions(source: Any) -> list[HookDecision]:
+    """Every hook decision of a result (a ``SessionResult`` or ``TurnResult``: its
+    ``events``) or of a sequence of raw events, in order; ``[d for d in ... if d.denied]``
+    are the denials, each naming its hook and, for a tool-call hook, the tool."""
+    return parse(_events_of(source)).hooks
+
+
+def server_tool_results(source: Any) -> list[ToolResult]:
+    """The results of the tools the harness ran itself (``toolResult`` blocks), in order,
+    of a result or a sequence of raw events (their uses are ``server_tool_uses``)."""
+    return parse(_events_of(source)).server_tool_results
 
 
 def text_delta(event: RawEvent) -> str | None:

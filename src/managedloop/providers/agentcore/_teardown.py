@@ -1,4 +1,11 @@
-"""Delete a harness (asynchronous on AWS: DELETING for a while)."""
+"""Delete a harness (asynchronous on AWS: DELETING for a while).
+
+Managed memory (``harness_config={"memory": {"managedMemoryConfiguration": ...}}``) is the
+harness's conversation memory. DeleteHarness deletes it unless told otherwise, so teardown
+always says: ``deleteManagedMemory`` is sent explicitly, ``False`` (keep) unless the caller
+passes ``delete_managed_memory=True``, and the report states which (``managed_memory``:
+``"kept"`` or ``"deleted"``).
+"""
 
 from __future__ import annotations
 
@@ -12,9 +19,20 @@ from managedloop.providers.agentcore._waits import ControlPlane, WaitBudget, cal
 __all__ = ["teardown"]
 
 
-async def teardown(provider: ControlPlane, handle: Any, *, timeout: float = 30.0) -> dict[str, Any]:
+async def teardown(
+    provider: ControlPlane,
+    handle: Any,
+    *,
+    timeout: float = 30.0,
+    delete_managed_memory: bool = False,
+) -> dict[str, Any]:
     """Delete the harness (asynchronous on AWS: DELETING for a while). A harness already
-    gone counts as torn down. Returns ``{"harness_id", "status"}``."""
+    gone counts as torn down. Returns ``{"harness_id", "status", "managed_memory"}``."""
+    if not isinstance(delete_managed_memory, bool):
+        raise InvalidOptionsError(
+            "delete_managed_memory must be True or False", option="delete_managed_memory"
+        )
+    memory = "deleted" if delete_managed_memory else "kept"
     if isinstance(handle, AgentCoreHandle):
         hid = handle.harness_id
     elif isinstance(handle, Mapping) and isinstance(handle.get("harness_id"), str):
@@ -31,9 +49,16 @@ async def teardown(provider: ControlPlane, handle: Any, *, timeout: float = 30.0
         )
     budget = WaitBudget.new(timeout)
     try:
-        result = await call(provider, "delete_harness", budget, harnessId=hid)
+        result = await call(
+            provider,
+            "delete_harness",
+            budget,
+            harnessId=hid,
+            deleteManagedMemory=delete_managed_memory,
+        )
     except APIStatusError as exc:
         if exc.status == 404:
-            return {"harness_id": hid, "status": "absent"}
+            return {"harness_id": hid, "status": "absent", "managed_memory": "absent"}
         raise
-    return {"harness_id": hid, "status": (result.get("harness") or {}).get("status")}
+    status = (result.get("harness") or {}).get("status")
+    return {"harness_id": hid, "status": status, "managed_memory": memory}
