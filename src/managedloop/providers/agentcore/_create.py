@@ -41,7 +41,7 @@ from managedloop.providers.agentcore._waits import (
     wait_error,
 )
 
-__all__ = ["Run", "create_or_adopt", "endpoint_status", "harness_status", "rollback"]
+__all__ = ["Run", "create_or_adopt", "endpoint_status", "find", "harness_status", "rollback"]
 
 logger = logging.getLogger("managedloop.agentcore.provision")
 
@@ -60,6 +60,9 @@ class Run:
     caller: dict[str, Any] = field(default_factory=dict)
     progress: Progress | None = None
     digest: str = ""
+    update: bool = False
+    """A changed spec on this name is a new version (:mod:`._versions`)."""
+    create_endpoint: bool = False
 
 
 async def _create(run: Run) -> AgentCoreHandle:
@@ -90,7 +93,7 @@ async def create_or_adopt(run: Run) -> tuple[bool, AgentCoreHandle]:
     except APIStatusError as exc:
         if exc.status != 409:
             raise
-    entry = await _find(run)
+    entry = await find(run)
     status = entry.get("status") if entry is not None else None
     if entry is not None and status in ("READY", "CREATING", "UPDATING"):
         arn, hid = entry.get("arn"), entry.get("harnessId")
@@ -151,7 +154,7 @@ async def _claim_after_failed_create(run: Run, error: ManagedLoopError) -> Agent
     the deadline, since they are the rollback of this create."""
     per_attempt = None if run.budget.next() else ROLLBACK_ATTEMPT
     try:
-        entry = await _find(run, per_attempt=per_attempt)
+        entry = await find(run, per_attempt=per_attempt)
     except ManagedLoopError as exc:
         logger.warning(
             "agent_core provision CreateHarness failed (%s) and harness %s could not be "
@@ -192,7 +195,7 @@ async def _claim_after_failed_create(run: Run, error: ManagedLoopError) -> Agent
     raise error
 
 
-async def _find(run: Run, *, per_attempt: float | None = None) -> Mapping[str, Any] | None:
+async def find(run: Run, *, per_attempt: float | None = None) -> Mapping[str, Any] | None:
     """The listed harness named ``run.name`` (all pages), or ``None``."""
     token: str | None = None
     while True:
@@ -233,7 +236,7 @@ async def _delete_wait(run: Run) -> None:
 
     while True:
         try:
-            entry = await _find(run)
+            entry = await find(run)
         except ManagedLoopError as exc:
             logger.warning(
                 "agent_core provision could not list harnesses while waiting for %s to be "

@@ -22,6 +22,7 @@ from managedloop.providers.agentcore._harness_config import (
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec, digest_of, refuse_fields
 
 __all__ = [
+    "base_name",
     "coerce_environment",
     "coerce_spec",
     "create_body",
@@ -52,6 +53,16 @@ def harness_digest(spec: AgentSpec, environment: EnvironmentSpec | None) -> str:
     return digest_of(
         {"kind": "harness", "v": 1, "agent": spec.digest, "environment": environment.digest}
     )
+
+
+def base_name(spec: AgentSpec, name_prefix: str | None = None) -> str:
+    """``<prefix>_<spec name>`` fitted to ``[a-zA-Z][a-zA-Z0-9_]{0,39}`` (the name of a
+    versioned harness: ``provision(update=True)``)."""
+    base = "_".join(p for p in (name_prefix, spec.name) if p) or "a"
+    base = re.sub(r"[^A-Za-z0-9_]", "_", base)
+    if not base[0].isalpha():
+        base = "a" + base
+    return base[:HARNESS_NAME_MAX]
 
 
 def harness_name(spec: AgentSpec, name_prefix: str | None = None, environment: Any = None) -> str:

@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import hashlib
 import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import anyio
@@ -38,7 +38,7 @@ from managedloop import _validate, telemetry
 from managedloop.config import MISSING
 from managedloop.errors import InvalidOptionsError, ManagedLoopError, ProviderError
 from managedloop.hosts import OpenRequest
-from managedloop.providers.agentcore import _commands, _converse, _provision
+from managedloop.providers.agentcore import _commands, _converse, _provision, _versions
 from managedloop.providers.agentcore._artifacts import SessionStorage
 from managedloop.providers.agentcore._clients import Clients, request_meta
 from managedloop.providers.agentcore._commands import DEFAULT_COMMAND_IDLE_TIMEOUT, OutputCallback
@@ -411,7 +411,6 @@ class BedrockAgentCore:
         self, operation: str, *, read_timeout: float | None = None, **params: Any
     ) -> dict[str, Any]:
         """One control-plane call in a worker thread, with ``agent_core.request`` telemetry."""
-        meta = request_meta(operation)
 
         def call() -> dict[str, Any]:
             client, owned = self.clients.control(read_timeout=read_timeout)
@@ -422,24 +421,108 @@ class BedrockAgentCore:
                 if owned:
                     client.close()
 
+        return await self._botocore_call(operation, call, self.clients.control_endpoint_url)
+
+    async def _botocore_call(
+        self, operation: str, call: Callable[[], dict[str, Any]], endpoint: str | None
+    ) -> dict[str, Any]:
+        """``call()`` (one botocore request) in a worker thread, errors mapped and scrubbed."""
+        meta = request_meta(operation)
+
         secrets = self.clients.secrets()
         with telemetry.span("agent_core.request", meta) as extra:
             failure: tuple[ManagedLoopError, Exception] | None = None
             try:
                 result = await anyio.to_thread.run_sync(call)
             except Exception as exc:
-                mapped = map_error(
-                    exc,
-                    operation=operation,
-                    secrets=secrets,
-                    endpoint=self.clients.control_endpoint_url,
-                )
+                mapped = map_error(exc, operation=operation, secrets=secrets, endpoint=endpoint)
                 extra["status"] = mapped.context.get("status")
                 failure = (mapped, exc)
             if failure is not None:
                 raise_mapped(*failure, secrets)  # outside the except: no __context__ leak
             extra["status"] = result.get("ResponseMetadata", {}).get("HTTPStatusCode", 200)
             return result
+
+    async def stop_runtime_session(
+        self, session_id: str, *, harness_arn: str | None = None, qualifier: str | None = None
+    ) -> dict[str, Any]:
+        """End a runtime session's microVM now (``StopRuntimeSession``) rather than at its
+        idle timeout: its conversation and session storage go with it. Returns
+        ``{"runtime_session_id", "status_code"}``."""
+        validate_runtime_session_id(session_id, option="session_id")
+        arn = harness_arn or self.harness_arn
+        if arn is None:
+            raise InvalidOptionsError(
+                "stop_runtime_session needs harness_arn=", option="harness_arn"
+            )
+        harness_id_of(arn)
+        params: dict[str, Any] = {"agentRuntimeArn": arn, "runtimeSessionId": session_id}
+        if qualifier is not None:
+            validate_endpoint_name(qualifier)
+            params["qualifier"] = qualifier
+
+        def call() -> dict[str, Any]:
+            result: dict[str, Any] = self.clients.data().stop_runtime_session(**params)
+            return result
+
+        result = await self._botocore_call("stop_runtime_session", call, None)
+        return {
+            "runtime_session_id": result.get("runtimeSessionId", session_id),
+            "status_code": result.get("statusCode"),
+        }
+
+    # -------------------------------------------------------------- versions and endpoints
+
+    async def harness_versions(self, harness: Any = None) -> list[dict[str, Any]]:
+        """Every version of a harness (default: this provider's), newest first as listed."""
+        return await _versions.harness_versions(self, harness or self._own_harness())
+
+    async def list_endpoints(self, harness: Any = None) -> list[dict[str, Any]]:
+        return await _versions.list_endpoints(self, harness or self._own_harness())
+
+    async def create_endpoint(
+        self,
+        name: str,
+        *,
+        harness: Any = None,
+        target_version: str | None = None,
+        description: str | None = None,
+    ) -> dict[str, Any]:
+        """Create endpoint ``name`` (pinned to ``target_version``, else the latest)."""
+        return await _versions.create_endpoint(
+            self,
+            harness or self._own_harness(),
+            name,
+            target_version=target_version,
+            description=description,
+        )
+
+    async def update_endpoint(
+        self,
+        name: str,
+        *,
+        harness: Any = None,
+        target_version: str | None = None,
+        description: str | None = None,
+    ) -> dict[str, Any]:
+        """Point endpoint ``name`` at ``target_version`` (or change its description)."""
+        return await _versions.update_endpoint(
+            self,
+            harness or self._own_harness(),
+            name,
+            target_version=target_version,
+            description=description,
+        )
+
+    async def delete_endpoint(self, name: str, *, harness: Any = None) -> dict[str, Any]:
+        return await _versions.delete_endpoint(self, harness or self._own_harness(), name)
+
+    def _own_harness(self) -> str:
+        if self.harness_arn is None:
+            raise InvalidOptionsError(
+                "pass harness= (or build the provider with harness_arn=)", option="harness"
+            )
+        return self.harness_arn
 
     # -------------------------------------------------------------- commands
 

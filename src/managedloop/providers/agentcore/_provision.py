@@ -32,10 +32,12 @@ from managedloop.providers.agentcore._create import (
     Run,
     create_or_adopt,
     endpoint_status,
+    find,
     harness_status,
     rollback,
 )
 from managedloop.providers.agentcore._harness_body import (
+    base_name,
     coerce_environment,
     coerce_spec,
     create_body,
@@ -43,12 +45,18 @@ from managedloop.providers.agentcore._harness_body import (
     harness_name,
 )
 from managedloop.providers.agentcore._ids import AgentCoreHandle, validate_endpoint_name
+from managedloop.providers.agentcore._versions import (
+    DIGEST_TAG,
+    ensure_endpoint,
+    update_if_changed,
+)
 from managedloop.providers.agentcore._waits import (
     Clock,
     ControlPlane,
     Progress,
     Sleep,
     WaitBudget,
+    call,
     wait,
 )
 
@@ -83,6 +91,12 @@ class ProvisionOptions:
     """Replaces the poll sleep, with ``clock``."""
     progress: Progress | None = None
     """Called with a :class:`WaitContext` after every poll (a live display)."""
+    update: bool = False
+    """Name the harness for its base alone and make a changed spec a new version of it
+    (UpdateHarness), not a new harness; see :mod:`._versions`."""
+    create_endpoint: bool = False
+    """Create ``endpoint_name`` (not ``DEFAULT``) if absent, pinned to the version made,
+    or move an existing one to it."""
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> ProvisionOptions:
@@ -129,12 +143,23 @@ def prepare(
     budget = WaitBudget.new(
         options.timeout, options.poll_interval, options.max_polls, clock=clock, sleep=sleep
     )
+    for flag in ("update", "create_endpoint"):
+        if not isinstance(getattr(options, flag), bool):
+            raise InvalidOptionsError(f"{flag} must be True or False", option=flag)
+    if options.create_endpoint and endpoint_name == "DEFAULT":
+        raise InvalidOptionsError(
+            "create_endpoint needs an endpoint_name other than DEFAULT (the service makes "
+            "DEFAULT with every harness)",
+            option="create_endpoint",
+        )
     digest = harness_digest(agent, env)
-    if name is None:
+    tags = dict(options.tags or {})
+    if name is None and options.update:
+        name = base_name(agent, options.name_prefix)
+        tags[DIGEST_TAG] = digest[:16]
+    elif name is None:
         name = harness_name(agent, options.name_prefix, env)
-    body = create_body(
-        agent, name=name, execution_role_arn=role, environment=env, tags=options.tags
-    )
+    body = create_body(agent, name=name, execution_role_arn=role, environment=env, tags=tags)
     return Run(
         provider=provider,
         budget=budget,
@@ -144,6 +169,8 @@ def prepare(
         caller=dict(options.telemetry_metadata or {}),
         progress=progress,
         digest=digest,
+        update=options.update,
+        create_endpoint=options.create_endpoint,
     )
 
 
@@ -151,7 +178,12 @@ async def execute(run: Run) -> AgentCoreHandle:
     """Create or adopt ``run``'s harness and wait for it and its endpoint (one deadline);
     a harness this call created is rolled back if anything after the create fails."""
     budget, provider, endpoint_name = run.budget, run.provider, run.endpoint_name
-    created, handle = await create_or_adopt(run)
+    found = await _existing(run) if run.update else None
+    if found is not None:
+        created = False
+        handle, _ = await update_if_changed(provider, budget, found, run.body, run.digest)
+    else:
+        created, handle = await create_or_adopt(run)
     try:
         await wait(
             budget,
@@ -161,6 +193,10 @@ async def execute(run: Run) -> AgentCoreHandle:
             caller=run.caller,
             progress=run.progress,
         )
+        if run.create_endpoint:
+            if handle.harness_version is None:
+                handle = await _with_version(run, handle)
+            await ensure_endpoint(provider, budget, handle, endpoint_name)
         await wait(
             budget,
             phase="endpoint",
@@ -179,3 +215,25 @@ async def execute(run: Run) -> AgentCoreHandle:
                 await rollback(provider, handle.harness_id)
         raise
     return handle
+
+
+async def _existing(run: Run) -> AgentCoreHandle | None:
+    """The live harness named ``run.name`` (``update=True``), or ``None``."""
+    entry = await find(run)
+    if entry is None or entry.get("status") not in ("READY", "UPDATING", "CREATING"):
+        return None
+    arn, hid = entry.get("arn"), entry.get("harnessId")
+    if not isinstance(arn, str) or not isinstance(hid, str):
+        return None
+    return AgentCoreHandle(harness_arn=arn, harness_id=hid, harness_name=run.name)
+
+
+async def _with_version(run: Run, handle: AgentCoreHandle) -> AgentCoreHandle:
+    body = await call(run.provider, "get_harness", run.budget, harnessId=handle.harness_id)
+    version = (body.get("harness") or {}).get("harnessVersion")
+    return AgentCoreHandle(
+        harness_arn=handle.harness_arn,
+        harness_id=handle.harness_id,
+        harness_name=handle.harness_name,
+        harness_version=version if isinstance(version, str) else None,
+    )
