@@ -343,3 +343,24 @@ async def test_a_refusal_sends_nothing() -> None:
             await ml.run(provider, agent=ml.AgentSpec(harness_config={"hooks": []}), prompt="go")
         assert ran.value.code == "unsupported_spec_field"
         assert emu.requests == []
+
+
+async def test_a_shape_refusal_names_the_path_never_the_value() -> None:
+    """botocore's report quotes values; MCP headers and URLs can be secrets."""
+    secret = "sk-live-" + "9" * 20
+    tool = remote_mcp("docs", "https://mcp.example.com/mcp", headers={"Authorization": secret})
+    tool["config"]["remoteMcp"]["headers"]["X-Count"] = 3  # a wrong type beside the secret
+    tool["config"]["remoteMcp"]["url"] = 12345  # and one more
+    with AgentCoreEmulator() as emu:
+        provider = BedrockAgentCore(harness_arn=emu.harness_arn, **emu.client_kwargs)
+        with pytest.raises(ml.InvalidOptionsError) as refused:
+            await provider.provision(
+                ml.AgentSpec(name="w", host_tools=[tool]),
+                execution_role_arn=emu.execution_role_arn,
+            )
+        assert emu.requests == []
+    text = str(refused.value) + repr(refused.value.context)
+    assert refused.value.code == "invalid_harness_config"
+    assert "tools[0].config.remoteMcp.url" in text
+    assert "12345" not in text
+    assert secret not in text

@@ -14,6 +14,7 @@ import pytest
 
 import managedloop as ml
 from managedloop.providers import BedrockAgentCore
+from managedloop.stores import MemoryStore
 from managedloop.testing import AgentCoreEmulator, say
 
 from .conftest import make_provider
@@ -91,3 +92,16 @@ async def test_stop_runtime_session(emu: AgentCoreEmulator, sid: str) -> None:
         assert again.value.status == 404
         with pytest.raises(ml.InvalidOptionsError):
             await provider.stop_runtime_session("short")
+
+
+async def test_ensure_agent_refuses_update_before_any_request(emu: AgentCoreEmulator) -> None:
+    with make_provider(emu) as provider, pytest.raises(ml.InvalidOptionsError) as refused:
+        await ml.ensure_agent(
+            provider,
+            V1,
+            store=MemoryStore(),
+            execution_role_arn=emu.execution_role_arn,
+            update=True,
+        )
+    assert refused.value.context["option"] == "update"
+    assert emu.operations("CreateHarness") == []

@@ -159,12 +159,17 @@ def _validator() -> Any:
     return ParamValidator()
 
 
+@functools.cache
+def _input_shape(service: str, operation: str) -> Any:
+    """botocore's input shape (loaded once: every session open checks against it)."""
+    model = default_session().get_service_model(service)
+    return model.operation_model(operation).input_shape
+
+
 def check_shape(service: str, operation: str, params: Mapping[str, Any], *, option: str) -> None:
     """Refuse ``params`` botocore would refuse for ``operation`` (its own validator on the
     operation's input shape), before any request, naming the host."""
-    model = default_session().get_service_model(service)
-    shape = model.operation_model(operation).input_shape
-    report = _validator().validate(dict(params), shape)
+    report = _validator().validate(dict(params), _input_shape(service, operation))
     if report.has_errors():
         # botocore's report quotes the offending values; some (MCP headers, a URL) are
         # secrets, so only the parameter paths and the rules stay.

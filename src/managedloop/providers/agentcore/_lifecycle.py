@@ -49,6 +49,13 @@ class AgentCoreLifecycle:
                 "ensure_agent names the harness <base>_<digest8>; pass name= as the base",
                 option="name_prefix",
             )
+        if options.get("update"):
+            raise InvalidOptionsError(
+                "ensure_agent keeps one harness per digest (<base>_<digest8>, tagged and "
+                "pruned by digest); for versions of one harness use "
+                "BedrockAgentCore.provision(spec, update=True)",
+                option="update",
+            )
         given = ProvisionOptions.of({"environment": environment, **options})
         run = prepare(self.provider, spec, given, name=name)
         made = await execute(run)

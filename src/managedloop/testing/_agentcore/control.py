@@ -15,15 +15,23 @@ from typing import Any
 from aiohttp import web
 
 from managedloop.testing._agentcore.faults import AgentCoreFaults
+from managedloop.testing._agentcore.models import model_problem
 from managedloop.testing._agentcore.responses import create_failure, error
 from managedloop.testing._agentcore.state import Account, Endpoint, Harness, endpoint_view
 
-__all__ = ["ControlPlane"]
+__all__ = ["ControlPlane", "body_model_problem"]
 
 # Applied with fullmatch, as the service does (``$`` would accept a trailing newline).
 _HARNESS_NAME_RE = re.compile(r"[a-zA-Z][a-zA-Z0-9_]{0,39}")
 _ENDPOINT_NAME_RE = re.compile(r"[a-zA-Z][a-zA-Z0-9_]{0,47}")
 _ROLE_RE = re.compile(r"arn:aws(-[^:]+)?:iam::\d{12}:role/[\w+=,.@/-]+")
+
+
+def body_model_problem(body: Mapping[str, Any]) -> str | None:
+    """Bedrock's refusal of the body's ``bedrockModelConfig.modelId`` (:mod:`.models`)."""
+    model = body.get("model")
+    config = model.get("bedrockModelConfig") if isinstance(model, Mapping) else None
+    return model_problem(config.get("modelId")) if isinstance(config, Mapping) else None
 
 
 class ControlPlane:
@@ -156,6 +164,9 @@ class ControlPlane:
                 "satisfy constraint: Member must satisfy regular expression pattern: "
                 "[a-zA-Z][a-zA-Z0-9_]{0,39}",
             )
+        problem = body_model_problem(body)
+        if problem is not None:
+            return error(400, "ValidationException", problem)
         role = body.get("executionRoleArn")
         if not isinstance(role, str) or not _ROLE_RE.fullmatch(role):
             return error(
@@ -196,6 +207,9 @@ class ControlPlane:
         status = harness.status(now)
         if status != "READY":
             return error(409, "ConflictException", f"harness is {status}")
+        problem = body_model_problem(body)
+        if problem is not None:
+            return error(400, "ValidationException", problem)
         role = body.get("executionRoleArn")
         if role is not None and not (isinstance(role, str) and _ROLE_RE.fullmatch(role)):
             return error(400, "ValidationException", f"Value {role!r} at 'executionRoleArn'")

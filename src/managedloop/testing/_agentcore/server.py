@@ -30,7 +30,7 @@ from aiohttp import web
 from managedloop.testing._agentcore import eventstream as es
 from managedloop.testing._agentcore import turns
 from managedloop.testing._agentcore.clock import ManualClock
-from managedloop.testing._agentcore.control import ControlPlane
+from managedloop.testing._agentcore.control import ControlPlane, body_model_problem
 from managedloop.testing._agentcore.faults import AgentCoreFaults
 from managedloop.testing._agentcore.responses import STATUS_CODES, error
 from managedloop.testing._agentcore.shell import run_shell
@@ -492,6 +492,9 @@ class AgentCoreEmulator(LoopbackServer):
             return error(404, "ResourceNotFoundException", f"endpoint {qualifier} not found")
         if status != "READY":
             return error(409, "ConflictException", f"endpoint {qualifier} is {status}")
+        problem = body_model_problem(body)
+        if problem is not None:
+            return error(400, "ValidationException", problem)
         faults = self._take_faults()
         if faults is not None and faults.status is not None:
             return error(
