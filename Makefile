@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: demo demo-model model test test-live test-model test-oldest lint typecheck pytest fuzz bench bench-quality docs clean redis
+.PHONY: demo demo-model model test test-model test-oldest lint typecheck pytest fuzz bench bench-quality docs clean redis
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,7 @@ test: lint typecheck pytest
 
 # Every live test (marker `live`) of every host: each runs when its credentials are in the
 # environment and is skipped otherwise, with the missing pieces printed (-rs).
+.PHONY: test-live
 test-live: $(STAMP_DEV)
 	$(BIN)/python -m pytest -m live -rs -q tests
 
