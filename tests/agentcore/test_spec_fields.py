@@ -342,6 +342,16 @@ async def test_a_refusal_sends_nothing() -> None:
         with pytest.raises(ml.InvalidOptionsError) as ran:
             await ml.run(provider, agent=ml.AgentSpec(harness_config={"hooks": []}), prompt="go")
         assert ran.value.code == "unsupported_spec_field"
+        for spec in (  # on a run, too, before GetHarness is read for the merge
+            ml.AgentSpec(tools=[TOOL], harness_config={"maxIterations": "ten"}),
+            ml.AgentSpec(
+                tools=[TOOL],
+                host_tools=[{"type": "remote_mcp", "name": "x", "config": {"remoteMcp": {}}}],
+            ),
+        ):
+            with pytest.raises(ml.InvalidOptionsError) as shaped:
+                await ml.run(provider, agent=spec, prompt="go")
+            assert shaped.value.code == "invalid_harness_config"
         assert emu.requests == []
 
 

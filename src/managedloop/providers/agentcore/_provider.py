@@ -300,6 +300,19 @@ class BedrockAgentCore:
         else:
             sid, resumed = new_runtime_session_id(), False
         spec_params, server_tools = _spec_invoke(request.spec)
+        if spec_params or server_tools:  # the spec's own part, before GetHarness is read
+            check_shape(
+                "bedrock-agentcore",
+                "InvokeHarness",
+                {
+                    "harnessArn": arn,
+                    "runtimeSessionId": sid,
+                    "messages": _converse.user_message("-"),
+                    **spec_params,
+                    **({"tools": server_tools} if server_tools else {}),
+                },
+                option="spec",
+            )
         tools: list[dict[str, Any]] | None = None
         allowed: list[str] | None = None
         if request.tools or server_tools:
