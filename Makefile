@@ -60,6 +60,12 @@ pytest: $(STAMP_DEV) redis
 
 test: lint typecheck pytest
 
+# Every live test (marker `live`) of every host: each runs when its credentials are in the
+# environment and is skipped otherwise, with the missing pieces printed (-rs).
+.PHONY: test-live
+test-live: $(STAMP_DEV)
+	$(BIN)/python -m pytest -m live -rs -q tests
+
 # The real-peer tests alone, installing the extra first.
 test-model: $(STAMP_DEV) $(STAMP_MODEL)
 	$(BIN)/python -m pytest -q tests/integration

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from managedloop.hosts import ToolResults, TurnInput, UserMessage
@@ -147,13 +147,22 @@ class _Request:
     # Usage summed in place: adding frozen Usage values would copy ``raw`` every turn.
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
     usage_raw: list[Any] = field(default_factory=list)
     reprompts_left: int = 2
     terminal_tool_called: bool = False
     last: TurnResult | None = None
 
     def usage(self) -> Usage:
-        return make_usage(self.input_tokens, self.output_tokens, list(self.usage_raw))
+        usage = make_usage(self.input_tokens, self.output_tokens, list(self.usage_raw))
+        if self.cache_read or self.cache_write:  # hosts that report cache reads and writes
+            return replace(
+                usage,
+                cache_read_input_tokens=self.cache_read,
+                cache_creation_input_tokens=self.cache_write,
+            )
+        return usage
 
 
 def _fresh(reprompts_left: int) -> _Request:
@@ -167,6 +176,8 @@ def _fresh(reprompts_left: int) -> _Request:
     req.server_tool_uses = []
     req.input_tokens = 0
     req.output_tokens = 0
+    req.cache_read = 0
+    req.cache_write = 0
     req.usage_raw = []
     req.reprompts_left = reprompts_left
     req.terminal_tool_called = False
@@ -232,6 +243,8 @@ class Machine:
         if usage is not None:
             req.input_tokens += usage.input_tokens
             req.output_tokens += usage.output_tokens
+            req.cache_read += usage.cache_read_input_tokens
+            req.cache_write += usage.cache_creation_input_tokens
             req.usage_raw.extend(usage.raw)
 
         if opts.turn_guard is not None:
