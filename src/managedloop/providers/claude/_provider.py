@@ -22,6 +22,7 @@ the spec's full digest is also stored in the agent's ``metadata`` (``managedloop
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import hashlib
@@ -41,6 +42,7 @@ from managedloop.errors import (
     InvalidOptionsError,
     ManagedLoopError,
     ProviderError,
+    UnsupportedError,
 )
 from managedloop.hosts import OpenRequest
 from managedloop.providers.claude import _files, _provision
@@ -66,6 +68,7 @@ from managedloop.providers.claude._provision import (
     id_of,
     normalize_model_id,
 )
+from managedloop.providers.claude._selfhosted import SelfHostedEnvironment
 from managedloop.provisioning.specs import AgentSpec
 
 if TYPE_CHECKING:
@@ -221,6 +224,8 @@ class ClaudeManagedAgents:
                 option="agent",
             )
         self.environment = environment
+        self.self_hosted = environment if isinstance(environment, SelfHostedEnvironment) else None
+        """The self-hosted environment this process serves in-process (``_selfhosted``)."""
         self.environment_id = id_of(environment, "environment_id")
         self._environment_spec = (
             None if self.environment_id is not None else coerce_environment(environment)
@@ -405,10 +410,65 @@ class ClaudeManagedAgents:
         )
         try:
             await conn.start()
+            self._serve_sandbox(request, conn, lease.client, environment_id)
         except BaseException:
             await conn.aclose()
             raise
         return conn
+
+    def _serve_sandbox(
+        self,
+        request: OpenRequest,
+        conn: ClaudeConnection,
+        client: anthropic.AsyncAnthropic,
+        environment_id: str,
+    ) -> None:
+        """On a self-hosted environment this process serves, start the session's worker
+        (the SDK's, see ``_selfhosted``); it lives until the connection closes."""
+        options = (
+            request.environment
+            if isinstance(request.environment, SelfHostedEnvironment)
+            else self.self_hosted
+        )
+        if options is None or options.environment_id != environment_id or conn.session_id is None:
+            return
+        from managedloop.providers.claude._sandbox_tools import BUILTIN_TOOL_NAMES
+        from managedloop.providers.claude._selfhosted import SandboxWorker
+
+        clash = sorted(BUILTIN_TOOL_NAMES & {d.name for d in request.tools})
+        if clash:
+            # The worker dispatches by name: a custom tool named like a built-in one would
+            # be answered twice (by the worker and by the loop).
+            raise InvalidOptionsError(
+                f"custom tools {clash} share a name with a built-in tool the self-hosted "
+                "worker runs; rename them",
+                code="tool_name_collision",
+                option="tools",
+            )
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError as exc:  # pragma: no cover - a trio loop
+            raise UnsupportedError(
+                "the in-process self-hosted worker runs on asyncio", code="unsupported"
+            ) from exc
+        secret = self._api_secret()
+        worker = SandboxWorker(client, options, secrets=[secret] if secret else [])
+        task = loop.create_task(worker.serve_session(conn.session_id))
+
+        async def stop() -> None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+        conn.closers.append(stop)
+
+    def _api_secret(self) -> str | None:
+        """The organisation credential in use (kept out of every tool subprocess)."""
+        user = self._clients.user_client
+        if user is not None:
+            secret = getattr(user, "api_key", None) or getattr(user, "auth_token", None)
+            return secret if isinstance(secret, str) else None
+        return self._settings.api_key.reveal() if self._settings.api_key is not None else None
 
     # -- provisioning (see _provision) ---------------------------------------------------
     @_leased

@@ -54,7 +54,6 @@ from managedloop.testing._claude.resources import api_error
 from managedloop.testing._claude.session import now_iso
 
 if TYPE_CHECKING:
-    from managedloop.testing._claude.server import ClaudeEmulator
     from managedloop.testing._claude.session import EmuSession
 
 __all__ = ["WorkItem", "WorkQueue"]
@@ -120,11 +119,21 @@ class WorkItem:
         }
 
 
+def _secret(request: web.Request) -> str | None:
+    """The credential a request presents (``x-api-key`` wins over a bearer, as the
+    emulator's middleware reads it)."""
+    key = request.headers.get("x-api-key")
+    if key is not None:
+        return key
+    auth = request.headers.get("authorization", "")
+    return auth[len("Bearer ") :] if auth.startswith("Bearer ") else None
+
+
 class WorkQueue:
     """The work queues of every ``self_hosted`` environment of one emulator."""
 
-    def __init__(self, emulator: ClaudeEmulator) -> None:
-        self._emu = emulator
+    def __init__(self, emulator: Any) -> None:
+        self._emu = emulator  # the ClaudeEmulator (its state, mint, api_key and pager)
         self.items: dict[str, WorkItem] = {}
         self.keys: dict[str, str] = {}
         """Environment id -> its environment key."""
@@ -230,9 +239,7 @@ class WorkQueue:
     def _credential(self, request: web.Request) -> str:
         """Which credential the request carries: ``api_key``, ``environment_key``,
         ``sessions_token`` or ``none``."""
-        from managedloop.testing._claude.server import _credential
-
-        secret, _ = _credential(request.headers)
+        secret = _secret(request)
         if secret is None:
             return "none"
         if secrets.compare_digest(secret, self._emu.api_key):
@@ -421,7 +428,8 @@ class WorkQueue:
             return api_error(401, "list takes the environment key", "authentication_error")
         env_id = request.match_info["env"]
         items = [i.to_wire() for i in self.items.values() if i.environment_id == env_id]
-        return self._emu._page(request, items)
+        page: web.Response = self._emu._page(request, items)
+        return page
 
     async def _retrieve(self, request: web.Request) -> web.Response:
         item = self._item(request)
@@ -437,9 +445,8 @@ class WorkQueue:
             return item
         if self._credential(request) != "api_key":
             return api_error(401, "update takes the API key", "authentication_error")
-        from managedloop.testing._claude.server import _body
-
-        metadata = _body(request).get("metadata")
+        body = await request.json() if request.can_read_body else None
+        metadata = body.get("metadata") if isinstance(body, dict) else None
         if not isinstance(metadata, dict):
             return api_error(400, "metadata: required, an object")
         for key, value in metadata.items():
