@@ -27,7 +27,7 @@ from managedloop.providers.claude._provision import (
     ClaudeHandle,
     normalize_model_id,
 )
-from managedloop.providers.claude._selfhosted import SelfHostedEnvironment
+from managedloop.providers.claude._selfhosted import SandboxWorker, SelfHostedEnvironment
 from managedloop.providers.claude._wire import interrupt_event, tool_confirmation
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "ClaudeArtifactStore",
     "ClaudeHandle",
     "ClaudeManagedAgents",
+    "SandboxWorker",
     "SelfHostedEnvironment",
     "agent_toolset",
     "interrupt_event",

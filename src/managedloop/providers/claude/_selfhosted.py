@@ -120,7 +120,7 @@ class SelfHostedEnvironment:
         object.__setattr__(self, "workdir", os.path.realpath(workdir))
         _validate.duration("tool_timeout", self.tool_timeout, allow_none=False)
         _validate.duration("poll_timeout", self.poll_timeout, allow_none=False)
-        _validate.duration("max_idle", self.max_idle)
+        _validate.duration("max_idle", self.max_idle, allow_zero=True)
         _validate.integer("max_output", self.max_output, minimum=1)
         if self.worker_id is not None:
             _validate.text("worker_id", self.worker_id)

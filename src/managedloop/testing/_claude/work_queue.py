@@ -321,7 +321,8 @@ class WorkQueue:
                 await asyncio.wait_for(self._arrived.wait(), block_ms / 1000)
             self._reclaim(env_id, reclaim)
             item = self._next(env_id)
-        if item is None:
+        gone = request.transport is None or request.transport.is_closing()
+        if item is None or gone:  # a poller that went away is offered nothing
             return web.json_response(None)
         item.offered_at = self.clock()
         item.worker_id = worker
