@@ -149,7 +149,7 @@ async def test_worker_killed_mid_tool_a_second_one_finishes_once(
                 results.append(await run_on(emu, env_id))
 
             tg.start_soon(session)
-            await until(lambda: (tmp_path / "started").exists())
+            await until((tmp_path / "started").exists)
             os.killpg(first.pid, signal.SIGKILL)  # the worker and its shell, mid-tool
             first.wait(WAIT)
             assert not sandbox_results(emu, emu.session().id)  # nothing was answered
@@ -183,7 +183,7 @@ async def test_sigterm_drains_the_running_call(tmp_path: Path, workers: Workers)
                 results.append(await run_on(emu, env_id))
 
             tg.start_soon(session)
-            await until(lambda: (tmp_path / "started").exists())
+            await until((tmp_path / "started").exists)
             proc.send_signal(signal.SIGTERM)
 
             def draining() -> None:
@@ -197,6 +197,7 @@ async def test_sigterm_drains_the_running_call(tmp_path: Path, workers: Workers)
             (tmp_path / "go").touch()
         out, _ = proc.communicate(timeout=WAIT)
         assert proc.returncode == 0
+        assert "drained" in out
         (result,) = results
         assert result.terminal == ml.Terminal.END_TURN
         (r,) = sandbox_results(emu, result.session_id or "").values()
