@@ -446,7 +446,11 @@ class WorkQueue:
             return item
         if self._credential(request) != "api_key":
             return api_error(401, "update takes the API key", "authentication_error")
-        body = await request.json() if request.can_read_body else None
+        raw = await request.read()  # cached by the middleware, which parsed it already
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
         metadata = body.get("metadata") if isinstance(body, dict) else None
         if not isinstance(metadata, dict):
             return api_error(400, "metadata: required, an object")
