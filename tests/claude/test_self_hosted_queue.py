@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def emu() -> AsyncIterator[ClaudeEmulator]:  # type: ignore[misc]
+def emu() -> Iterator[ClaudeEmulator]:
     with ClaudeEmulator([Reply(tool_calls=[builtin("bash", command="true")]), say("ok")]) as e:
         yield e
 

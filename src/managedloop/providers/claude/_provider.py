@@ -68,7 +68,8 @@ from managedloop.providers.claude._provision import (
     id_of,
     normalize_model_id,
 )
-from managedloop.providers.claude._selfhosted import SelfHostedEnvironment
+from managedloop.providers.claude._sandbox_tools import BUILTIN_TOOL_NAMES
+from managedloop.providers.claude._selfhosted import SandboxWorker, SelfHostedEnvironment
 from managedloop.provisioning.specs import AgentSpec
 
 if TYPE_CHECKING:
@@ -370,6 +371,9 @@ class ClaudeManagedAgents:
                 raise
             return conn
         agent_id, environment_id = await self._resolve_agent(request)
+        sandbox = self._sandbox_worker(request, lease.client, environment_id)
+        if sandbox is not None:
+            await sandbox.check_key()  # a refused key fails here, before a session waits
         body: dict[str, Any] = {"agent": agent_id, "environment_id": environment_id}
         if self.session_title is not None:
             body["title"] = self.session_title
@@ -410,31 +414,25 @@ class ClaudeManagedAgents:
         )
         try:
             await conn.start()
-            self._serve_sandbox(request, conn, lease.client, environment_id)
+            if sandbox is not None:
+                self._serve_sandbox(sandbox, conn)
         except BaseException:
             await conn.aclose()
             raise
         return conn
 
-    def _serve_sandbox(
-        self,
-        request: OpenRequest,
-        conn: ClaudeConnection,
-        client: anthropic.AsyncAnthropic,
-        environment_id: str,
-    ) -> None:
-        """On a self-hosted environment this process serves, start the session's worker
-        (the SDK's, see ``_selfhosted``); it lives until the connection closes."""
+    def _sandbox_worker(
+        self, request: OpenRequest, client: anthropic.AsyncAnthropic, environment_id: str
+    ) -> SandboxWorker | None:
+        """The in-process worker of a self-hosted environment this process serves (see
+        ``_selfhosted``), or ``None``. Checked before the session is created."""
         options = (
             request.environment
             if isinstance(request.environment, SelfHostedEnvironment)
             else self.self_hosted
         )
-        if options is None or options.environment_id != environment_id or conn.session_id is None:
-            return
-        from managedloop.providers.claude._sandbox_tools import BUILTIN_TOOL_NAMES
-        from managedloop.providers.claude._selfhosted import SandboxWorker
-
+        if options is None or options.environment_id != environment_id:
+            return None
         clash = sorted(BUILTIN_TOOL_NAMES & {d.name for d in request.tools})
         if clash:
             # The worker dispatches by name: a custom tool named like a built-in one would
@@ -445,14 +443,19 @@ class ClaudeManagedAgents:
                 code="tool_name_collision",
                 option="tools",
             )
+        secret = self._api_secret()
+        return SandboxWorker(client, options, secrets=[secret] if secret else [])
+
+    @staticmethod
+    def _serve_sandbox(worker: SandboxWorker, conn: ClaudeConnection) -> None:
+        """Run ``worker`` for the session until the connection closes."""
+        assert conn.session_id is not None
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError as exc:  # pragma: no cover - a trio loop
             raise UnsupportedError(
                 "the in-process self-hosted worker runs on asyncio", code="unsupported"
             ) from exc
-        secret = self._api_secret()
-        worker = SandboxWorker(client, options, secrets=[secret] if secret else [])
         task = loop.create_task(worker.serve_session(conn.session_id))
 
         async def stop() -> None:

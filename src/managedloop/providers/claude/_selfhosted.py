@@ -169,6 +169,25 @@ class SandboxWorker:
             f"worker_id={self.worker_id!r})"
         )
 
+    async def check_key(self) -> None:
+        """Fail fast on an environment key the service refuses (a one-item ``list``, the
+        endpoint that takes only that key), before a session waits for this worker."""
+        import anthropic
+
+        from managedloop.errors import AuthenticationError
+
+        try:
+            await self._poller().beta.environments.work.list(
+                self.options.environment_id, limit=1, timeout=self.options.poll_timeout
+            )
+        except anthropic.AuthenticationError as exc:
+            raise AuthenticationError(
+                f"the environment key for {self.options.environment_id} was refused",
+                code="invalid_environment_key",
+                status=exc.status_code,
+                environment_id=self.options.environment_id,
+            ) from None
+
     # -- polling ------------------------------------------------------------------------
     def _poller(self) -> anthropic.AsyncAnthropic:
         if self._poll_client is None:
