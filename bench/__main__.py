@@ -17,6 +17,7 @@ SUITES: list[str] = [
     "bench.local",
     "bench.claude",
     "bench.agentcore",
+    "bench.selfhosted",
     "bench.otel",
     "bench.temporal",
 ]

@@ -74,6 +74,16 @@ async def test_the_sdks_environment_worker_completes_a_session(
 
 async def test_work_endpoints_as_the_service_answers_them(emu: ClaudeEmulator) -> None:
     async with strict_client(emu) as client:
+        agent = await client.beta.agents.create(name="a", model="claude-sonnet-4-6")
+        await strict_work_round_trip(client, emu, agent.id)
+
+
+async def strict_work_round_trip(
+    client: anthropic.AsyncAnthropic, emu: ClaudeEmulator, agent_id: str
+) -> None:
+    """Every work route, through ``client`` (strict) and bearer copies of it; also run by
+    ``test_strict_sdk.py``'s every-route check."""
+    if True:
         env_id, key = await self_hosted_env(client, emu)
         async with bearer(emu, key) as worker_client:
             work = worker_client.beta.environments.work
@@ -84,8 +94,7 @@ async def test_work_endpoints_as_the_service_answers_them(emu: ClaudeEmulator) -
             with pytest.raises(anthropic.AuthenticationError):
                 await client.beta.environments.work.poll(env_id)  # the API key: refused
 
-            agent = await client.beta.agents.create(name="a", model="claude-sonnet-4-6")
-            session = await client.beta.sessions.create(agent=agent.id, environment_id=env_id)
+            session = await client.beta.sessions.create(agent=agent_id, environment_id=env_id)
             stats = await work.stats(env_id)
             assert (stats.depth, stats.pending) == (1, 0)
 
