@@ -276,3 +276,28 @@ async def test_an_ask_tool_stays_a_host_approval_then_the_worker_runs_it(tmp_pat
         assert result.terminal == ml.Terminal.END_TURN
         (r,) = sandbox_results(emu, result.session_id or "").values()
         assert result_text(r).strip() == "approved"
+
+
+async def test_a_parked_approval_resumed_later_is_served_by_a_new_worker(tmp_path: Path) -> None:
+    """Park on an ``ask`` tool (no callback), resume with a decision in a new run: the
+    reattached session gets its worker back, which runs the allowed call."""
+    script = [Reply(tool_calls=[builtin("bash", command="echo resumed")]), say("done")]
+    with ClaudeEmulator(script, confirm_tools=["bash"]) as emu:
+        async with strict_client(emu) as client:
+            env_id, key = await self_hosted_env(client, emu)
+            sandbox = SelfHostedEnvironment(
+                environment_id=env_id, environment_key=key, workdir=tmp_path
+            )
+            provider = ClaudeManagedAgents(client=client, environment=sandbox)
+            parked = await ml.run(provider, agent=SPEC, prompt="go")
+            assert parked.terminal is ml.Terminal.REQUIRES_ACTION
+            assert parked.pending is not None
+            (request,) = parked.pending.approvals
+            again = ml.SessionResult.from_dict(parked.to_dict())
+            done = await ml.run(
+                provider, agent=SPEC, resume=again, approvals={request.id: ml.Approve()}
+            )
+        assert done.terminal is ml.Terminal.END_TURN
+        (r,) = sandbox_results(emu, done.session_id or "").values()
+        assert result_text(r).strip() == "resumed"
+        assert sum(answers_per_use(emu, done.session_id or "").values()) == 1

@@ -369,6 +369,12 @@ class ClaudeManagedAgents:
             except BaseException:
                 await conn.aclose()
                 raise
+            # A reattached session on the self-hosted environment this process serves gets
+            # its worker back (its environment is not re-read: a worker for another
+            # environment's session finds no item of it and stays idle).
+            resumed = self._sandbox_worker(request, lease.client, None)
+            if resumed is not None:
+                self._serve_sandbox(resumed, conn)
             return conn
         agent_id, environment_id = await self._resolve_agent(request)
         sandbox = self._sandbox_worker(request, lease.client, environment_id)
@@ -422,16 +428,17 @@ class ClaudeManagedAgents:
         return conn
 
     def _sandbox_worker(
-        self, request: OpenRequest, client: anthropic.AsyncAnthropic, environment_id: str
+        self, request: OpenRequest, client: anthropic.AsyncAnthropic, environment_id: str | None
     ) -> SandboxWorker | None:
         """The in-process worker of a self-hosted environment this process serves (see
-        ``_selfhosted``), or ``None``. Checked before the session is created."""
+        ``_selfhosted``), or ``None``; ``environment_id`` is the session's (``None``: not
+        known, a reattach). Checked before the session is created."""
         options = (
             request.environment
             if isinstance(request.environment, SelfHostedEnvironment)
             else self.self_hosted
         )
-        if options is None or options.environment_id != environment_id:
+        if options is None or environment_id not in (None, options.environment_id):
             return None
         clash = sorted(BUILTIN_TOOL_NAMES & {d.name for d in request.tools})
         if clash:
@@ -456,10 +463,20 @@ class ClaudeManagedAgents:
             raise UnsupportedError(
                 "the in-process self-hosted worker runs on asyncio", code="unsupported"
             ) from exc
-        task = loop.create_task(worker.serve_session(conn.session_id))
+        # Level-triggered cancellation (an anyio scope), not one task.cancel(): the SDK
+        # shields the item's stop, and a one-shot cancel landing inside that shield would be
+        # spent there, leaving the worker polling and the close waiting on it.
+        scope = anyio.CancelScope()
+        session_id = conn.session_id
+
+        async def serve() -> None:
+            with scope:
+                await worker.serve_session(session_id)
+
+        task = loop.create_task(serve())
 
         async def stop() -> None:
-            task.cancel()
+            scope.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 

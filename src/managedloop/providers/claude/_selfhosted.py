@@ -287,7 +287,18 @@ class SandboxWorker:
         """Serve one session's items until cancelled (the in-process worker): a lost
         lease or an item stopped while the session lives sends it back to polling."""
         while True:
-            item = await self._next_item(session_id)
+            try:
+                item = await self._next_item(session_id)
+            except Exception as exc:
+                # A refusal no retry can mend (a revoked key): say so loudly; the session
+                # then waits as for a dead worker, until its stream idle timeout.
+                logger.error(
+                    "self-hosted worker %s: polling for session %s failed permanently (%s)",
+                    self.worker_id,
+                    session_id,
+                    type(exc).__name__,
+                )
+                raise
             try:
                 await self.serve(item)
             except Exception as exc:  # one failed item must not end the session's worker

@@ -16,8 +16,9 @@ emitted event against them):
   ``agent.tool_result`` carrying the deny message);
 * on a ``self_hosted`` environment a built-in tool use is the worker's: the run idles on
   ``requires_action`` naming the ``agent.tool_use`` until a ``user.tool_result`` answers
-  it (see :mod:`managedloop.testing._claude.work_queue`), and new input to a session whose
-  work item has stopped queues a new one.
+  it (see :mod:`managedloop.testing._claude.work_queue`), and new input (a message, a
+  confirmation) or a new built-in call of a session whose work item has stopped queues a
+  new one.
 """
 
 from __future__ import annotations
@@ -251,8 +252,6 @@ class EmuSession:
                     self.queued.append(text)
                 else:
                     start_user = text
-                if self.self_hosted and self.on_input is not None:
-                    self.on_input(self)  # a dormant session's new input queues work
             if kind == "user.interrupt":
                 interrupted = True
             echoes.append(self.emit(echo))
@@ -282,6 +281,9 @@ class EmuSession:
                         "stop_reason": {"type": "requires_action", "event_ids": [last]},
                     }
                 )
+        wakes = {"user.message", "user.tool_confirmation", "user.define_outcome"}
+        if self.self_hosted and self.on_input is not None and wakes & {e["type"] for e in events}:
+            self.on_input(self)  # a dormant session's new input queues work
         if interrupted:
             self._interrupt()
         elif outcome_started and self.status != "running":
@@ -435,6 +437,8 @@ class EmuSession:
                 )
                 custom.append(use["id"])  # the worker answers it: the run waits
                 self.open_sandbox[use["id"]] = call.name
+                if self.on_input is not None:
+                    self.on_input(self)  # no live work item (one was stopped): queue one
             elif call.server:
                 use = self.emit(
                     {
