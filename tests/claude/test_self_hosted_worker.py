@@ -205,3 +205,21 @@ async def test_sigterm_drains_the_running_call(tmp_path: Path, workers: Workers)
         assert result_text(r).strip() == "drained-call"
         (item,) = emu.work.of_session(result.session_id or "")
         assert item.state == "stopped"  # released by the drain, before the exit
+
+
+def test_the_worker_command_refuses_a_missing_key_or_a_bad_workdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from managedloop.cli import main
+
+    monkeypatch.delenv("ANTHROPIC_ENVIRONMENT_KEY", raising=False)
+    assert main(["worker", "env_011", "--workdir", str(tmp_path)]) == 2
+    assert "ANTHROPIC_ENVIRONMENT_KEY" in capsys.readouterr().err
+    monkeypatch.setenv("ANTHROPIC_ENVIRONMENT_KEY", "envkey-secret-value-0123")
+    assert main(["worker", "env_011", "--workdir", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert "workdir" in err
+    assert "envkey-secret-value-0123" not in err
+    key_file = tmp_path / "key"
+    key_file.write_text("")
+    assert main(["worker", "env_011", "--environment-key-file", str(key_file)]) == 2
