@@ -223,3 +223,22 @@ def test_the_worker_command_refuses_a_missing_key_or_a_bad_workdir(
     key_file = tmp_path / "key"
     key_file.write_text("")
     assert main(["worker", "env_011", "--environment-key-file", str(key_file)]) == 2
+
+
+def test_the_worker_command_fails_on_a_refused_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from managedloop.cli import main
+
+    with ClaudeEmulator() as emu:
+        env = emu.call(
+            lambda: emu.state.environments.setdefault(
+                "env_selfhosted01", {"id": "env_selfhosted01", "config": {"type": "self_hosted"}}
+            )
+        )
+        monkeypatch.setenv("ANTHROPIC_ENVIRONMENT_KEY", "envkey-wrong-0123456789")
+        argv = ["worker", env["id"], "--workdir", str(tmp_path), "--base-url", emu.base_url]
+        assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "invalid_environment_key" in err
+    assert "envkey-wrong-0123456789" not in err

@@ -109,6 +109,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         client = anthropic.AsyncAnthropic(api_key=None, auth_token=key, base_url=base_url)
         async with client:
             worker = SandboxWorker(client, sandbox)
+            await worker.check_key()  # a refused key: exit 1 now, not a silent idle worker
             stop = anyio.Event()
             async with anyio.create_task_group() as tg:
 
@@ -134,5 +135,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                 tg.cancel_scope.cancel()
             print(f"managedloop worker {worker.worker_id}: drained", file=out, flush=True)
 
-    anyio.run(serve)
+    try:
+        anyio.run(serve)
+    except BaseExceptionGroup as group:  # a task's failure: report it as itself
+        raise group.exceptions[0] from None
     return 0

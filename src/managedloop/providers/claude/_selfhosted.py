@@ -45,7 +45,7 @@ import anyio
 
 from managedloop import _validate
 from managedloop.config import Secret
-from managedloop.errors import InvalidOptionsError
+from managedloop.errors import InvalidOptionsError, ManagedLoopError
 from managedloop.providers.claude._ids import check_id
 from managedloop.providers.claude._sandbox_tools import (
     DEFAULT_MAX_OUTPUT,
@@ -129,6 +129,26 @@ class SelfHostedEnvironment:
 def _key(options: SelfHostedEnvironment) -> str:
     key = options.environment_key
     return key.reveal() if isinstance(key, Secret) else key
+
+
+def _refused(exc: Any, environment_id: str) -> ManagedLoopError:
+    """A poll the service refuses for good, as the project's error (no secret in it)."""
+    from managedloop.errors import AuthenticationError, ProviderError
+
+    status = int(exc.status_code)
+    if status in (401, 403):
+        return AuthenticationError(
+            f"the environment key for {environment_id} was refused",
+            code="invalid_environment_key",
+            status=status,
+            environment_id=environment_id,
+        )
+    return ProviderError(
+        f"polling {environment_id} was refused ({status})",
+        code="poll_refused",
+        status=status,
+        environment_id=environment_id,
+    )
 
 
 def default_worker_id() -> str:
@@ -230,7 +250,7 @@ class SandboxWorker:
                 item = await self._poll_once(session_id)
             except anthropic.APIStatusError as exc:
                 if exc.status_code < 500 and exc.status_code not in (408, 409, 429):
-                    raise
+                    raise _refused(exc, self.options.environment_id) from None
                 failures += 1
             except (anthropic.APIConnectionError, TimeoutError):
                 failures += 1
