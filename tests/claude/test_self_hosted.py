@@ -168,13 +168,31 @@ async def test_the_api_key_never_reaches_the_tool_environment(
 
 
 async def test_a_hung_tool_call_times_out_with_an_error_result(tmp_path: Path) -> None:
-    script = [Reply(tool_calls=[builtin("bash", command="sleep 600")]), say("done")]
+    # The marker ($0 of the sh) finds the process should it outlive the timeout.
+    script = [
+        Reply(tool_calls=[builtin("bash", command="sh -c 'sleep 600; :' hung-tool-marker")]),
+        say("done"),
+    ]
     with ClaudeEmulator(script) as emu:
         result, _ = await run_sandboxed(emu, tmp_path, tool_timeout=0.5)
         (r,) = sandbox_results(emu, result.session_id or "").values()
         assert r["is_error"] is True
-        assert "timed out after 0.5 s" in result_text(r)
+        assert "timed out after 0.5" in result_text(r)
         assert result.terminal == ml.Terminal.END_TURN
+    # The command was killed with its shell, not left running.
+    alive = [
+        p
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and b"hung-tool-marker" in _cmdline(p)
+    ]
+    assert alive == []
+
+
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 async def test_output_is_capped(tmp_path: Path) -> None:

@@ -12,7 +12,10 @@ What this module adds, each for a reason:
 
 * **A per-call timeout** (:class:`LimitedTool`): a call that outlives ``timeout`` seconds is
   cancelled and answered with an error result naming the timeout, so a hung tool cannot
-  hold a session (the SDK's own cap is 325 s for every call).
+  hold a session (the SDK's own cap is 325 s for every call). For ``bash`` the limit goes
+  in as its ``timeout_ms`` (the smaller of the model's and ours), so the SDK's bash times
+  out by itself and kills the shell and what it started; an outside cancellation would
+  leave the command running.
 * **An output cap** on every tool's text (``max_output`` characters; the SDK caps some
   tools only), marked where it cut.
 * **A scrubbed subprocess environment** (:func:`scrubbed_environment`): the ``bash``
@@ -49,6 +52,9 @@ BUILTIN_TOOL_NAMES = frozenset({"bash", "read", "write", "edit", "glob", "grep"}
 DEFAULT_TOOL_TIMEOUT = 300.0
 """Seconds per call: above the SDK bash tool's own 295 s limit, so bash reports its own
 timeout first, and below the SDK runner's 325 s, so ours (the clearer message) wins."""
+BASH_KILL_GRACE = 10.0
+"""Seconds past its own timeout before a bash call is cut from outside (it kills its shell
+on its own timeout first, which takes a moment)."""
 DEFAULT_MAX_OUTPUT = 100_000
 """Characters of one result's text; the SDK's largest own cap (grep, 100 KiB) fits."""
 _SCRUBBED_PREFIXES = ("ANTHROPIC_", "MANAGEDLOOP_")
@@ -110,9 +116,19 @@ def _limited_class() -> Any:
             return str(self._inner.name)
 
         async def call(self, input: object) -> Any:
+            limit = self._timeout
+            if self.name == "bash" and isinstance(input, dict):
+                # bash times out by itself and then kills its shell and everything the
+                # command started; a cancellation from outside would leave them running.
+                asked = input.get("timeout_ms")
+                ms = int(limit * 1000)
+                if isinstance(asked, int) and not isinstance(asked, bool) and 0 < asked < ms:
+                    ms = asked
+                input = {**input, "timeout_ms": max(1, ms)}
+                limit += BASH_KILL_GRACE  # the backstop, should its own timeout not fire
             self._inflight.enter()
             try:
-                with anyio.move_on_after(self._timeout) as scope:
+                with anyio.move_on_after(limit) as scope:
                     result = await self._inner.call(input)
                 if scope.cancelled_caught:
                     raise ToolError(f"{self.name}: timed out after {self._timeout:g} s")
