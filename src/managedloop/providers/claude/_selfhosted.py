@@ -236,7 +236,11 @@ class SandboxWorker:
             return None
         if session_id is not None and item.data.id != session_id:
             return None  # another session's: left un-acked, so another worker gets it
-        await work.ack(item.id, environment_id=env_id, timeout=self.options.poll_timeout)
+        # Shielded: an item acked by a worker that then vanished would sit leased until its
+        # TTL. Once acked it goes straight to ``serve`` (no checkpoint in between), whose
+        # lease stops it on any exit, a cancellation included.
+        with anyio.CancelScope(shield=True):
+            await work.ack(item.id, environment_id=env_id, timeout=self.options.poll_timeout)
         return item
 
     async def _next_item(self, session_id: str | None) -> BetaSelfHostedWork:
