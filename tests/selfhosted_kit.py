@@ -60,10 +60,11 @@ def sandbox_results(emu: ClaudeEmulator, session_id: str) -> dict[str, dict[str,
 
 
 def answers_per_use(emu: ClaudeEmulator, session_id: str) -> Counter[str]:
-    """How many results (built-in and custom) were POSTed and applied per tool-use id."""
+    """How many results (built-in and custom) were POSTed per tool-use id: every attempt,
+    applied or refused, so a second answer of one use cannot hide behind a 400."""
     return Counter(
         e.get("tool_use_id") or e.get("custom_tool_use_id")
-        for e in emu.sent_events(session_id)
+        for e in emu.sent_events(session_id, applied_only=False)
         if e["type"] in ("user.tool_result", "user.custom_tool_result")
     )
 
