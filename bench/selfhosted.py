@@ -5,10 +5,12 @@ A session on a ``self_hosted`` environment makes 20 built-in ``read`` calls (one
 turn), then answers. Ours: one ``ml.run`` on ``ClaudeManagedAgents(environment=
 SelfHostedEnvironment(...))`` (session create, the in-process worker's poll, claim and
 serving, the loop to ``end_turn``). Baseline: the SDK alone doing the same work: the
-session created and the message sent by hand, the item polled and acked by hand, then the
-SDK's ``EnvironmentWorker.handle_item`` (``max_idle=0``) serving it to the end. Both use
-one strict-free ``AsyncAnthropic``; runs interleave and medians are reported. The figure
-is per tool call (the session's time over 20). Target: ratio at most 1.10.
+session created, its stream opened and the message sent by hand, the item polled and acked
+by hand, the SDK's ``EnvironmentWorker.handle_item`` serving it, the clock stopped at the
+``end_turn`` idle read from the stream (as ``ml.run`` returns on it). Both use one
+``AsyncAnthropic`` (the baseline's environment-key client is built once, outside the
+timing); runs interleave, alternating order, and medians are reported. The figure is per
+tool call (the session's time over 20). Target: ratio at most 1.10.
 """
 
 from __future__ import annotations
@@ -53,39 +55,41 @@ async def _ours(emu: ClaudeEmulator, provider: ClaudeManagedAgents) -> float:
 async def _sdk(
     emu: ClaudeEmulator,
     client: anthropic.AsyncAnthropic,
+    poll_client: anthropic.AsyncAnthropic,
     agent_id: str,
     env_id: str,
     key: str,
     workdir: str,
 ) -> float:
+    """The SDK alone: the clock stops when the session's ``end_turn`` idle is read from
+    the stream (as ``ml.run`` returns on it), not when the worker lets the item go (its
+    ``max_idle`` wind-down is not the tool calls' cost)."""
     emu.agent.script = _script()
-    poll_client = anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=None, auth_token=key)
-    async with poll_client:
-        start = time.perf_counter()
-        session = await client.beta.sessions.create(agent=agent_id, environment_id=env_id)
-        await client.beta.sessions.events.send(
-            session.id,
-            events=[{"type": "user.message", "content": [{"type": "text", "text": "go"}]}],
+    start = time.perf_counter()
+    session = await client.beta.sessions.create(agent=agent_id, environment_id=env_id)
+    stream = await client.beta.sessions.events.stream(session.id)
+    await client.beta.sessions.events.send(
+        session.id,
+        events=[{"type": "user.message", "content": [{"type": "text", "text": "go"}]}],
+    )
+    item = await poll_client.beta.environments.work.poll(env_id, block_ms=999)
+    assert item is not None
+    await poll_client.beta.environments.work.ack(item.id, environment_id=env_id)
+    worker = EnvironmentWorker(
+        client, environment_key=key, workdir=workdir, max_idle=0, memory_sync_interval=None
+    )
+    serving = asyncio.ensure_future(
+        worker.handle_item(
+            work_id=item.id, environment_id=env_id, session_id=session.id, work_secret=item.secret
         )
-        item = await poll_client.beta.environments.work.poll(env_id, block_ms=999)
-        assert item is not None
-        await poll_client.beta.environments.work.ack(item.id, environment_id=env_id)
-        worker = EnvironmentWorker(
-            client,
-            environment_key=key,
-            workdir=workdir,
-            max_idle=0,
-            memory_sync_interval=None,
-        )
-        await worker.handle_item(
-            work_id=item.id,
-            environment_id=env_id,
-            session_id=session.id,
-            work_secret=item.secret,
-        )
-        elapsed = time.perf_counter() - start
-    last = emu.events(session.id)[-1]
-    assert last.get("stop_reason") == {"type": "end_turn"}, last
+    )
+    async for event in stream:
+        stop = getattr(event, "stop_reason", None)
+        if event.type == "session.status_idle" and getattr(stop, "type", None) == "end_turn":
+            break
+    elapsed = time.perf_counter() - start
+    await stream.close()
+    await serving  # max_idle=0: it stops the item on its own
     return elapsed
 
 
@@ -109,16 +113,20 @@ async def _bench() -> None:
             ours: list[float] = []
             sdk: list[float] = []
             await _ours(emu, provider)  # warm both paths (imports, pools)
-            await _sdk(emu, client, agent.id, env.id, key, workdir)
+            poll_client = anthropic.AsyncAnthropic(
+                base_url=emu.base_url, api_key=None, auth_token=key, max_retries=0
+            )
+            await _sdk(emu, client, poll_client, agent.id, env.id, key, workdir)
             for i in range(RUNS):
                 pair = [
                     lambda: _ours(emu, provider),
-                    lambda: _sdk(emu, client, agent.id, env.id, key, workdir),
+                    lambda: _sdk(emu, client, poll_client, agent.id, env.id, key, workdir),
                 ]
                 if i % 2:
                     pair.reverse()  # alternate the order: neither always runs second
                 for which, run in zip((0, 1) if i % 2 == 0 else (1, 0), pair, strict=True):
                     (ours if which == 0 else sdk).append(await run())
+            await poll_client.close()
     o = statistics.median(ours) / TOOL_CALLS * 1e3
     s = statistics.median(sdk) / TOOL_CALLS * 1e3
     print(
