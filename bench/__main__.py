@@ -18,6 +18,7 @@ SUITES: list[str] = [
     "bench.local_transports",
     "bench.claude",
     "bench.agentcore",
+    "bench.selfhosted",
     "bench.otel",
     "bench.temporal",
 ]

@@ -68,6 +68,7 @@ AWS_SECRET = "LEAKTESTawssecretKEY0123456789abcdefghij"
 AWS_TOKEN = "IQoJLEAKTESTawssessiontoken0123456789abcdef"
 PROXY_PASSWORD = "pxLEAKTESTproxypass2468"
 PROXY_WRONG = "pxLEAKTESTwrongpass1357"
+ENV_KEY = "envkey-LEAKTESTenvironmentkey0123456789"
 SECRETS = {
     "proxy password": PROXY_PASSWORD,
     "wrong proxy password": PROXY_WRONG,
@@ -80,6 +81,7 @@ SECRETS = {
     "aws access key id": AWS_KEY_ID,
     "aws secret access key": AWS_SECRET,
     "aws session token": AWS_TOKEN,
+    "claude environment key": ENV_KEY,
 }
 
 
@@ -458,6 +460,54 @@ async def test_claude_leaks_nothing(capture: Capture, tmp_path: Path) -> None:
         "authentication_error",  # the bearer file's token with a CR LF
         "authentication_error",
     ]
+
+
+async def test_self_hosted_leaks_nothing(capture: Capture, tmp_path: Path) -> None:
+    """The environment key of a self-hosted sandbox (and the API key beside it): a run
+    with a built-in and a custom tool, a failing heartbeat and a hanging poll, a refused
+    key; the worker's own objects; and the tool's environment (``env``)."""
+    from managedloop.providers.claude import SandboxWorker, SelfHostedEnvironment
+    from managedloop.testing.script import Reply, ToolCall
+
+    script = [
+        Reply(
+            tool_calls=[
+                ToolCall(name="bash", input={"command": "env"}, server=True),
+                ToolCall(name="lookup", input={"city": "Paris"}),
+            ]
+        ),
+        say("done"),
+    ]
+    with ClaudeEmulator(script, api_key=CLAUDE_KEY) as emu:
+        async with anthropic.AsyncAnthropic(
+            base_url=emu.base_url, api_key=CLAUDE_KEY, max_retries=0
+        ) as client:
+            env = await client.beta.environments.create(name="s", config={"type": "self_hosted"})
+            emu.work.keys[env.id] = ENV_KEY
+            sandbox = SelfHostedEnvironment(
+                environment_id=env.id, environment_key=ENV_KEY, workdir=tmp_path, poll_timeout=0.2
+            )
+            capture.see("self-hosted options", sandbox)
+            capture.see("self-hosted worker", SandboxWorker(client, sandbox))
+            provider = ClaudeManagedAgents(client=client, environment=sandbox)
+            emu.work.fail_heartbeats = 1  # a transient failure: the worker retries
+            emu.work.hang_polls = 1
+            result = await _success(capture, "self-hosted", provider)
+            (env_result,) = [
+                e for e in emu.events(result.session_id) if e["type"] == "user.tool_result"
+            ]
+            capture.see("self-hosted tool environment", env_result)
+            emu.agent.script = list(script)
+            wrong = SelfHostedEnvironment(
+                environment_id=env.id, environment_key=ENV_KEY + "x", workdir=tmp_path
+            )
+            error = await _expect_failure(
+                capture,
+                "self-hosted wrong key",
+                ml.run(ClaudeManagedAgents(client=client, environment=wrong), agent=AGENT),
+            )
+            assert error.code == "invalid_environment_key"
+    assert [c for _, c in capture.failures] == ["invalid_environment_key"]
 
 
 def _wrong(tmp_path: Path) -> Path:

@@ -477,6 +477,9 @@ def build_parser(run_module: ModuleType | None = None) -> argparse.ArgumentParse
     from managedloop.cli import ops  # provision, tag, resolve, prune, ls
 
     ops.add_parsers(sub)
+    from managedloop.cli import worker  # self-hosted sandboxes
+
+    worker.add_parser(sub)
     return parser
 
 
@@ -509,6 +512,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         if args.command == "run":
             assert run_module is not None
             return cmd_run(args, run_module, stdout)
+        if args.command == "worker":
+            from managedloop.cli import worker
+
+            return worker.run(args, stdout)
         if args.command != "emulate":
             from managedloop.cli import ops
 
