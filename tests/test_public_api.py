@@ -55,6 +55,7 @@ PUBLIC = [
     "ProvisioningError",
     "Secret",
     "SessionInfo",
+    "SessionRecord",  # issue 28 session record
     "SessionResult",
     "SessionTimeoutError",
     "StoreError",

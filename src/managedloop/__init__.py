@@ -71,6 +71,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time these load on first use
     )
     from managedloop.provisioning.runtimes import Bootstrap
     from managedloop.session import GuardInput, LiveSession, run, run_sync, start
+    from managedloop.session.record import SessionRecord
 
     provision_sync = syncify(provision)
     teardown_sync = syncify(teardown)
@@ -91,6 +92,7 @@ else:
 
     _LAZY = {
         "managedloop.session": ("GuardInput", "LiveSession", "run", "run_sync", "start"),
+        "managedloop.session.record": ("SessionRecord",),
         "managedloop.provisioning.handles": ("AgentHandle", "EnvironmentHandle", "HarnessHandle"),
         "managedloop.provisioning.runtimes": ("Bootstrap",),
         "managedloop.provisioning.lifecycle": (
@@ -165,6 +167,7 @@ __all__ = [
     "Runtime",
     "Secret",
     "SessionInfo",
+    "SessionRecord",
     "SessionResult",
     "SessionTimeoutError",
     "StoreError",
