@@ -117,8 +117,10 @@ def chromium_path() -> str:
     return found.stdout.strip()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """One Chromium per module: Playwright's sync API keeps an event loop in this thread
+    while it runs, so it must be gone before any async test of another module starts."""
     from playwright.sync_api import sync_playwright
 
     path = os.environ.get("CHROMIUM") or chromium_path()
