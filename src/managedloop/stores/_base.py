@@ -28,7 +28,7 @@ against each one):
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from managedloop.errors import StoreError
@@ -53,12 +53,6 @@ class Store(Protocol):
 
     def delete(self, key: str) -> bool:
         """Remove ``key``; ``True`` if it was there."""
-        ...
-
-    def update(
-        self, key: str, fn: Callable[[dict[str, Any] | None], dict[str, Any] | None]
-    ) -> dict[str, Any] | None:
-        """TEMPORARY SHIM (h/28, replaced by h/25's): ``fn(current)`` atomically."""
         ...
 
     def scan(self, prefix: str) -> dict[str, dict[str, Any]]:

@@ -8,7 +8,7 @@ nothing stored), and tests written against it hold for the others.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from managedloop.stores._base import check_key, decode_value, encode_value
@@ -42,20 +42,6 @@ class MemoryStore:
         check_key(key)
         with self._lock:
             return self._data.pop(key, None) is not None
-
-    def update(
-        self, key: str, fn: Callable[[dict[str, Any] | None], dict[str, Any] | None]
-    ) -> dict[str, Any] | None:
-        """TEMPORARY SHIM (h/28, replaced by h/25's)."""
-        check_key(key)
-        with self._lock:
-            text = self._data.get(key)
-            new = fn(None if text is None else decode_value(text, where="memory"))
-            if new is None:
-                self._data.pop(key, None)
-                return None
-            self._data[key] = encode_value(new)
-        return decode_value(self._data[key], where="memory") if key in self._data else None
 
     def scan(self, prefix: str) -> dict[str, dict[str, Any]]:
         check_key(prefix, prefix=True)
