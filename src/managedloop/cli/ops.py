@@ -70,7 +70,7 @@ from managedloop.errors import (
 from managedloop.provisioning import lifecycle
 from managedloop.provisioning.handles import Handle
 from managedloop.provisioning.names import version_of
-from managedloop.stores import Store
+from managedloop.stores import Store, Updater
 
 __all__ = [
     "COMMANDS",
@@ -384,6 +384,10 @@ class _Watch:
     def put(self, key: str, value: Mapping[str, Any]) -> None:
         self.written.add(key)
         self.store.put(key, value)
+
+    def update(self, key: str, fn: Updater) -> dict[str, Any] | None:
+        self.written.add(key)
+        return self.store.update(key, fn)
 
     def delete(self, key: str) -> bool:
         return self.store.delete(key)
