@@ -208,8 +208,7 @@ def as_store(store: Any) -> Store:
         return _default_store
     if not isinstance(store, Store):
         raise InvalidOptionsError(
-            "store= must implement managedloop.stores.Store "
-            "(get/put/update/delete/scan/close)",
+            "store= must implement managedloop.stores.Store (get/put/update/delete/scan/close)",
             option="store",
         )
     return store
@@ -448,9 +447,7 @@ async def tags(base: str, *, kind: str, store: Store | None = None) -> dict[str,
     return dict(sorted(_tags_of(entry).items()))
 
 
-async def is_tracked(
-    base: str, digest8: str, *, kind: str, store: Store | None = None
-) -> bool:
+async def is_tracked(base: str, digest8: str, *, kind: str, store: Store | None = None) -> bool:
     """Whether the store holds the handle of version ``digest8`` of ``base`` (what
     ``ensure`` stored, and what a tag must point at to resolve)."""
     _check_part("base", base)
