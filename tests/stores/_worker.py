@@ -4,6 +4,11 @@
 line on stdin (so every child starts together), runs ``OPS`` mixed operations, and prints
 one JSON line: the last value it wrote to each shared key.
 
+``python _worker.py tags BACKEND TARGET NAMESPACE PROC OPS``: prints ``ready``, waits for a
+line on stdin, then ``OPS`` rounds of ``ml.tag_sync`` on one shared base (tag ``p<PROC>-<i>``)
+and, every third round, ``ml.untag_sync`` of its own tag of two rounds before (which must
+return the digest it pointed at); prints ``done``.
+
 ``python _worker.py crash BACKEND TARGET NAMESPACE OP``: arms the backend's pre-commit
 seam to write one byte to stdout and then wait forever, and runs ``OP`` (``put`` or
 ``delete`` of key ``a``): the parent kills it when the byte arrives, which is the moment
@@ -56,6 +61,22 @@ def mix(store: Store, proc: int, ops: int) -> dict[str, Any]:
     return last
 
 
+def tags(store: Store, proc: int, ops: int) -> None:
+    """Tags and untags of one base, every process at once (see ``test_atomic_processes``)."""
+    import managedloop as ml
+
+    for i in range(ops):
+        ml.tag_sync("base", f"p{proc}-{i}", digest(proc, i), kind="agent", store=store)
+        if i % 3 == 2:
+            was = ml.untag_sync("base", f"p{proc}-{i - 2}", kind="agent", store=store)
+            if was != digest(proc, i - 2):
+                raise SystemExit(f"untag p{proc}-{i - 2} returned {was!r}")
+
+
+def digest(proc: int, i: int) -> str:
+    return f"{proc:02x}{i:06x}"
+
+
 def crash(store: Store, op: str) -> None:
     def signal_and_hang() -> None:
         os.write(1, b"!")
@@ -79,6 +100,11 @@ def main() -> None:
         print("ready", flush=True)
         sys.stdin.readline()
         print(json.dumps(mix(store, proc, ops)), flush=True)
+    elif mode == "tags":
+        print("ready", flush=True)
+        sys.stdin.readline()
+        tags(store, int(sys.argv[5]), int(sys.argv[6]))
+        print("done", flush=True)
     else:
         crash(store, sys.argv[5])
     store.close()

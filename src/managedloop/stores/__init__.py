@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from managedloop.stores._base import Store
+from managedloop.stores._base import MAX_KEY_LENGTH, Store, Updater
 from managedloop.stores._memory import MemoryStore
 
 if TYPE_CHECKING:  # loaded on first use: `import managedloop` pays for none of them
@@ -32,11 +32,13 @@ if TYPE_CHECKING:  # loaded on first use: `import managedloop` pays for none of 
     from managedloop.stores._sqlite import SQLiteStore, default_store_path
 
 __all__ = [
+    "MAX_KEY_LENGTH",
     "FileStore",
     "MemoryStore",
     "RedisStore",
     "SQLiteStore",
     "Store",
+    "Updater",
     "default_store_path",
     "open_store",
 ]
