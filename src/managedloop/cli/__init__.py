@@ -9,7 +9,8 @@
   prints the summary;
 * ``managedloop emulate local --port 8000`` serves a host's emulator until Ctrl-C;
 * ``managedloop provision/tag/resolve/prune/ls`` run the provisioning lifecycle from a spec
-  file (:mod:`managedloop.cli.ops`, its own exit codes; format: :mod:`managedloop.cli.specfile`).
+  file (:mod:`managedloop.cli.ops`, its own exit codes; format: :mod:`managedloop.cli.specfile`);
+* ``managedloop console`` serves the web console (:mod:`managedloop.cli.console`).
 
 This package is the top layer: it may import the package root, the test kit, the session
 and the hosts' public names; nothing below imports it. Each host's part is a module
@@ -477,6 +478,9 @@ def build_parser(run_module: ModuleType | None = None) -> argparse.ArgumentParse
     from managedloop.cli import ops  # provision, tag, resolve, prune, ls
 
     ops.add_parsers(sub)
+    from managedloop.cli import console  # the web console (extra `console`)
+
+    console.add_parser(sub)
     return parser
 
 
@@ -509,6 +513,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         if args.command == "run":
             assert run_module is not None
             return cmd_run(args, run_module, stdout)
+        if args.command == "console":
+            from managedloop.cli import console
+
+            return console.run(args, stdout)
         if args.command != "emulate":
             from managedloop.cli import ops
 
