@@ -40,6 +40,7 @@ def app(
     poll_interval: float = 0.5,
     user_header: str | None = None,
     run_options: Mapping[str, Any] | None = None,
+    list_ttl: float = 2.0,
 ) -> Starlette:
     """The console as an ASGI application.
 
@@ -53,6 +54,8 @@ def app(
     between two reads of the record by a live page. ``user_header``: a request header
     naming who decides (set by your reverse proxy), else decisions are by ``"console"``.
     ``run_options``: more ``ml.run`` options for a resume (``timeout``, ``max_turns``...).
+    ``list_ttl``: seconds the session list's read of the store is reused for paging,
+    filtering and searching (``0``: read on every page).
     """
     try:
         from managedloop.console._app import build
@@ -69,4 +72,5 @@ def app(
         poll_interval=poll_interval,
         user_header=user_header,
         run_options=run_options,
+        list_ttl=list_ttl,
     )

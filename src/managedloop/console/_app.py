@@ -25,6 +25,7 @@ import inspect
 import json
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from importlib import resources
 from typing import Any
@@ -179,6 +180,7 @@ class Console:
         poll_interval: float,
         user_header: str | None,
         run_options: Mapping[str, Any],
+        list_ttl: float,
     ) -> None:
         self.record = record
         self.store: Store = record.store
@@ -190,6 +192,19 @@ class Console:
         self.user_header = user_header
         self.run_options = dict(run_options)
         self.tasks: set[asyncio.Task[Any]] = set()
+        self.list_ttl = list_ttl
+        self._listed: tuple[float, list[dict[str, Any]]] | None = None
+
+    async def all_sessions(self) -> list[dict[str, Any]]:
+        """Every summary, sorted: read again when older than ``list_ttl`` seconds (paging
+        and filtering within it cost no scan of the store)."""
+        now = time.monotonic()
+        cached = self._listed
+        if cached is not None and now - cached[0] < self.list_ttl:
+            return cached[1]
+        found: list[dict[str, Any]] = await self.blocking(self.record.sessions)
+        self._listed = (now, found)
+        return found
 
     async def blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await anyio.to_thread.run_sync(fn, *args)
@@ -219,7 +234,7 @@ class Console:
         host = q.get("host") or ""
         page = _int(q.get("page"), 1, 1, 10**9)
         per = _int(q.get("per"), PAGE_SIZE, 1, MAX_PAGE_SIZE)
-        everyone = await self.blocking(self.record.sessions)
+        everyone = await self.all_sessions()
         hosts = sorted({str(s.get("host")) for s in everyone if s.get("host")})
         shown = [
             s
@@ -733,6 +748,7 @@ def build(
     poll_interval: float = 0.5,
     user_header: str | None = None,
     run_options: Mapping[str, Any] | None = None,
+    list_ttl: float = 2.0,
 ) -> Starlette:
     record = as_record(store)
     if record is None:
@@ -757,6 +773,7 @@ def build(
         poll_interval=poll_interval,
         user_header=user_header,
         run_options=run_options or {},
+        list_ttl=list_ttl,
     )
     routes = [
         Route("/", console.sessions),
