@@ -109,8 +109,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(serving)
-            while not server.started and not ended.is_set():
-                await anyio.sleep(0.02)  # noqa: ASYNC110 - uvicorn sets a flag, no event
+            # uvicorn says it is up with a flag, not an event: look at it until it is
+            while not server.started and not ended.is_set():  # noqa: ASYNC110
+                await anyio.sleep(0.02)
             if server.started:
                 sockets = server.servers[0].sockets if server.servers else []
                 port = sockets[0].getsockname()[1] if sockets else args.port

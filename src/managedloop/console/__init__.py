@@ -50,9 +50,11 @@ def app(
     ``app.state.token``). ``read_only``: no decision buttons, and decisions are refused.
     ``resume_with(parked) -> (provider, agent)`` (sync or async): what resumes a parked
     session once decided (without it the record's approvals are shown, not decided).
-    ``temporal``: a Temporal client, for durable sessions. ``poll_interval``: seconds
-    between two reads of the record by a live page. ``user_header``: a request header
-    naming who decides (set by your reverse proxy), else decisions are by ``"console"``.
+    ``temporal``: a Temporal client, for durable sessions (or a zero-argument function,
+    sync or async, returning one: called on first use, on the server's event loop).
+    ``poll_interval``: seconds between two reads of the record by a live page.
+    ``user_header``: a request header naming who decides (set by your reverse proxy),
+    else decisions are by ``"console"``.
     ``run_options``: more ``ml.run`` options for a resume (``timeout``, ``max_turns``...).
     ``list_ttl``: seconds the session list's read of the store is reused for paging,
     filtering and searching (``0``: read on every page).

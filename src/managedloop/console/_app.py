@@ -548,10 +548,20 @@ class Console:
 
     # -- Temporal --------------------------------------------------------------------------
 
+    async def temporal_client(self) -> Any:
+        """The Temporal client: given, or made on first use by the given async factory
+        (so it lives on the server's event loop)."""
+        if callable(self.temporal) and not hasattr(self.temporal, "list_workflows"):
+            got = self.temporal()
+            self.temporal = await got if inspect.isawaitable(got) else got
+        return self.temporal
+
     async def temporal_cards(self, request: Request) -> str:
         if self.temporal is None:
             return ""
         from managedloop.contrib import temporal as mlt
+
+        client = await self.temporal_client()
 
         root = self.root(request)
         e = h.e
@@ -559,9 +569,9 @@ class Console:
         # Every running workflow: a session's pending memo is read by mlt.pending (other
         # workflows have none and list nothing).
         query = 'ExecutionStatus = "Running"'
-        async for wf in self.temporal.list_workflows(query):
+        async for wf in client.list_workflows(query):
             wid = wf.id
-            for a in await mlt.pending(self.temporal, wid):
+            for a in await mlt.pending(client, wid):
                 tid = a.id
                 claim = await self.blocking(self.store.get, _claim_key(wid, tid))
                 head = (
@@ -596,7 +606,8 @@ class Console:
             return self.page(
                 request, "Bad request", "<p>Choose Approve or Deny.</p>", "approvals", 400
             )
-        waiting = {a.id for a in await mlt.pending(self.temporal, wid)}
+        client = await self.temporal_client()
+        waiting = {a.id for a in await mlt.pending(client, wid)}
         if tid not in waiting:
             return self.page(
                 request, "Already decided", self.not_taken(request, wid, None), "approvals", 409
@@ -617,7 +628,7 @@ class Console:
             return self.page(
                 request, "Already decided", self.not_taken(request, wid, got), "approvals", 409
             )
-        await mlt.decide(self.temporal, wid, {tid: decision})
+        await mlt.decide(client, wid, {tid: decision})
         return RedirectResponse(f"{self.root(request)}/approvals", 303)
 
     # -- provisioning and webhooks ---------------------------------------------------------
