@@ -118,6 +118,9 @@ def test_a_live_session_shows_new_events_without_reload(
         GO.set()
         worker.join(60)
     page.wait_for_function("() => document.querySelector('[data-status]').textContent === 'done'")
+    page.locator("dl.facts dd").get_by_text("end_turn").wait_for()  # the summary, live too
+    assert "20 in / 10 out" in page.locator("dl.facts").inner_text()
+    assert page.evaluate("() => window.__marker") == marker
     assert box[0].terminal is ml.Terminal.END_TURN
     assert seen == []  # the hostile tool result was text, never markup
     screenshot(page, "session")
@@ -218,3 +221,23 @@ def test_read_only_hides_the_decision_buttons(serve: Callable[[Any], Served], pa
     assert page.locator(".card.approval").count() == 1
     assert page.locator("button").count() == 0
     assert page.locator(".badge.ro").inner_text() == "read-only"
+
+
+def test_the_provisioning_view_shows_versions_tags_and_prune(
+    serve: Callable[[Any], Served], page: Any
+) -> None:
+    store = MemoryStore()
+    for digest in ("0123abcd", "89abcdef", "fedcba98"):
+        handle = {"agent_id": f"agent_{digest}", "name": f"support-{digest}", "digest": digest * 8}
+        store.put(f"ml:agent:support:{digest}", {"handle": handle, "account": "acct_1"})
+    env = {"environment_id": "env_1", "name": "sandbox-0a0a0a0a", "digest": "0a" * 32}
+    store.put("ml:environment:sandbox:0a0a0a0a", {"handle": env, "account": "acct_1"})
+    store.put("ml:tags:agent:support", {"tags": {"prod": "0123abcd" * 8}})
+    served = open_console(serve, ml.SessionRecord(store), parking_model())
+    login(page, served, "/provisioning")
+    rows = page.locator("table.provisioning").first.locator("tbody tr")
+    assert rows.count() == 3
+    assert "prod" in rows.filter(has_text="support-0123abcd").inner_text()
+    assert "2 untagged version(s)" in page.locator("main").inner_text()
+    assert page.locator("h2").all_inner_texts() == ["Agents", "Environments"]
+    screenshot(page, "provisioning")

@@ -323,36 +323,7 @@ class Console:
         parked = await self.blocking(self.record.parked, sid)
         root = self.root(request)
         e = h.e
-        usage = summary.get("usage")
-        facts = [
-            ("Host", e(summary.get("host"))),
-            ("Agent", e(summary.get("agent") or summary.get("agent_id") or "")),
-            ("Model", e(summary.get("model") or "")),
-            ("Status", h.status_badge(summary.get("status"))),
-            (
-                "Terminal",
-                e(summary.get("terminal") or "")
-                + (
-                    f' <span class="muted">{e(summary.get("reason"))}</span>'
-                    if summary.get("reason")
-                    else ""
-                ),
-            ),
-            ("Stop reason", e(summary.get("stop_reason") or "")),
-            ("Tokens", h.tokens(usage)),
-            ("Cost", h.cost(usage)),
-            ("Turns / requests", f"{e(summary.get('turns'))} / {e(summary.get('requests'))}"),
-            ("Started", e(h.when(summary.get("started_at")))),
-            ("Last activity", e(h.when(summary.get("updated_at")))),
-        ]
-        error = summary.get("error")
-        if isinstance(error, Mapping):
-            facts.append(
-                ("Error", f"<code>{e(error.get('code'))}</code> {e(error.get('message'))}")
-            )
-        dl = (
-            "<dl class=facts>" + "".join(f"<dt>{e(k)}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>"
-        )
+        dl = _facts(summary)
         approvals = "".join(self.approval_cards(request, p) for p in parked)
         if approvals:
             approvals = (
@@ -384,6 +355,7 @@ class Console:
         async def events() -> AsyncIterator[str]:
             nonlocal since
             status = None
+            shown: dict[str, Any] | None = None
             with anyio.move_on_after(MAX_STREAM_SECONDS):
                 yield "retry: 1000\n\n"
                 while True:
@@ -393,6 +365,10 @@ class Console:
                         data = h.entry(item).replace("\n", "&#10;")
                         yield f"id: {item['seq']}\nevent: entry\ndata: {data}\n\n"
                     summary = await self.blocking(self.record.session, sid)
+                    if summary is not None and summary != shown:
+                        shown = summary
+                        facts = _facts(summary).replace("\n", "&#10;")
+                        yield f"event: facts\ndata: {facts}\n\n"
                     now = summary.get("status") if summary else None
                     if now != status:
                         status = now
@@ -707,6 +683,37 @@ class Console:
             return Response("not found", 404)
         data = resources.files("managedloop.console").joinpath("static", name).read_bytes()
         return Response(data, media_type=kinds[name])
+
+
+def _facts(summary: Mapping[str, Any]) -> str:
+    """A session's summary as the ``<dl>`` at the top of its page."""
+    e = h.e
+    usage = summary.get("usage")
+    facts = [
+        ("Host", e(summary.get("host"))),
+        ("Agent", e(summary.get("agent") or summary.get("agent_id") or "")),
+        ("Model", e(summary.get("model") or "")),
+        ("Status", h.status_badge(summary.get("status"))),
+        (
+            "Terminal",
+            e(summary.get("terminal") or "")
+            + (
+                f' <span class="muted">{e(summary.get("reason"))}</span>'
+                if summary.get("reason")
+                else ""
+            ),
+        ),
+        ("Stop reason", e(summary.get("stop_reason") or "")),
+        ("Tokens", h.tokens(usage)),
+        ("Cost", h.cost(usage)),
+        ("Turns / requests", f"{e(summary.get('turns'))} / {e(summary.get('requests'))}"),
+        ("Started", e(h.when(summary.get("started_at")))),
+        ("Last activity", e(h.when(summary.get("updated_at")))),
+    ]
+    error = summary.get("error")
+    if isinstance(error, Mapping):
+        facts.append(("Error", f"<code>{e(error.get('code'))}</code> {e(error.get('message'))}"))
+    return "<dl class=facts>" + "".join(f"<dt>{e(k)}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>"
 
 
 def _claim_key(wid: str, tid: str) -> str:

@@ -1,6 +1,7 @@
 // managedloop console: the only script (no inline script runs: the CSP forbids it).
 // A session page's timeline follows the session live over server-sent events: each
 // "entry" event carries one timeline entry's HTML, rendered and escaped by the server;
+// a "facts" event replaces the session's summary (rendered the same way);
 // a "status" event updates the status badge, and reloads the page when the session parks
 // (its decision forms are rendered by the server).
 (function () {
@@ -18,6 +19,10 @@
     var seq = item.getAttribute("data-seq");
     if (timeline.querySelector('li[data-seq="' + seq + '"]')) { return; }
     timeline.appendChild(item);
+  });
+  source.addEventListener("facts", function (event) {
+    var facts = document.querySelector("dl.facts");
+    if (facts) { facts.outerHTML = event.data; }  // server-rendered, escaped there
   });
   source.addEventListener("status", function (event) {
     var status = JSON.parse(event.data);
