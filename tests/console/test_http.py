@@ -246,3 +246,34 @@ def test_provisioning_and_webhooks_read_the_same_store(serve: Callable[[Any], Se
     _, _, body = served.get("/webhooks")
     assert "wh_1" in body
     assert "sesn_1" in body
+
+
+def test_the_token_redirect_stays_on_the_console(serve: Callable[[Any], Served]) -> None:
+    served = make(serve, ml.SessionRecord(MemoryStore()))
+    status, headers, _ = served.get(f"//evil.example/x?token={TOKEN}", token=None)
+    assert status == 303
+    assert headers["location"] == "/evil.example/x"  # a path here, never another site
+
+
+def test_a_huge_form_is_refused_before_it_is_read(serve: Callable[[Any], Served]) -> None:
+    served = make(serve, ml.SessionRecord(MemoryStore()))
+    big = b"csrf=" + b"x" * (65 * 1024)
+    status, _, _ = served.request("POST", "/approvals/s/t", data=big, headers=FORM)
+    assert status == 413
+
+
+def test_damaged_record_entries_do_not_break_the_pages(serve: Callable[[Any], Served]) -> None:
+    store = MemoryStore()
+    record = ml.SessionRecord(store)
+    record.append("good", {"kind": "prompt", "text": "fine"})
+    store.put("ml:record:session:bad", {"session_id": "bad", "updated_at": "yesterday"})
+    store.put("ml:record:events:bad:000000000", {"items": "not a list"})
+    store.put("ml:record:events:good:000000001", {"items": [{"seq": "x"}, 3]})
+    served = make(serve, record)
+    status, _, body = served.get("/")
+    assert status == 200
+    assert body.index("good") < body.index(">bad<")  # the damaged one sorts last
+    assert served.get("/sessions/bad")[0] == 200
+    status, _, body = served.get("/sessions/good")
+    assert status == 200
+    assert "fine" in body

@@ -4,7 +4,10 @@ exactly-once decision, and a resume from the record through the public ``ml.run`
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +15,7 @@ import pytest
 import managedloop as ml
 from managedloop.providers import Local
 from managedloop.session.record import CHUNK, approvals_of
-from managedloop.stores import MemoryStore
+from managedloop.stores import MemoryStore, open_store
 from managedloop.testing import ModelRequest, Reply, ScriptedChatModel, ToolCall, say
 
 pytestmark = pytest.mark.anyio
@@ -218,3 +221,41 @@ def test_bad_record_options_are_refused_before_anything_runs() -> None:
     assert err.value.context["option"] == "record"
     with pytest.raises(ml.InvalidOptionsError):
         ml.SessionRecord(MemoryStore(), max_events=3)
+
+
+WRITER = """
+import sys
+from managedloop.session.record import SessionRecord
+from managedloop.stores import open_store
+
+store = open_store(sys.argv[1])
+record = SessionRecord(store)
+for i in range(int(sys.argv[3])):
+    record.append("shared", {"kind": "event", "writer": sys.argv[2], "i": i})
+store.close()
+"""
+
+
+@pytest.mark.parametrize("suffix", [".sqlite3", ".json"], ids=["sqlite", "file"])
+def test_processes_recording_one_session_at_once_lose_nothing(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"record{suffix}"
+    writers, each = 4, 40
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(n), str(each)])
+        for n in range(writers)
+    ]
+    for p in procs:
+        assert p.wait(120) == 0
+    store = open_store(str(path))
+    try:
+        record = ml.SessionRecord(store)
+        got = record.events("shared")
+        assert sorted(e["seq"] for e in got) == list(range(writers * each))
+        assert sorted((e["writer"], e["i"]) for e in got) == sorted(
+            (str(n), i) for n in range(writers) for i in range(each)
+        )
+        summary = record.session("shared")
+        assert summary is not None
+        assert summary["entries"] == writers * each
+    finally:
+        store.close()

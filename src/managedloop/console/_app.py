@@ -54,6 +54,7 @@ logger = logging.getLogger("managedloop.console")
 COOKIE = "ml_console"
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
+MAX_FORM_BYTES = 64 * 1024  # a decision form is a few hundred bytes
 MAX_STREAM_SECONDS = 300.0  # then the browser's EventSource reconnects (Last-Event-ID)
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -83,8 +84,16 @@ class _Guard:
         if given is not None and _same(given, self.token):
             # The printed URL: keep the token in a cookie, drop it from the address bar.
             target = request.url.remove_query_params("token")
-            response: Response = RedirectResponse(str(target.path) + _q(target.query), 303)
-            response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict")
+            # One leading slash: "//host" would send the browser to another site.
+            where = "/" + target.path.lstrip("/") + _q(target.query)
+            response: Response = RedirectResponse(where, 303)
+            response.set_cookie(
+                COOKIE,
+                self.token,
+                httponly=True,
+                samesite="strict",
+                secure=request.url.scheme == "https",
+            )
             await _secured(response)(scope, receive, send)
             return
         if not self._authorized(request):
@@ -93,6 +102,9 @@ class _Guard:
             return
         downstream = receive
         if request.method not in ("GET", "HEAD"):
+            if _int(request.headers.get("content-length"), 0, 0, 10**12) > MAX_FORM_BYTES:
+                await _secured(HTMLResponse("form too large", 413))(scope, receive, send)
+                return
             body = await request.body()
             if not self._csrf_ok(request, body):
                 page = "<!doctype html><title>403</title><p>Missing or wrong CSRF token."

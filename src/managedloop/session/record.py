@@ -223,7 +223,7 @@ class SessionRecord:
     def sessions(self) -> list[dict[str, Any]]:
         """Every session's summary, most recent activity first."""
         found = self.store.scan(f"{PREFIX}session:")
-        return sorted(found.values(), key=lambda s: -float(s.get("updated_at") or 0))
+        return sorted(found.values(), key=lambda s: -_number(s.get("updated_at")))
 
     def session(self, session_id: str) -> dict[str, Any] | None:
         return self.store.get(self.session_key(session_id))
@@ -234,9 +234,13 @@ class SessionRecord:
         found = self.store.scan(f"{PREFIX}events:{session_id}:")
         out: list[dict[str, Any]] = []
         for key in sorted(found):
-            if int(key.rsplit(":", 1)[1]) < start:
+            if _number(key.rsplit(":", 1)[1]) < start:
                 continue
-            out.extend(i for i in found[key].get("items", []) if int(i.get("seq", -1)) >= since)
+            items = found[key].get("items")
+            if isinstance(items, list):
+                out.extend(
+                    i for i in items if isinstance(i, dict) and _number(i.get("seq")) >= since
+                )
         return out
 
     def parked(self, session_id: str | None = None) -> list[dict[str, Any]]:
@@ -245,7 +249,7 @@ class SessionRecord:
             one = self.store.get(self.parked_key(session_id))
             return [one] if one is not None else []
         found = self.store.scan(f"{PREFIX}parked:")
-        return sorted(found.values(), key=lambda p: float(p.get("at") or 0))
+        return sorted(found.values(), key=lambda p: _number(p.get("at")))
 
     def decide(
         self,
@@ -315,11 +319,24 @@ class SessionRecord:
         old = [
             s["session_id"]
             for s in self.sessions()
-            if float(s.get("updated_at") or 0) < cutoff and s.get("status") != "parked"
+            if _number(s.get("updated_at")) < cutoff and s.get("status") != "parked"
         ]
         for sid in old:
             self.forget(sid)
         return len(old)
+
+
+def _number(value: Any) -> float:
+    """A stored number, or ``-1`` for anything else (a damaged entry sorts last, and never
+    breaks a page)."""
+    if isinstance(value, bool):
+        return -1.0
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return float(str(value))
+    except ValueError:
+        return -1.0
 
 
 def _new_summary(session_id: str, now: float) -> dict[str, Any]:
