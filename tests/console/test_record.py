@@ -259,3 +259,43 @@ def test_processes_recording_one_session_at_once_lose_nothing(tmp_path: Path, su
         assert summary["entries"] == writers * each
     finally:
         store.close()
+
+
+async def test_a_failed_request_is_recorded_with_its_error() -> None:
+    record = ml.SessionRecord(MemoryStore())
+    provider = Local(model="m", chat=ScriptedChatModel([]))  # nothing to say: the host fails
+    with pytest.raises(ml.ManagedLoopError) as err:
+        await ml.run(provider, agent=ml.AgentSpec(name="mute"), prompt="x", record=record)
+    (summary,) = record.sessions()
+    assert summary["status"] == "failed"
+    assert summary["error"]["code"] == err.value.code
+    assert record.events(summary["session_id"])[-1]["kind"] == "error"
+
+
+def test_forget_and_prune_drop_sessions_but_never_a_parked_one() -> None:
+    clock = Clock()
+    record = ml.SessionRecord(MemoryStore(), clock=clock)
+    for sid in ("old", "parked", "new"):
+        record.append(sid, {"kind": "prompt", "text": sid})
+    record.summarize("parked", lambda s: {**s, "status": "parked"})
+    clock.now += 1000
+    record.append("new", {"kind": "prompt", "text": "again"})
+    assert record.prune(older_than=500) == 1
+    assert sorted(s["session_id"] for s in record.sessions()) == ["new", "parked"]
+    assert record.events("old") == []
+    record.forget("new")
+    assert [s["session_id"] for s in record.sessions()] == ["parked"]
+    assert record.store.scan("ml:record:events:new") == {}
+
+
+async def test_a_store_that_fails_never_breaks_the_session(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Broken(MemoryStore):
+        def update(self, key: str, fn: Any) -> Any:
+            raise ml.StoreError("disk on fire", code="store_unavailable")
+
+    provider = Local(model="m", chat=ScriptedChatModel([say("still fine")]))
+    result = await ml.run(provider, agent=ml.AgentSpec(name="a"), prompt="x", record=Broken())
+    assert result.text == "still fine"
+    assert "the session record could not be written" in caplog.text

@@ -517,7 +517,7 @@ class Recorder:
         await self._safely(record.append, sid, entry, ended)
 
     async def failed(self, info: SessionInfo, exc: ManagedLoopError) -> None:
-        error = {"code": exc.code, "kind": type(exc).__name__, "message": str(exc)}
+        error = {"code": exc.code, "type": type(exc).__name__, "message": str(exc)}
 
         def broke(s: dict[str, Any]) -> dict[str, Any]:
             return {**s, "status": "failed", "error": error}
