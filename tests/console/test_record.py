@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 import managedloop as ml
@@ -299,3 +300,25 @@ async def test_a_store_that_fails_never_breaks_the_session(
     result = await ml.run(provider, agent=ml.AgentSpec(name="a"), prompt="x", record=Broken())
     assert result.text == "still fine"
     assert "the session record could not be written" in caplog.text
+
+
+async def test_a_timed_out_request_is_recorded_as_stopped() -> None:
+    @ml.tool
+    async def stall() -> str:
+        """Never answers in time."""
+        await anyio.sleep(3600)
+        return "late"
+
+    record = ml.SessionRecord(MemoryStore())
+    model = ScriptedChatModel([Reply(tool_calls=[ToolCall(name="stall", id="s1")])])
+    with pytest.raises(ml.SessionTimeoutError):
+        await ml.run(
+            Local(model="m", chat=model),
+            agent=ml.AgentSpec(name="slow", tools=[stall]),
+            prompt="x",
+            timeout=0.5,
+            record=record,
+        )
+    (summary,) = record.sessions()
+    assert summary["status"] == "stopped"
+    assert record.events(summary["session_id"])[-1]["code"] == "cancelled"

@@ -273,7 +273,7 @@ class Console:
         e = h.e
         total, page, per = counts
         search, status, host = wanted["q"], wanted["status"], wanted["host"]
-        statuses = ["running", "parked", "done", "failed"]
+        statuses = ["running", "parked", "done", "failed", "stopped"]
         form = (
             f'<form method=get action="{e(root)}/" class=filters>'
             f'<input type=search name=q value="{e(search)}" '

@@ -476,18 +476,19 @@ class _Driver:
             repair = getattr(self.conn, "interrupted", None)
             if repair is not None:
                 repair()  # the host makes its state consistent (Local: answers open calls)
-            return await self._recorded(
-                self._finish(
-                    dataclasses.replace(
-                        self.partial(), terminal=Terminal.TERMINATED, reason="interrupted"
-                    )
-                )
+            stopped = dataclasses.replace(
+                self.partial(), terminal=Terminal.TERMINATED, reason="interrupted"
             )
+            return self._finish(stopped) if self.rec is None else await self._recorded(stopped)
         except ManagedLoopError as exc:
             if exc.partial_result is None:
                 exc.partial_result = self.partial()
             if self.rec is not None:
                 await self.rec.failed(self.info, exc)
+            raise
+        except anyio.get_cancelled_exc_class():
+            if self.rec is not None:  # a timeout or the caller's cancel: not "running" on
+                await self.rec.cancelled(self.info)
             raise
 
     def interrupt(self) -> bool:
@@ -516,7 +517,7 @@ class _Driver:
         may_hold = _approvals.may_hold(self.p.handler)
         while True:
             if isinstance(step, SessionResult):
-                return await self._recorded(self._finish(step))
+                return self._finish(step) if self.rec is None else await self._recorded(step)
             step = self.machine.before_turn(step)
             if self.rec is not None:
                 await self.rec.sent(self.info, step)
@@ -530,15 +531,17 @@ class _Driver:
                 else:
                     step = await self._answer(action.tool_uses, action.host_approvals)
             elif isinstance(action, Finish):
-                return await self._recorded(self._finish(action.result))
+                result = action.result
+                return self._finish(result) if self.rec is None else await self._recorded(result)
             else:
                 step = action.input
                 if isinstance(step, UserMessage) and step.reprompt:
                     self._log_reprompt()
 
     async def _recorded(self, result: SessionResult) -> SessionResult:
-        if self.rec is not None:
-            await self.rec.finish(result)
+        result = self._finish(result)
+        assert self.rec is not None
+        await self.rec.finish(result)
         return result
 
     def _log_reprompt(self) -> None:

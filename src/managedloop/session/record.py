@@ -10,7 +10,8 @@ What is kept, under ``ml:record:`` (the layout is what :class:`SessionRecord`'s 
 read; the console reads nothing else):
 
 * ``ml:record:session:<session id>`` -- the summary: host, agent, model, status
-  (``running``, ``parked``, ``done``, ``failed``), terminal, reason and stop reason of the
+  (``running``, ``parked``, ``done``, ``failed``, ``stopped``: cancelled by its timeout or
+  its caller), terminal, reason and stop reason of the
   last request, the error of a failed one, usage summed over the session's requests (cost
   where the host gives one), turns, requests, first and last activity, the number of
   timeline entries and the pending approvals (id, tool, reason);
@@ -62,6 +63,8 @@ logger = logging.getLogger("managedloop.record")
 PREFIX = "ml:record:"
 CHUNK = 100
 """Timeline entries per store key: one write per entry rewrites at most this many."""
+CANCEL_WRITE_BOUND = 5.0  # seconds a cancelled request may spend recording that it stopped
+_CANCELLED = "the request was cancelled (its timeout, or the caller) before a terminal"
 MAX_DEPTH = 12  # deeper raw event data is shown as text: a timeline entry stays small
 _SECRET_WORDS = ("api_key", "apikey", "secret", "token", "password", "authorization")
 
@@ -515,6 +518,18 @@ class Recorder:
         if pending is not None:
             entry["approvals"] = approvals
         await self._safely(record.append, sid, entry, ended)
+
+    async def cancelled(self, info: SessionInfo) -> None:
+        """The request was cancelled (a timeout, the caller): written under a shield,
+        bounded so a slow store cannot hold the cancellation up."""
+
+        def stopped(s: dict[str, Any]) -> dict[str, Any]:
+            return {**s, "status": "stopped", "error": {"code": "cancelled", "message": _CANCELLED}}
+
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_WRITE_BOUND):
+            await self._add(
+                info, {"kind": "error", "code": "cancelled", "message": _CANCELLED}, stopped
+            )
 
     async def failed(self, info: SessionInfo, exc: ManagedLoopError) -> None:
         error = {"code": exc.code, "type": type(exc).__name__, "message": str(exc)}
