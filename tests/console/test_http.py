@@ -277,3 +277,29 @@ def test_damaged_record_entries_do_not_break_the_pages(serve: Callable[[Any], Se
     status, _, body = served.get("/sessions/good")
     assert status == 200
     assert "fine" in body
+
+
+def test_a_failed_resume_is_shown_and_not_retried_blindly(serve: Callable[[Any], Served]) -> None:
+    record = ml.SessionRecord(MemoryStore())
+    parked = park(record, parking_model())
+
+    def broken(entry: Any) -> Any:
+        raise ml.ConfigError("no credentials here", key="api_key")
+
+    served = serve(console.app(record, token=TOKEN, resume_with=broken))
+    (entry,) = record.parked()
+    status, _, _ = served.request(
+        "POST",
+        f"/approvals/{parked.session_id}/call_t",
+        data=form(decision="approve", nonce=entry["nonce"], csrf=csrf_of(served)),
+        headers=FORM,
+    )
+    assert status == 303
+    for _ in range(2000):  # bounded: the resume task runs in the server
+        if record.parked()[0].get("resume_error"):
+            break
+        threading.Event().wait(0.01)
+    body = served.get(f"/sessions/{parked.session_id}")[2]
+    assert "The resume failed: ConfigError" in body
+    assert "Already approved by console" in body  # the decision stands; no second button
+    assert RAN == []

@@ -63,8 +63,9 @@ CSP = (
 _PROVISIONING_KINDS = ("agent", "environment", "harness")
 
 ResumeWith = Callable[[Mapping[str, Any]], Any]
-"""``resume_with(summary) -> (provider, agent)`` (or an awaitable of it): what the
-console passes to ``ml.run`` to resume a parked session of the record."""
+"""``resume_with(parked) -> (provider, agent)`` (or an awaitable of it), given the parked
+entry (``session_id``, ``host``, ``agent``, ``agent_id``, ``model``, ``approvals``...):
+what the console passes to ``ml.run`` to resume that session."""
 
 
 class _Guard:
@@ -105,7 +106,12 @@ class _Guard:
             if _int(request.headers.get("content-length"), 0, 0, 10**12) > MAX_FORM_BYTES:
                 await _secured(HTMLResponse("form too large", 413))(scope, receive, send)
                 return
-            body = await request.body()
+            body = b""
+            async for chunk in request.stream():  # bounded also without a content-length
+                body += chunk
+                if len(body) > MAX_FORM_BYTES:
+                    await _secured(HTMLResponse("form too large", 413))(scope, receive, send)
+                    return
             if not self._csrf_ok(request, body):
                 page = "<!doctype html><title>403</title><p>Missing or wrong CSRF token."
                 await _secured(HTMLResponse(page, 403))(scope, receive, send)
