@@ -63,11 +63,14 @@ did not get a 2xx in time, and one idle can raise two event types. So:
 The store is any :class:`managedloop.stores.Store` (default: one process-wide
 :class:`~managedloop.stores.MemoryStore`); records older than ``retention``
 (:data:`RETENTION`, a week) are swept at most once an hour, so the dedupe stays small.
-Each read-decide-write on it runs under one process-wide lock, so the checks are atomic
-within one process; the ``Store`` protocol has no compare-and-set, so two *processes*
-sharing a persistent store and receiving the same delivery at the same instant could both
-run it. Route one session's webhooks to one process, or put a lock in front. A receiver
-serves one event loop (its per-session locks are the loop's).
+Each read-decide-write on it is one ``Store.update``, atomic across every process sharing
+a persistent store: of two processes receiving the same delivery at the same instant,
+exactly one runs it, and a tool use is claimed by one delivery only. The one-at-a-time lock
+per session is the process's own, though: two *different* deliveries for one session
+handled at once by two processes both attach, and the second answers a tool use the first
+is still running with the "did not finish" error rather than run it twice. Route one
+session's webhooks to one process to avoid that. A receiver serves one event loop (its
+per-session locks are the loop's).
 
 **Answer fast, work after.** The ASGI app verifies and de-duplicates before answering,
 then (``background=True``, the default) answers ``202`` at once and does the work after

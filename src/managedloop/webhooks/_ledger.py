@@ -3,7 +3,6 @@ package docstring)."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,14 +18,14 @@ RETENTION = 7 * 24 * 3600.0
 (Standard Webhooks senders retry for a day or so), so a late redelivery is still caught."""
 PRUNE_INTERVAL = 3600.0  # seconds between two sweeps of the store for expired records
 STARTED = "started"
-GUARD = threading.Lock()
-"""Makes each store read-decide-write atomic within the process (see Ledger)."""
 
 
 class Ledger:
-    """The store records of deliveries and tool uses (see the module docstring). Every
-    read-decide-write runs in one worker-thread call under :data:`GUARD`, so it is atomic
-    for every receiver in this process, whichever event loop serves it."""
+    """The store records of deliveries and tool uses (see the package docstring). Every
+    read-decide-write is one ``Store.update``, so it is atomic for every receiver sharing
+    the store: in this process, whichever event loop serves it, and in any other process
+    on a persistent store. The functions given to ``update`` only decide (they may run
+    more than once); what they decided is read after the update returns."""
 
     def __init__(self, store: Store, prefix: str, clock: Callable[[], float]) -> None:
         self.store = store
@@ -43,58 +42,67 @@ class Ledger:
         return await anyio.to_thread.run_sync(self.store.get, key)
 
     async def put(self, key: str, value: Mapping[str, Any]) -> None:
+        """Replace the record (a whole new state that depends on nothing stored)."""
         stamped = {**value, "at": self.clock()}
         await anyio.to_thread.run_sync(self.store.put, key, stamped)
 
-    async def delete(self, key: str) -> None:
-        await anyio.to_thread.run_sync(self.store.delete, key)
-
     async def admit(self, key: str, session_id: str, lease: float) -> bool:
         """Mark a delivery ``running`` unless it is running (within ``lease``) or done."""
+        now = self.clock()
+        admitted = [False]
 
-        def decide() -> bool:
-            now = self.clock()
-            with GUARD:
-                record = self.store.get(key)
-                state = record.get("state") if record is not None else None
-                since = record.get("since") if record is not None else None
-                if state == "running" and isinstance(since, int | float) and now - since > lease:
-                    # A worker that died mid-delivery leaves "running" behind: after the
-                    # lease it counts as failed, so the host's retry is not refused forever.
-                    state = "failed"
-                if state in ("running", "done"):
-                    return False
-                value = {"state": "running", "session_id": session_id, "since": now, "at": now}
-                self.store.put(key, value)
-                return True
+        def decide(record: dict[str, Any] | None) -> dict[str, Any] | None:
+            state = record.get("state") if record is not None else None
+            since = record.get("since") if record is not None else None
+            if state == "running" and isinstance(since, int | float) and now - since > lease:
+                # A worker that died mid-delivery leaves "running" behind: after the
+                # lease it counts as failed, so the host's retry is not refused forever.
+                state = "failed"
+            admitted[0] = state not in ("running", "done")
+            if not admitted[0]:
+                return record
+            return {"state": "running", "session_id": session_id, "since": now, "at": now}
 
-        return await anyio.to_thread.run_sync(decide)
+        await anyio.to_thread.run_sync(self.store.update, key, decide)
+        return admitted[0]
 
     async def claim(self, key: str, webhook_id: str) -> bool:
         """Mark a tool use ``started`` if nothing is recorded for it yet."""
+        now = self.clock()
+        claimed = [False]
 
-        def decide() -> bool:
-            with GUARD:
-                if self.store.get(key) is not None:
-                    return False
-                value = {"state": STARTED, "webhook_id": webhook_id, "at": self.clock()}
-                self.store.put(key, value)
-                return True
+        def decide(record: dict[str, Any] | None) -> dict[str, Any] | None:
+            claimed[0] = record is None
+            return {"state": STARTED, "webhook_id": webhook_id, "at": now} if claimed[0] else record
 
-        return await anyio.to_thread.run_sync(decide)
+        await anyio.to_thread.run_sync(self.store.update, key, decide)
+        return claimed[0]
+
+    async def release(self, key: str, webhook_id: str) -> None:
+        """Drop a tool use's ``started`` mark made by ``webhook_id``, unless something else
+        was recorded there since (a result, another delivery's mark)."""
+
+        def decide(record: dict[str, Any] | None) -> dict[str, Any] | None:
+            if record is None or record.get("state") != STARTED:
+                return record
+            return None if record.get("webhook_id") == webhook_id else record
+
+        await anyio.to_thread.run_sync(self.store.update, key, decide)
 
     async def prune(self, retention: float) -> int:
         """Delete records older than ``retention`` seconds; returns how many."""
+        cutoff = self.clock() - retention
+
+        def expired(record: dict[str, Any] | None) -> bool:
+            at = None if record is None else record.get("at")
+            return isinstance(at, int | float) and at < cutoff
 
         def sweep() -> int:
-            cutoff = self.clock() - retention
-            old = [
-                k
-                for k, v in self.store.scan(self.prefix).items()
-                if isinstance(v.get("at"), int | float) and v["at"] < cutoff
-            ]
-            for k in old:
-                self.store.delete(k)
-            return len(old)
+            dropped = 0
+            for key, record in self.store.scan(self.prefix).items():
+                if expired(record):  # checked again under the update: it may be fresh now
+                    gone = self.store.update(key, lambda r: None if expired(r) else r)
+                    dropped += gone is None
+            return dropped
 
         return await anyio.to_thread.run_sync(sweep)

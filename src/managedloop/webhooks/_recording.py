@@ -93,7 +93,7 @@ class Attached:
     async def release_unrun(self) -> None:
         """After a normal return: uses claimed but never run (the loop stopped first)."""
         for tid in self.claimed - self.recorded:
-            await self.ledger.delete(self.ledger.tool_key(self.session_id, tid))
+            await self.ledger.release(self.ledger.tool_key(self.session_id, tid), self.webhook_id)
 
 
 class RecordingConnection:
