@@ -9,6 +9,10 @@ line on stdin, then ``OPS`` rounds of ``ml.tag_sync`` on one shared base (tag ``
 and, every third round, ``ml.untag_sync`` of its own tag of two rounds before (which must
 return the digest it pointed at); prints ``done``.
 
+``python _worker.py open sqlite - - ``: prints ``ready``; then for each line on stdin (a
+path) opens a *new* ``SQLiteStore`` there, writes one key, closes it, and prints ``ok`` or
+``fail <code>: <message>`` (``test_sqlite_open``).
+
 ``python _worker.py crash BACKEND TARGET NAMESPACE OP``: arms the backend's pre-commit
 seam to write one byte to stdout and then wait forever, and runs ``OP`` (``put`` or
 ``delete`` of key ``a``): the parent kills it when the byte arrives, which is the moment
@@ -77,6 +81,21 @@ def digest(proc: int, i: int) -> str:
     return f"{proc:02x}{i:06x}"
 
 
+def opens() -> None:
+    from managedloop.errors import StoreError
+
+    print("ready", flush=True)
+    for line in sys.stdin:
+        try:
+            store = SQLiteStore(line.strip())
+            store.put(f"k{os.getpid()}", {"v": 1})
+            store.close()
+        except StoreError as exc:
+            print(f"fail {exc.code}: {exc.message}", flush=True)
+        else:
+            print("ok", flush=True)
+
+
 def crash(store: Store, op: str) -> None:
     def signal_and_hang() -> None:
         os.write(1, b"!")
@@ -94,6 +113,9 @@ def crash(store: Store, op: str) -> None:
 
 def main() -> None:
     mode, backend, target, namespace = sys.argv[1:5]
+    if mode == "open":
+        opens()
+        return
     store = open_store(backend, target, namespace)
     if mode == "mix":
         proc, ops = int(sys.argv[5]), int(sys.argv[6])
