@@ -233,10 +233,11 @@ class SQLiteStore:
     @contextmanager
     def _locked(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
+            started = time.monotonic()
             try:
                 yield self._connect()
             except sqlite3.DatabaseError as exc:
-                raise self._error(exc) from None
+                raise self._error(exc, time.monotonic() - started) from None
 
     def _connect(self) -> sqlite3.Connection:
         if self._connection is not None and self._pid == os.getpid():
@@ -333,7 +334,8 @@ class SQLiteStore:
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         return SCHEMA_VERSION
 
-    def _error(self, exc: sqlite3.DatabaseError) -> StoreError:
+    def _error(self, exc: sqlite3.DatabaseError, waited: float) -> StoreError:
+        """``exc`` as a ``StoreError``; ``waited``: seconds the failed operation took."""
         where = str(self._path)
         name = getattr(exc, "sqlite_errorname", "")
         if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or "not a database" in str(exc):
@@ -344,10 +346,11 @@ class SQLiteStore:
             )
         if _busy(exc):
             return StoreError(
-                f"{where}: the store is locked by another process (SQLite's busy handler "
-                f"waited up to busy_timeout, {self._busy_timeout:g} s)",
+                f"{where}: the store is locked by another process (gave up after "
+                f"{waited:.2f} s; busy_timeout {self._busy_timeout:g} s)",
                 code="store_unavailable",
                 path=where,
+                waited=round(waited, 3),
             )
         return StoreError(f"{where}: {exc}", code="store_unavailable", path=where)
 
