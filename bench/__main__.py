@@ -21,6 +21,7 @@ SUITES: list[str] = [
     "bench.selfhosted",
     "bench.otel",
     "bench.temporal",
+    "bench.console",
 ]
 
 

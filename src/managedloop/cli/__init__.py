@@ -9,7 +9,8 @@
   prints the summary;
 * ``managedloop emulate local --port 8000`` serves a host's emulator until Ctrl-C;
 * ``managedloop provision/tag/resolve/prune/ls`` run the provisioning lifecycle from a spec
-  file (:mod:`managedloop.cli.ops`, its own exit codes; format: :mod:`managedloop.cli.specfile`).
+  file (:mod:`managedloop.cli.ops`, its own exit codes; format: :mod:`managedloop.cli.specfile`);
+* ``managedloop console`` serves the web console (:mod:`managedloop.cli.console`).
 
 This package is the top layer: it may import the package root, the test kit, the session
 and the hosts' public names; nothing below imports it. Each host's part is a module
@@ -480,6 +481,9 @@ def build_parser(run_module: ModuleType | None = None) -> argparse.ArgumentParse
     from managedloop.cli import worker  # self-hosted sandboxes
 
     worker.add_parser(sub)
+    from managedloop.cli import console  # the web console (extra `console`)
+
+    console.add_parser(sub)
     return parser
 
 
@@ -516,6 +520,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
             from managedloop.cli import worker
 
             return worker.run(args, stdout)
+        if args.command == "console":
+            from managedloop.cli import console
+
+            return console.run(args, stdout)
         if args.command != "emulate":
             from managedloop.cli import ops
 

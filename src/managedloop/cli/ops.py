@@ -70,7 +70,7 @@ from managedloop.errors import (
 from managedloop.provisioning import lifecycle
 from managedloop.provisioning.handles import Handle
 from managedloop.provisioning.names import version_of
-from managedloop.stores import Store
+from managedloop.stores import Store, Updater
 
 __all__ = [
     "COMMANDS",
@@ -385,6 +385,10 @@ class _Watch:
         self.written.add(key)
         self.store.put(key, value)
 
+    def update(self, key: str, fn: Updater) -> dict[str, Any] | None:
+        self.written.add(key)
+        return self.store.update(key, fn)
+
     def delete(self, key: str) -> bool:
         return self.store.delete(key)
 
@@ -404,7 +408,7 @@ async def _provision(args: argparse.Namespace, spec: SpecFile, store: Store, out
     results: list[tuple[Handle, str]] = []
 
     def status(kind: str, base: str, handle: Handle) -> str:
-        key = lifecycle._index_key(kind, base, handle.digest8)
+        key = lifecycle.index_key(kind, base, handle.digest8)
         return "built" if key in watch.written else "cached"
 
     progress = _Progress(out)
@@ -472,7 +476,7 @@ async def _tag(args: argparse.Namespace, spec: SpecFile, store: Store, out: _Out
         kind, base, current = _agent_kind(spec), spec.agent_base, await _agent_digest(spec)
     digest8 = _digest8(args.digest) if args.digest else current[:8]
     lifecycle.parse_reference(f"{base}:{args.tag}")  # a malformed tag fails before any write
-    if await anyio.to_thread.run_sync(store.get, lifecycle._index_key(kind, base, digest8)) is None:
+    if not await lifecycle.is_tracked(base, digest8, kind=kind, store=store):
         raise _NotFoundError(
             "not_provisioned",
             f"{kind} {base} version {digest8} is not in the store: run `managedloop "
@@ -555,16 +559,11 @@ async def _ls(args: argparse.Namespace, spec: SpecFile, store: Store, out: _Out)
         targets.append(("environment", spec.environment_base, spec.environment.digest8))
     bases: list[dict[str, Any]] = []
 
-    def read(key: str) -> Awaitable[dict[str, Any] | None]:
-        return anyio.to_thread.run_sync(store.get, key)
-
     async with provider:
         async with provider.lifecycle() as host:
             for kind, base, current in targets:
                 live = lifecycle.versions(await host.listing(kind), base, host.policy)
-                entry = await read(lifecycle._tags_key(kind, base)) or {}
-                found = entry.get("tags")
-                tags: dict[str, Any] = dict(found) if isinstance(found, Mapping) else {}
+                tags: dict[str, Any] = dict(await lifecycle.tags(base, kind=kind, store=store))
                 rows: list[dict[str, Any]] = []
                 for item in live:
                     d8 = str(version_of(item.name, base, host.policy))
@@ -577,7 +576,7 @@ async def _ls(args: argparse.Namespace, spec: SpecFile, store: Store, out: _Out)
                             "created_at": item.created_at,
                             "status": item.extra.get("status"),
                             "tags": sorted(t for t, v in tags.items() if v == d8),
-                            "stored": await read(lifecycle._index_key(kind, base, d8)) is not None,
+                            "stored": await lifecycle.is_tracked(base, d8, kind=kind, store=store),
                             "current": d8 == current,
                         }
                     )
