@@ -15,6 +15,7 @@ import pytest
 
 import managedloop as ml
 from managedloop import cli
+from managedloop.cli import render
 from managedloop.providers import Local
 from managedloop.testing import ChatEmulator, ChatFaults, EmulatorStartError, call, say
 from managedloop.tools import Toolset, tool
@@ -286,7 +287,7 @@ def test_render_table_wraps_long_cells() -> None:
     table = cli.render_table(["", "A"], [["text", "word " * 20]])
     lines = table.splitlines()
     assert len(lines) > 3
-    assert all(len(line) <= len("text | ") + cli._CELL for line in lines)
+    assert all(len(line) <= len("text | ") + render.CELL for line in lines)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT semantics")

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from managedloop.cli import main, ops
+from managedloop.cli import main, render
 from managedloop.testing import AgentCoreEmulator
 
 from .conftest import EXAMPLES
@@ -89,7 +89,7 @@ def test_the_live_display_on_a_terminal(
     def terminal(file: Any) -> Console:
         return Console(file=screen, force_terminal=True, width=100, color_system=None)
 
-    monkeypatch.setattr(ops, "make_console", terminal)
+    monkeypatch.setattr(render, "make_console", terminal)
     code, _ = run(["provision", SPEC, *store_arg])
     assert code == 0
     shown = screen.getvalue()

@@ -38,15 +38,14 @@ import argparse
 import contextlib
 import importlib
 import inspect
-import json
 import os
 import re
 import sys
-import textwrap
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, Literal, TextIO
 
+from managedloop.cli.render import render_table, summary_rows
 from managedloop.errors import (
     APIStatusError,
     ConfigError,
@@ -55,7 +54,7 @@ from managedloop.errors import (
     ToolDefinitionError,
 )
 from managedloop.provisioning.specs import AgentSpec
-from managedloop.results import SessionInfo, SessionResult
+from managedloop.results import SessionInfo
 from managedloop.session.driver import DEFAULT_TIMEOUT, TEXT_DELTA, run_sync
 from managedloop.session.options import DEFAULTS as SESSION_DEFAULTS
 from managedloop.testing.script import ModelRequest, Reply, Step, call, say
@@ -65,7 +64,6 @@ __all__ = ["HOSTS", "demo_agent", "demo_script", "main"]
 
 HOSTS: tuple[str, ...] = ("local", "claude", "agentcore")
 DEMO_PROMPT = "What is the weather in Paris, in Fahrenheit?"
-_CELL = 34  # characters per table cell line: three host columns fit a 120-column terminal
 _USAGE_ERRORS = (InvalidOptionsError, ConfigError, ToolDefinitionError)
 
 
@@ -145,76 +143,6 @@ def host_module(host: str) -> ModuleType | str:
     except ImportError as exc:
         missing = getattr(exc, "name", None) or str(exc)
         return f"skipped: {missing} is not available"
-
-
-# -- table rendering -------------------------------------------------------------------
-
-
-def _stop_reason(value: Any) -> str:
-    if value is None or isinstance(value, str):
-        return str(value)
-    return json.dumps(value, separators=(",", ":"), default=str)
-
-
-def _tool_calls(result: SessionResult) -> str:
-    if not result.custom_tool_uses:
-        return "none"
-    parts = []
-    for use in result.custom_tool_uses:
-        args = ", ".join(f"{k}={v!r}" for k, v in use.input.items())
-        parts.append(f"{use.name}({args})")
-    return "; ".join(parts)
-
-
-def _tokens(result: SessionResult) -> str:
-    # A host that reported no usage leaves ``raw`` empty; "0 in / 0 out" would claim it did.
-    if not result.usage.raw and not result.usage.total_tokens:
-        return "usage not reported"
-    return f"{result.usage.input_tokens} in / {result.usage.output_tokens} out"
-
-
-def summary_rows(result: SessionResult) -> list[tuple[str, str]]:
-    """The readable summary of a result: (field, value) pairs."""
-    reason = f" ({result.reason})" if result.reason else ""
-    return [
-        ("terminal", f"{result.terminal.value}{reason}"),
-        ("stop reason", _stop_reason(result.stop_reason)),
-        ("tool calls", _tool_calls(result)),
-        ("tokens", _tokens(result)),
-        ("turns", str(result.turns)),
-        ("text", result.text or "(none)"),
-    ]
-
-
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A plain-text table; long cells wrap within their column."""
-    widths = [
-        min(max(len(line) for cell in col for line in cell.splitlines() or [""]), _CELL)
-        for col in zip(headers, *rows, strict=True)
-    ]
-
-    def wrap(cell: str, width: int) -> list[str]:
-        lines: list[str] = []
-        for para in cell.splitlines() or [""]:
-            lines += textwrap.wrap(para, width) or [""]
-        return lines
-
-    def line(cells: Sequence[str]) -> list[str]:
-        wrapped = [wrap(c, w) for c, w in zip(cells, widths, strict=True)]
-        height = max(len(w) for w in wrapped)
-        return [
-            " | ".join(
-                (w[i] if i < len(w) else "").ljust(width)
-                for w, width in zip(wrapped, widths, strict=True)
-            ).rstrip()
-            for i in range(height)
-        ]
-
-    rule = "-+-".join("-" * w for w in widths)
-    out = [*line(headers), rule]
-    for row in rows:
-        out += line(row)
-    return "\n".join(out)
 
 
 # -- commands --------------------------------------------------------------------------

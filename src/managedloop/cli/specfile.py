@@ -84,12 +84,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from managedloop.config import MISSING
 from managedloop.errors import ConfigError, InvalidOptionsError, ManagedLoopError
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
 from managedloop.stores import FileStore, SQLiteStore, Store, open_store
 from managedloop.tools import ToolDefinition, Toolset
 
-__all__ = ["HOST_KINDS", "SpecError", "SpecFile", "load", "open_spec_store", "store_label"]
+__all__ = [
+    "HOST_KINDS",
+    "SpecError",
+    "SpecFile",
+    "agent_digest",
+    "load",
+    "make_provider",
+    "open_spec_store",
+    "store_label",
+]
 
 HOST_KINDS = ("claude", "agentcore")
 _TOP = ("store", "host", "agent", "environment")
@@ -383,3 +393,64 @@ def store_label(where: str) -> str:
     port = f":{parts.port}" if parts.port else ""
     user = f"{parts.username}:" if parts.username else ":"
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}***@{host}{port}"))
+
+
+# ---------------------------------------------------------------------------- hosts
+
+
+def make_provider(spec: SpecFile, environ: Mapping[str, str] | None = None) -> Any:
+    """The host's provider from the spec's settings; credentials from the environment."""
+    env = os.environ if environ is None else environ
+    s = spec.host_settings
+    if spec.host == "claude":
+        from managedloop.providers.claude import ClaudeManagedAgents
+
+        variable = spec.credential_env["api_key"]
+        bearer = s.get("bearer_token_file")
+        key = env.get(variable) or None
+        if key is None and not bearer:
+            raise SpecError(
+                f"{spec.path}: the environment variable {variable} (host.api_key_env) is not "
+                "set: it holds the API key"
+            )
+        kwargs: dict[str, Any] = {
+            "api_key": None if bearer else key,
+            "bearer_token_file": bearer or None,
+            "base_url": s.get("base_url", MISSING),
+        }
+        if "max_retries" in s:
+            kwargs["max_retries"] = s["max_retries"]
+        return ClaudeManagedAgents(**kwargs)
+    from managedloop.providers.agentcore import BedrockAgentCore
+
+    creds: dict[str, Any] = {}
+    for name, variable in spec.credential_env.items():
+        if not env.get(variable):
+            raise SpecError(
+                f"{spec.path}: the environment variable {variable} (host.{name}_env) is not set"
+            )
+        creds[f"aws_{name}"] = env[variable]
+    session = None
+    if s.get("profile"):
+        import botocore.session
+
+        session = botocore.session.Session(profile=s["profile"])
+    return BedrockAgentCore(
+        region_name=s.get("region"),
+        endpoint_url=s.get("endpoint_url"),
+        control_endpoint_url=s.get("control_endpoint_url"),
+        session=session,
+        **creds,
+    )
+
+
+async def agent_digest(spec: SpecFile) -> str:
+    """The digest of the spec's agent on its host, without credentials or a request (on
+    AgentCore the harness digest folds the environment in: the host's own rule)."""
+    if spec.host == "claude":
+        return spec.agent.digest
+    from managedloop.providers.agentcore import BedrockAgentCore
+
+    with BedrockAgentCore(region_name="us-east-1") as offline:  # never sends: digest only
+        async with offline.lifecycle() as host:
+            return host.agent_digest(spec.agent, spec.environment)
