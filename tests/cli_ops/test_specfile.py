@@ -36,7 +36,7 @@ BAD = [
     (HOST + AGENT + 'effort = "extreme"\n', "agent.effort"),
     (HOST + AGENT + 'tools = ["nosuchmodule_xyz:tool"]\n', "agent.tools: nosuchmodule_xyz:tool"),
     (HOST + AGENT + "tools = [1]\n", "agent.tools is a list"),
-    (HOST + AGENT + 'tools = ["json:__name__"]\n', "is not a tool, a function"),
+    (HOST + AGENT + 'tools = ["json:__name__"]\n', "is str: not a tool, a function"),
     (HOST + AGENT + 'tools = ["json"]\n', "'json' is not module:attr"),
     (HOST + AGENT + '[[agent.tool_definitions]]\nname = "bad name!"\n', "tool_definitions[0]"),
     (HOST + AGENT + '[[agent.tool_definitions]]\nname = "t"\nimpl = "x"\n', "unknown key 'impl'"),

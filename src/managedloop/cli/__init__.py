@@ -46,6 +46,8 @@ from types import ModuleType
 from typing import Any, Literal, TextIO
 
 from managedloop.cli.render import render_table, summary_rows
+from managedloop.cli.toolrefs import ToolRefError
+from managedloop.cli.toolrefs import load_tools as _load_tools
 from managedloop.errors import (
     APIStatusError,
     ConfigError,
@@ -223,45 +225,12 @@ class _CliHandler:
 
 
 def load_tools(refs: Sequence[str]) -> list[Any]:
-    """``module:attr`` references to tools (a tool, a function, or a list/Toolset of them).
-
-    Modules are importable from the current directory, as with ``python -m``: the
-    ``managedloop`` console script's ``sys.path`` starts with its own bin folder instead,
-    so ``--tools mytools:TOOLS`` next to ``mytools.py`` would not be found.
-    """
-    tools: list[Any] = []
-    if refs:
-        _cwd_on_path()
-    for ref in refs:
-        module_name, _, attr = ref.partition(":")
-        if not module_name or not attr:
-            raise UsageError(f"--tools takes module:attr, got {ref!r}")
-        try:
-            value: Any = importlib.import_module(module_name)
-            for part in attr.split("."):
-                value = getattr(value, part)
-        except (ImportError, AttributeError) as exc:
-            raise UsageError(f"--tools {ref}: {exc}") from None
-        if isinstance(value, Toolset | list | tuple):
-            items = list(value)
-            bad = [x for x in items if not callable(x)]
-            if bad:
-                raise UsageError(f"--tools {ref}: {bad[0]!r} in it is not a tool or a function")
-            tools.extend(items)
-        elif callable(value) and not isinstance(value, type):
-            tools.append(value)  # a Tool or a plain function
-        else:
-            raise UsageError(
-                f"--tools {ref} is {type(value).__name__}: not a tool, a function, "
-                "a Toolset or a list of them"
-            )
-    return tools
-
-
-def _cwd_on_path() -> None:
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
+    """``--tools`` references to tools (:mod:`managedloop.cli.toolrefs`), importable from
+    the current directory."""
+    try:
+        return _load_tools(refs, folders=(os.getcwd(),))
+    except ToolRefError as exc:
+        raise UsageError(f"--tools {exc}") from None
 
 
 def cmd_run(args: argparse.Namespace, module: ModuleType, out: TextIO) -> int:

@@ -74,9 +74,7 @@ before any request (the commands exit 2).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
-import sys
 import tomllib
 import urllib.parse
 from collections.abc import Mapping
@@ -84,11 +82,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from managedloop.cli.toolrefs import ToolRefError, load_tools
 from managedloop.config import MISSING
 from managedloop.errors import ConfigError, InvalidOptionsError, ManagedLoopError
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
 from managedloop.stores import FileStore, SQLiteStore, Store, open_store
-from managedloop.tools import ToolDefinition, Toolset
+from managedloop.tools import ToolDefinition
 
 __all__ = [
     "HOST_KINDS",
@@ -284,7 +283,10 @@ def _agent(path: Path, table: Mapping[str, Any]) -> AgentSpec:
     if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
         raise _fail(path, 'agent.tools is a list of "module:attr" import paths')
     if refs:
-        tools += _import_tools(path, refs)
+        try:  # importable from the spec file's directory or the current one
+            tools += load_tools(refs, folders=(str(path.resolve().parent), os.getcwd()))
+        except ToolRefError as exc:
+            raise _fail(path, f"agent.tools: {exc}") from None
     defs = table.get("tool_definitions", [])
     if not isinstance(defs, list) or not all(isinstance(d, dict) for d in defs):
         raise _fail(path, "agent.tool_definitions is a list of tables ([[agent.tool_definitions]])")
@@ -304,35 +306,6 @@ def _agent(path: Path, table: Mapping[str, Any]) -> AgentSpec:
         raise _fail(path, f"{where}{exc.code}: {exc.message}") from None
     except TypeError as exc:
         raise _fail(path, f"[agent]: {exc}") from None
-
-
-def _import_tools(path: Path, refs: list[str]) -> list[Any]:
-    """``module:attr`` -> tools, as ``managedloop run --tools`` reads them: a tool, a
-    function, or a list/``Toolset`` of them, importable from the spec file's directory or
-    the current one."""
-    for folder in (str(path.resolve().parent), os.getcwd()):
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
-    tools: list[Any] = []
-    for ref in refs:
-        module_name, _, attr = ref.partition(":")
-        if not module_name or not attr:
-            raise _fail(path, f"agent.tools: {ref!r} is not module:attr")
-        try:
-            value: Any = importlib.import_module(module_name)
-            for part in attr.split("."):
-                value = getattr(value, part)
-        except (ImportError, AttributeError) as exc:
-            raise _fail(path, f"agent.tools: {ref}: {exc}") from None
-        items = list(value) if isinstance(value, Toolset | list | tuple) else [value]
-        for item in items:
-            if not callable(item) or isinstance(item, type):
-                raise _fail(
-                    path,
-                    f"agent.tools: {ref}: {item!r} is not a tool, a function, a list or a Toolset",
-                )
-        tools.extend(items)
-    return tools
 
 
 def _environment(path: Path, value: Any) -> EnvironmentSpec | None:
