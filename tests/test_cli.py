@@ -6,6 +6,7 @@ import argparse
 import io
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -258,7 +259,8 @@ def test_bad_usage_exits_2_with_a_named_error(
     assert "Traceback" not in err
 
 
-def test_run_failure_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+def test_refused_credentials_are_configuration_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """Missing or refused credentials exit 2 on every host (AgentCore: tests/agentcore)."""
     with ChatEmulator([say("x")]) as emu:
         code, _ = run_main(
             [
@@ -273,8 +275,21 @@ def test_run_failure_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
                 "q",
             ]
         )
+    assert code == 2
+    assert "managedloop: error: authentication_error" in capsys.readouterr().err
+
+
+def test_run_failure_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as sock:  # a port nothing listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    argv = ["run", "--base-url", url, "--api-key", "k", "--model", "m", "--prompt", "q"]
+    code, _ = run_main([*argv, "--max-retries", "0"])
     assert code == 1
-    assert "authentication_error" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("managedloop: failed: ")
+    assert len(err.splitlines()) == 1
 
 
 def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
@@ -462,7 +477,7 @@ def test_emulate_that_fails_to_start_is_a_failure_not_a_traceback(
     code, _ = run_main(["emulate", "local", "--port", "0"])
     err = capsys.readouterr().err
     assert code == 1
-    assert "the emulator did not start: emulator_start_failed" in err
+    assert "failed: emulator_start_failed: emulate local: the emulator did not start" in err
     assert "no sockets left" in err
     assert "Traceback" not in err
 

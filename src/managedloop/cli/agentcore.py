@@ -101,19 +101,21 @@ def provider_for_run(args: argparse.Namespace) -> object:
     return provider
 
 
-def emulate(host: str, port: int) -> None:
+def emulate(host: str, port: int, *, json: bool = False) -> None:
     """Serve the AgentCore emulator on ``127.0.0.1:port`` until interrupted (Ctrl-C)."""
+    from managedloop.cli.local import announce
     from managedloop.testing.agentcore import AgentCoreEmulator
 
     del host  # the emulator always binds loopback
     emu = AgentCoreEmulator(port=port).start()  # EmulatorStartError: the caller reports it
     try:
-        print(f"{LABEL} emulator (botocore: endpoint_url + keys; both planes)", flush=True)
-        for key, value in emu.client_kwargs.items():
-            print(f"{key}={value}", flush=True)
-        print(f"harness_arn={emu.harness_arn}", flush=True)
-        print(f"execution_role_arn={emu.execution_role_arn}", flush=True)
-        print("Ctrl-C to stop.", flush=True)
+        info = {
+            **emu.client_kwargs,
+            "harness_arn": emu.harness_arn,
+            "execution_role_arn": emu.execution_role_arn,
+        }
+        title = f"{LABEL} emulator (botocore: endpoint_url + keys; both planes)"
+        announce(title, info, json=json)
         emu.serve_forever()
     finally:
         emu.stop()

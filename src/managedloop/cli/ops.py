@@ -27,20 +27,10 @@ SQLite file in the user's cache directory) and ``--json``: one JSON document on 
 otherwise) and, while a harness and its endpoint become READY, a live progress display
 on stderr (on a terminal; elsewhere, such as a cron log, one line per status change).
 
-Exit codes (stable; a cron job branches on them):
-
-* ``0`` — done, including "nothing to do" (everything was already built; nothing to prune);
-* ``1`` — failed: the host, the network or the store (a named error on stderr);
-* ``2`` — usage: a bad flag, a bad spec file, a missing environment variable, an invalid
-  option (all detected before any request);
-* ``3`` — not found: an unknown tag, a tag whose version the store does not track, or
-  ``tag`` of a version that was never provisioned;
-* ``4`` — partial prune: some versions were archived, then one failed (the report says
-  which, with ``--json`` under ``reports``);
-* ``130`` — interrupted (Ctrl-C).
-
-Argument errors argparse itself finds (a missing positional, ``--keep x``) exit 2 with a
-plain message on stderr, also under ``--json``.
+Exit codes: the command line's one table (:mod:`managedloop.cli.exits`; 4 is a partial
+prune, whose report says which version failed, with ``--json`` under ``reports``). A
+read-only command (``resolve``, ``ls``, ``prune --dry-run``) never creates a store: one
+that does not exist yet reads as empty.
 
 Secrets never appear: credentials are read from the environment variables the spec file
 names, never printed, never stored; a Redis URL's password is masked in every label.
@@ -54,6 +44,17 @@ from typing import Any, TextIO
 
 import anyio
 
+from managedloop.cli.exits import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_USAGE,
+    CliError,
+    classify,
+    report,
+)
 from managedloop.cli.opsargs import COMMANDS, add_parsers
 from managedloop.cli.render import Out, Progress
 from managedloop.cli.specfile import (
@@ -64,13 +65,7 @@ from managedloop.cli.specfile import (
     make_provider,
     open_spec_store,
 )
-from managedloop.errors import (
-    ConfigError,
-    InvalidOptionsError,
-    ManagedLoopError,
-    ProvisioningError,
-    ToolDefinitionError,
-)
+from managedloop.errors import ManagedLoopError, ProvisioningError
 from managedloop.provisioning import lifecycle
 from managedloop.provisioning.handles import Handle
 from managedloop.provisioning.names import version_of
@@ -89,14 +84,6 @@ __all__ = [
     "set_testing",
 ]
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_NOT_FOUND = 3
-EXIT_PARTIAL = 4
-EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
-_NOT_FOUND_CODES = ("unknown_tag", "untracked_digest", "not_provisioned")
-_USAGE_ERRORS = (InvalidOptionsError, ConfigError, ToolDefinitionError)
 _HEX = frozenset("0123456789abcdef")
 
 _testing: dict[str, Any] = {}
@@ -429,7 +416,7 @@ def run(args: argparse.Namespace, stdout: TextIO) -> int:
         _check_keep(args)
         path = getattr(args, "spec", None)
         spec = load(path) if path else None
-        store, label = open_spec_store(spec, args.store)
+        store, label = open_spec_store(spec, args.store, create=_writes(args))
         runner = _RUNNERS[args.command]
 
         async def main() -> Any:
@@ -440,39 +427,29 @@ def run(args: argparse.Namespace, stdout: TextIO) -> int:
             out.doc({"ok": True, "command": args.command, "store": label, **doc})
         return EXIT_OK
     except _PartialError as exc:
-        return _error(out, EXIT_PARTIAL, "prune_partial", str(exc), exc.doc)
+        return _error(out, args, CliError(EXIT_PARTIAL, "prune_partial", str(exc), exc.doc))
     except _NotFoundError as exc:
-        return _error(out, EXIT_NOT_FOUND, exc.code, str(exc))
+        return _error(out, args, CliError(EXIT_NOT_FOUND, exc.code, str(exc)))
     except SpecError as exc:
-        return _error(out, EXIT_USAGE, "invalid_spec", str(exc))
+        return _error(out, args, CliError(EXIT_USAGE, exc.code, str(exc)))
     except _UsageError as exc:
-        return _error(out, EXIT_USAGE, "usage", str(exc))
-    except ProvisioningError as exc:
-        code = EXIT_NOT_FOUND if exc.code in _NOT_FOUND_CODES else EXIT_FAILED
-        return _error(out, code, exc.code, exc.message)
-    except _USAGE_ERRORS as exc:
-        return _error(out, EXIT_USAGE, exc.code, exc.message)
-    except ManagedLoopError as exc:
-        return _error(out, EXIT_FAILED, exc.code, exc.message)
-    except ImportError as exc:  # an optional SDK (anthropic, botocore, redis) is missing
-        return _error(out, EXIT_FAILED, "missing_dependency", str(exc))
-    except KeyboardInterrupt:  # asyncio cancels the run first: the verbs roll back on that
-        return _error(out, EXIT_INTERRUPTED, "interrupted", "interrupted")
+        return _error(out, args, CliError(EXIT_USAGE, "usage", str(exc)))
+    except (ManagedLoopError, ImportError, KeyboardInterrupt) as exc:
+        # KeyboardInterrupt: asyncio cancels the run first, and the verbs roll back on that
+        error = classify(exc)
+        assert error is not None
+        return _error(out, args, error)
     finally:
         if store is not None:
             store.close()
 
 
-def _error(
-    out: Out, code: int, error: str, message: str, extra: dict[str, Any] | None = None
-) -> int:
-    if out.json:
-        doc: dict[str, Any] = {
-            "ok": False,
-            "exit": code,
-            "error": {"code": error, "message": message},
-        }
-        out.doc({**doc, **(extra or {})})
-    word = "error" if code == EXIT_USAGE else "not found" if code == EXIT_NOT_FOUND else "failed"
-    out.err.write(f"managedloop: {word}: {error}: {message}\n")
-    return code
+def _writes(args: argparse.Namespace) -> bool:
+    """Whether the command may write the store (a read-only one never creates it)."""
+    if args.command in ("resolve", "ls"):
+        return False
+    return not (args.command == "prune" and args.dry_run)
+
+
+def _error(out: Out, args: argparse.Namespace, error: CliError) -> int:
+    return report(error, command=args.command, json_doc=out.json, out=out.out, err=out.err)

@@ -21,9 +21,11 @@ __all__ = [
     "CELL",
     "Out",
     "Progress",
+    "Waiting",
     "make_console",
     "plain_table",
     "render_table",
+    "result_doc",
     "summary_rows",
 ]
 
@@ -221,3 +223,52 @@ class Progress:
         if self.display is not None:
             self.display.stop()
             self.display = None
+
+
+def result_doc(result: SessionResult) -> dict[str, Any]:
+    """A result as ``--json`` shows it: the summary's fields as data (the raw events and
+    the transcript stay out: ``SessionResult.to_dict()`` has them)."""
+    return {
+        "terminal": result.terminal.value,
+        "reason": result.reason,
+        "stop_reason": result.stop_reason,
+        "text": result.text,
+        "tool_uses": [
+            {"id": u.id, "name": u.name, "input": u.input} for u in result.custom_tool_uses
+        ],
+        "usage": {
+            "input_tokens": result.usage.input_tokens,
+            "output_tokens": result.usage.output_tokens,
+            "reported": bool(result.usage.raw or result.usage.total_tokens),
+        },
+        "turns": result.turns,
+        "session_id": result.session_id,
+    }
+
+
+class Waiting:
+    """What a session waits for (the model, a tool), as a spinner on a terminal's stderr;
+    nothing at all when stderr is not a terminal (a pipe, a log) or ``rich`` is absent."""
+
+    def __init__(self, err: TextIO) -> None:
+        self.console: Any = None
+        self.status: Any = None
+        if hasattr(err, "isatty") and err.isatty():
+            try:
+                self.console = make_console(err)
+            except ImportError:  # the `cli` extra is not installed
+                self.console = None
+
+    def show(self, text: str) -> None:
+        if self.console is None:
+            return
+        if self.status is None:
+            self.status = self.console.status(text)
+            self.status.start()
+        else:
+            self.status.update(text)
+
+    def hide(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None

@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 import urllib.parse
 from collections.abc import Mapping
@@ -86,7 +87,14 @@ from managedloop.cli.toolrefs import ToolRefError, load_tools
 from managedloop.config import MISSING
 from managedloop.errors import ConfigError, InvalidOptionsError, ManagedLoopError
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
-from managedloop.stores import FileStore, SQLiteStore, Store, open_store
+from managedloop.stores import (
+    FileStore,
+    MemoryStore,
+    SQLiteStore,
+    Store,
+    default_store_path,
+    open_store,
+)
 from managedloop.tools import ToolDefinition
 
 __all__ = [
@@ -130,7 +138,12 @@ _NUMBERS = ("max_retries", "timeout", "poll_interval")
 
 
 class SpecError(Exception):
-    """A spec file that cannot be used (the commands exit 2, before any request)."""
+    """A spec file that cannot be used (the commands exit 2, before any request); ``code``
+    is ``invalid_spec``, or ``invalid_store`` for a store URL or path that names no store."""
+
+    def __init__(self, message: str, code: str = "invalid_spec") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -324,35 +337,65 @@ def _environment(path: Path, value: Any) -> EnvironmentSpec | None:
 # ---------------------------------------------------------------------------- stores
 
 
-def open_spec_store(spec: SpecFile | None, override: str | None) -> tuple[Store, str]:
+STORE_SCHEMES = ("sqlite:", "file:", "memory:", "redis://", "rediss://", "unix://")
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")  # two letters or more: C:\ is a path
+
+
+def open_spec_store(
+    spec: SpecFile | None, override: str | None, *, create: bool = True
+) -> tuple[Store, str]:
     """The store the command uses and a label for it (a Redis password never shown):
     ``override`` (``--store``, relative to the current directory), else the spec file's
-    ``store`` (relative to the spec file), else the default SQLite file."""
+    ``store`` (relative to the spec file), else the default SQLite file.
+
+    An unknown scheme (``bogus://x``) is a :class:`SpecError` naming the known ones, before
+    anything is created. With ``create=False`` (a read-only command) a store file that does
+    not exist is not created: it reads as empty (an in-memory store)."""
     if override:
-        return _open(override, Path.cwd()), store_label(override)
+        return _open(override, Path.cwd(), create), store_label(override)
     if spec is not None and spec.store:
-        return _open(spec.store, spec.path.parent), store_label(spec.store)
+        return _open(spec.store, spec.path.parent, create), store_label(spec.store)
+    path = default_store_path()
+    if not create and not path.exists():
+        return MemoryStore(), f"sqlite:{path}"
     store = open_store()
     return store, f"sqlite:{getattr(store, 'path', '(default)')}"
 
 
-def _open(where: str, relative_to: Path) -> Store:
+def _open(where: str, relative_to: Path, create: bool) -> Store:
     def at(text: str) -> Path:
         p = Path(text).expanduser()
         return p if p.is_absolute() else relative_to / p
 
+    scheme = _SCHEME.match(where)
+    if scheme is not None and not where.startswith(STORE_SCHEMES):
+        raise SpecError(
+            f"store {store_label(where)}: unknown scheme {scheme.group(1)!r}; a store is "
+            "PATH, sqlite:PATH, file:PATH, memory:, redis://..., rediss://... or unix://...",
+            code="invalid_store",
+        )
+    path: Path | None = None
+    if where.startswith("sqlite:"):
+        path = at(where.removeprefix("sqlite:"))
+    elif where.startswith("file:"):
+        path = at(where.removeprefix("file:"))
+    elif where != "memory:" and not where.startswith(("redis://", "rediss://", "unix://")):
+        path = at(where)
+    if path is not None and not create and not path.exists():
+        return MemoryStore()  # nothing stored yet, and a read must not create the file
     try:
         if where.startswith("sqlite:"):
             return SQLiteStore(at(where.removeprefix("sqlite:")))
         if where.startswith("file:"):
             return FileStore(at(where.removeprefix("file:")))
-        if where == "memory:" or where.startswith(("redis://", "rediss://", "unix://")):
+        if path is None:
             return open_store(where)
-        return open_store(at(where))
+        return open_store(path)
     except (InvalidOptionsError, ConfigError) as exc:  # a bad name; a StoreError is a failure
-        raise SpecError(f"store {store_label(where)}: {exc.code}: {exc.message}") from None
+        message = f"store {store_label(where)}: {exc.code}: {exc.message}"
+        raise SpecError(message, code="invalid_store") from None
     except ImportError as exc:
-        raise SpecError(f"store {store_label(where)}: {exc}") from None
+        raise SpecError(f"store {store_label(where)}: {exc}", code="invalid_store") from None
 
 
 def store_label(where: str) -> str:
