@@ -609,3 +609,43 @@ def test_max_turns_defaults_to_the_librarys() -> None:
 
     args = cli.build_parser(local_cli).parse_args(["run", "--model", "m", "--prompt", "q"])
     assert args.max_turns == DEFAULTS["max_turns"] == 50
+
+
+def test_a_local_emulator_with_a_model_list_answers_an_unknown_model_as_openai_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+    import urllib.error
+    import urllib.request
+
+    with ChatEmulator([say("served")], models=["gpt-4o"]) as emu:
+        code, _ = run_local_model(emu, "gpt-4o-mnii", "--no-stream")
+        request = urllib.request.Request(
+            f"{emu.base_url}/chat/completions",
+            data=json.dumps({"model": "gpt-4", "messages": []}).encode(),
+            headers={"Authorization": f"Bearer {emu.api_key}"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(request, timeout=30)
+        body = json.loads(info.value.read())
+        listed = json.loads(urllib.request.urlopen(f"{emu.base_url}/models", timeout=30).read())
+        good, text = run_local_model(emu, "gpt-4o")
+    assert code == 1
+    assert "The model `gpt-4o-mnii` does not exist" in capsys.readouterr().err
+    assert info.value.code == 404
+    assert body == {
+        "error": {
+            "message": "The model `gpt-4` does not exist or you do not have access to it.",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "model_not_found",
+        }
+    }
+    assert [m["id"] for m in listed["data"]] == ["gpt-4o"]
+    assert good == 0
+    assert "served" in text
+
+
+def run_local_model(emu: ChatEmulator, model: str, *extra: str) -> tuple[int, str]:
+    base = ["run", "--base-url", emu.base_url, "--api-key", emu.api_key or ""]
+    return run_main([*base, "--model", model, "--prompt", "q", *extra])
