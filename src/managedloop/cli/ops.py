@@ -61,6 +61,7 @@ from managedloop.cli.specfile import (
     SpecError,
     SpecFile,
     agent_digest,
+    execution_role_arn,
     load,
     make_provider,
     open_spec_store,
@@ -179,7 +180,7 @@ async def _provision(args: argparse.Namespace, spec: SpecFile, store: Store, out
             else:
                 s = spec.host_settings
                 options: dict[str, Any] = {
-                    "execution_role_arn": s.get("execution_role_arn"),
+                    "execution_role_arn": execution_role_arn(spec),
                     "endpoint_name": s.get("endpoint_name", "DEFAULT"),
                     "progress": progress,
                     **_testing,

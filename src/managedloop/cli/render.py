@@ -123,9 +123,7 @@ class Out:
             self.out.write(f"{title}\n{plain_table(headers, rows)}\n")
             return
         # min_width: a title wider than the columns would otherwise wrap mid-phrase
-        table = Table(
-            title=title, title_justify="left", header_style="bold", min_width=len(title)
-        )
+        table = Table(title=title, title_justify="left", header_style="bold", min_width=len(title))
         for h in headers:
             table.add_column(h, overflow="fold")
         for row in rows:

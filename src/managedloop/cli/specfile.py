@@ -102,6 +102,7 @@ __all__ = [
     "SpecError",
     "SpecFile",
     "agent_digest",
+    "execution_role_arn",
     "load",
     "make_provider",
     "open_spec_store",
@@ -457,6 +458,26 @@ def make_provider(spec: SpecFile, environ: Mapping[str, str] | None = None) -> A
         control_endpoint_url=s.get("control_endpoint_url"),
         session=session,
         **creds,
+    )
+
+
+def execution_role_arn(spec: SpecFile) -> str:
+    """The IAM role an AgentCore harness runs as, or a :class:`SpecError` naming where the
+    spec file says to read it from (its variable, when it names one)."""
+    role = spec.host_settings.get("execution_role_arn")
+    if isinstance(role, str) and role.strip():
+        return role
+    variable = spec.env_names.get("execution_role_arn")
+    if variable:
+        raise SpecError(
+            f"{spec.path}: the environment variable {variable} (host.execution_role_arn_env) "
+            "is not set: it holds the IAM role the harness runs as "
+            "(arn:aws:iam::<account>:role/<name>)"
+        )
+    raise SpecError(
+        f"{spec.path}: host.execution_role_arn is required to provision a harness (the IAM "
+        "role it runs as); or name a variable: execution_role_arn_env = "
+        '"MANAGEDLOOP_EXECUTION_ROLE_ARN"'
     )
 
 
