@@ -9,7 +9,7 @@
   prints the summary;
 * ``managedloop emulate local --port 8000`` serves a host's emulator until Ctrl-C;
 * ``managedloop provision/tag/resolve/prune/ls`` run the provisioning lifecycle from a spec
-  file (:mod:`managedloop.cli.ops`, its own exit codes; format: :mod:`managedloop.cli.specfile`).
+  file (:mod:`managedloop.cli.ops`; format: :mod:`managedloop.cli.specfile`).
 
 This package is the top layer: it may import the package root, the test kit, the session
 and the hosts' public names; nothing below imports it. Each host's part is a module
@@ -21,15 +21,18 @@ and the hosts' public names; nothing below imports it. Each host's part is a mod
         # sync: a fresh emulator playing ``script`` (None: its default), then one run
     def add_run_arguments(parser: argparse.ArgumentParser) -> None
     def provider_for_run(args: argparse.Namespace) -> Provider
-    def emulate(host: str, port: int) -> None                    # blocks until Ctrl-C
+    def emulate(host: str, port: int, *, json: bool = False) -> None  # until Ctrl-C
 
 ``cmd_demo`` passes :func:`demo_script` as ``script=`` when the host's ``demo`` accepts it
 (a plug-in with ``demo(agent, prompt)`` still works, on its emulator's default script).
 A host whose module is missing, or whose optional SDK is not installed, is skipped with a
-note. Exit codes: 0 success, 1 the session failed, 2 bad usage (a named error on stderr,
-never a traceback). ``emulate`` on a port another socket holds is bad usage (the
-emulator's :class:`~managedloop.testing.EmulatorStartError` ``port_in_use``); any other
-start failure is exit code 1.
+note. Every command takes ``--json`` (one JSON document on stdout, logs on stderr) and
+exits with a code of the one table in :mod:`managedloop.cli.exits` (0 done, 1 failed, 2
+bad usage or configuration, 3 not found, 4 partial prune, 130 interrupted), a named
+error on stderr, never a traceback. ``emulate`` on a port another socket holds is bad
+usage (the emulator's :class:`~managedloop.testing.EmulatorStartError` ``port_in_use``);
+any other start failure is exit code 1. Ctrl-C: :mod:`managedloop.cli.interrupt`. The
+page for all of it: ``docs/cli.md``.
 """
 
 from __future__ import annotations
@@ -52,12 +55,12 @@ from managedloop.cli.exits import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
-    TABLE,
     CliError,
     classify,
     report,
 )
 from managedloop.cli.interrupt import exit_now_if_threads_remain, run_interruptibly
+from managedloop.cli.opsargs import EXIT_HELP
 from managedloop.cli.render import Waiting, render_table, result_doc, summary_rows
 from managedloop.cli.toolrefs import ToolRefError
 from managedloop.cli.toolrefs import load_tools as _load_tools
@@ -446,14 +449,11 @@ def _json_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
-_EXIT_EPILOG = "exit codes: " + ", ".join(f"{code} {meaning}" for code, meaning in TABLE)
-
-
 def build_parser(run_module: ModuleType | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="managedloop",
         description="One agent session loop, any loop host.",
-        epilog=_EXIT_EPILOG,
+        epilog=EXIT_HELP,
     )
     parser.add_argument(
         "--version",

@@ -6,26 +6,31 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from managedloop.cli.exits import TABLE
+
 __all__ = ["COMMANDS", "EXIT_HELP", "add_parsers"]
 
 COMMANDS = ("provision", "tag", "resolve", "prune", "ls")
 
-EXIT_HELP = """exit codes: 0 done (also: nothing to do), 1 failed (host, network, store),
-2 usage (bad flag, spec file or environment; before any request), 3 not found (unknown
-tag, untracked version), 4 partial prune (some archived, then one failed), 130
-interrupted"""
+EXIT_HELP = "exit codes: " + ", ".join(f"{code} {meaning}" for code, meaning in TABLE)
 
 
 def add_parsers(sub: Any) -> None:
     """Register the commands on the ``managedloop`` parser's subparsers."""
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--store", help="a store: PATH, sqlite:PATH, file:PATH, redis://...")
-        p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+        p.add_argument(
+            "--store", help="a store: PATH, sqlite:PATH, file:PATH, memory:, redis://HOST..."
+        )
+        p.add_argument(
+            "--json", action="store_true", help="one JSON document on stdout (logs on stderr)"
+        )
 
     kw: dict[str, Any] = {"epilog": EXIT_HELP}
     p = sub.add_parser("provision", help="build the spec's agent/environment if absent", **kw)
-    p.add_argument("spec", help="a TOML spec file (format: pydoc managedloop.cli.specfile)")
+    p.add_argument(
+        "spec", help="a TOML spec file (format: docs/cli.md, or pydoc managedloop.cli.specfile)"
+    )
     p.add_argument("--tag", action="append", default=[], help="then tag it (repeatable)")
     common(p)
 
