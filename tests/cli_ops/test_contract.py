@@ -215,6 +215,7 @@ def test_an_unknown_store_scheme_is_named_and_creates_nothing(
     work.mkdir()
     monkeypatch.chdir(work)
     for argv in (
+        ["--store", "bogus://x", "resolve", "x:prod"],  # the acceptance line, as written
         ["resolve", "x:prod", "--store", "bogus://x"],
         ["provision", SPEC, "--store", "bogus://x"],
         ["resolve", "x:prod", "--store", "bogus:x"],

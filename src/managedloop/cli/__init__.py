@@ -60,7 +60,7 @@ from managedloop.cli.exits import (
     report,
 )
 from managedloop.cli.interrupt import exit_now_if_threads_remain, run_interruptibly
-from managedloop.cli.opsargs import EXIT_HELP
+from managedloop.cli.opsargs import COMMANDS, EXIT_HELP
 from managedloop.cli.render import Waiting, render_table, result_doc, summary_rows
 from managedloop.cli.toolrefs import ToolRefError
 from managedloop.cli.toolrefs import load_tools as _load_tools
@@ -454,6 +454,14 @@ def build_parser(run_module: ModuleType | None = None) -> argparse.ArgumentParse
         prog="managedloop",
         description="One agent session loop, any loop host.",
         epilog=EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    # Also before the command (managedloop --store URL resolve ...): the command's own wins.
+    parser.add_argument(
+        "--store", dest="top_store", metavar="STORE", help="the store (operations commands)"
+    )
+    parser.add_argument(
+        "--json", dest="top_json", action="store_true", help="as the command's --json"
     )
     parser.add_argument(
         "--version",
@@ -522,6 +530,20 @@ def build_parser(run_module: ModuleType | None = None) -> argparse.ArgumentParse
     return parser
 
 
+_COMMANDS = ("demo", "run", "emulate", *COMMANDS)
+
+
+def _merge_top_options(args: argparse.Namespace) -> None:
+    """``--store`` and ``--json`` given before the command count as the command's own."""
+    args.json = bool(getattr(args, "json", False) or args.top_json)
+    if args.top_store is None:
+        return
+    if not hasattr(args, "store"):
+        raise UsageError(f"--store is for {', '.join(COMMANDS)}, not {args.command}")
+    if args.store is None:
+        args.store = args.top_store
+
+
 def _version() -> str:
     from managedloop import __version__
 
@@ -546,7 +568,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     argv = list(sys.argv[1:] if argv is None else argv)
     stdout = out if out is not None else sys.stdout
     wants_json = "--json" in argv
-    command = next((a for a in argv if not a.startswith("-")), None)
+    command = next((a for a in argv if a in _COMMANDS), None)
     try:
         run_module = _run_module(argv)
         parser = build_parser(run_module)
@@ -554,6 +576,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
             args = parser.parse_args(argv)
         except SystemExit as exc:  # --help, --version
             return int(exc.code or 0)
+        _merge_top_options(args)
         if args.command == "demo":
             return cmd_demo(args, stdout)
         if args.command == "run":

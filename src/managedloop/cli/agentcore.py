@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from managedloop.provisioning.specs import AgentSpec
@@ -92,11 +93,21 @@ def provider_for_run(args: argparse.Namespace) -> object:
     role = getattr(args, "execution_role_arn", None)
     if provider.harness_arn is None and role:
         from managedloop import provision_sync
+        from managedloop.cli.render import Out, Progress
 
         spec = AgentSpec(name=args.name, system_prompt=args.system)
-        handle = provision_sync(
-            provider, spec, execution_role_arn=role, endpoint_name=provider.endpoint_name
-        )
+        # the harness and its endpoint becoming READY, on stderr (JSON lines with --json)
+        progress = Progress(Out(out=sys.stdout, json=bool(getattr(args, "json", False))))
+        try:
+            handle = provision_sync(
+                provider,
+                spec,
+                execution_role_arn=role,
+                endpoint_name=provider.endpoint_name,
+                progress=progress,
+            )
+        finally:
+            progress.close()
         provider.harness_arn = handle.harness_arn
     return provider
 

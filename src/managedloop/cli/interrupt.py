@@ -90,9 +90,15 @@ def tool_threads() -> list[threading.Thread]:
 def exit_now_if_threads_remain(code: int, grace: float = GRACE) -> int:
     """After an interrupt: wait up to ``grace`` seconds for abandoned tool threads, then, if
     one still runs, end the process with ``code`` at once; else return ``code``."""
-    deadline = time.monotonic() + grace
-    for thread in tool_threads():
-        thread.join(max(0.0, deadline - time.monotonic()))
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, lambda s, f: os._exit(code)) if main_thread else None
+    try:  # a Ctrl-C while waiting: at once
+        deadline = time.monotonic() + grace
+        for thread in tool_threads():
+            thread.join(max(0.0, deadline - time.monotonic()))
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGINT, previous)
     if tool_threads():
         sys.stdout.flush()
         sys.stderr.flush()

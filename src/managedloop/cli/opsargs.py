@@ -12,7 +12,7 @@ __all__ = ["COMMANDS", "EXIT_HELP", "add_parsers"]
 
 COMMANDS = ("provision", "tag", "resolve", "prune", "ls")
 
-EXIT_HELP = "exit codes: " + ", ".join(f"{code} {meaning}" for code, meaning in TABLE)
+EXIT_HELP = "exit codes:\n" + "\n".join(f"  {code:<5}{meaning}" for code, meaning in TABLE)
 
 
 def add_parsers(sub: Any) -> None:
@@ -26,7 +26,11 @@ def add_parsers(sub: Any) -> None:
             "--json", action="store_true", help="one JSON document on stdout (logs on stderr)"
         )
 
-    kw: dict[str, Any] = {"epilog": EXIT_HELP}
+    # Raw: the exit-code table keeps its lines (the options' help still wraps)
+    kw: dict[str, Any] = {
+        "epilog": EXIT_HELP,
+        "formatter_class": argparse.RawDescriptionHelpFormatter,
+    }
     p = sub.add_parser("provision", help="build the spec's agent/environment if absent", **kw)
     p.add_argument(
         "spec", help="a TOML spec file (format: docs/cli.md, or pydoc managedloop.cli.specfile)"
