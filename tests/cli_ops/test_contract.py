@@ -277,10 +277,10 @@ def test_run_help_lists_every_hosts_options_whole(capsys: pytest.CaptureFixture[
     assert "..." not in flat.replace("redis://...", "")
 
 
-def _spawn_run(emu: ChatEmulator, tool: str, folder: Path) -> subprocess.Popen[str]:
+def _spawn_run(emu: ChatEmulator, tool: str, folder: Path, *extra: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, str(folder)])}
     argv = ["run", "--base-url", emu.base_url, "--api-key", emu.api_key or ""]
-    argv += ["--model", "m", "--tools", f"clitools:{tool}", "--prompt", "q"]
+    argv += ["--model", "m", "--tools", f"clitools:{tool}", "--prompt", "q", *extra]
     return subprocess.Popen(
         [sys.executable, "-m", "managedloop", *argv],
         stdout=subprocess.PIPE,
@@ -330,3 +330,15 @@ def test_a_second_ctrl_c_exits_at_once(tools_dir: Path) -> None:
         _, err = proc.communicate(timeout=25)
     assert proc.returncode == 130
     assert err.splitlines() == ["managedloop: interrupted again: exiting now"]
+
+
+def test_a_timed_out_run_does_not_wait_for_its_sync_tool_at_exit(tools_dir: Path) -> None:
+    """The run's timeout abandons the tool's thread; the process then ends without joining
+    it (bounded, as above, by the tool's 30 s against the process's own exit)."""
+    with ChatEmulator([call("slow", {}), say("never")]) as emu:
+        proc = _spawn_run(emu, "slow", tools_dir, "--timeout", "1")
+        _, err = proc.communicate(timeout=25)
+    assert proc.returncode == 1
+    assert not (tools_dir / "finished").exists()
+    assert err.startswith("managedloop: failed: timeout: ")
+    assert len(err.splitlines()) == 1

@@ -331,8 +331,7 @@ def cmd_run(args: argparse.Namespace, module: ModuleType, out: TextIO) -> int:
             names = ", ".join(sorted(set(handler.cancelled)))
             note = f"; tool {names} cancelled (a sync tool is abandoned in its thread)"
         error = CliError(EXIT_INTERRUPTED, "interrupted", f"session cancelled{note}")
-        code = report(error, command="run", json_doc=args.json, out=out, err=sys.stderr)
-        return exit_now_if_threads_remain(code)
+        return report(error, command="run", json_doc=args.json, out=out, err=sys.stderr)
     if args.json:
         label = str(getattr(module, "LABEL", args.provider))
         _doc(
@@ -564,8 +563,18 @@ def _run_module(argv: Sequence[str]) -> ModuleType | None:
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
-    """Entry point; returns the exit code (:mod:`managedloop.cli.exits`)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Entry point; returns the exit code (:mod:`managedloop.cli.exits`).
+
+    Run as the process (``argv`` not given: the ``managedloop`` script, ``python -m
+    managedloop``), it does not wait at exit for a sync tool's abandoned thread (after
+    Ctrl-C or a timeout): past a short grace the process ends with the exit code."""
+    code = _main(list(sys.argv[1:] if argv is None else argv), out)
+    if argv is None:
+        return exit_now_if_threads_remain(code)
+    return code
+
+
+def _main(argv: list[str], out: TextIO | None) -> int:
     stdout = out if out is not None else sys.stdout
     wants_json = "--json" in argv
     command = next((a for a in argv if a in _COMMANDS), None)
@@ -596,7 +605,4 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         found = classify(exc)
         assert found is not None
         error = found
-    code = report(error, command=command, json_doc=wants_json, out=stdout, err=sys.stderr)
-    if error.exit == EXIT_INTERRUPTED:
-        return exit_now_if_threads_remain(code)
-    return code
+    return report(error, command=command, json_doc=wants_json, out=stdout, err=sys.stderr)

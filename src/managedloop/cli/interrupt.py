@@ -88,8 +88,11 @@ def tool_threads() -> list[threading.Thread]:
 
 
 def exit_now_if_threads_remain(code: int, grace: float = GRACE) -> int:
-    """After an interrupt: wait up to ``grace`` seconds for abandoned tool threads, then, if
-    one still runs, end the process with ``code`` at once; else return ``code``."""
+    """At the process's end: wait up to ``grace`` seconds for abandoned tool threads (after
+    Ctrl-C or a timeout), then, if one still runs, end the process with ``code`` at once
+    (the interpreter would join it); else return ``code``."""
+    if not tool_threads():
+        return code
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, lambda s, f: os._exit(code)) if main_thread else None
     try:  # a Ctrl-C while waiting: at once
