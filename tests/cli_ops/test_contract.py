@@ -342,3 +342,43 @@ def test_a_timed_out_run_does_not_wait_for_its_sync_tool_at_exit(tools_dir: Path
     assert not (tools_dir / "finished").exists()
     assert err.startswith("managedloop: failed: timeout: ")
     assert len(err.splitlines()) == 1
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_run_says_what_it_waits_for_on_a_terminal_and_nothing_when_piped(
+    tools_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rich.console import Console
+
+    import managedloop.cli
+    from managedloop.cli import render
+
+    del tools_dir
+    said: list[str] = []
+
+    class Recorded(render.Waiting):
+        def show(self, text: str) -> None:
+            said.append(text)
+            super().show(text)
+
+    monkeypatch.setattr(managedloop.cli, "Waiting", Recorded)
+    script = [call("shout", {"text": "hi"}), say("done")]
+    with ChatEmulator(script) as emu:
+        argv = ["run", "--base-url", emu.base_url, "--api-key", emu.api_key or ""]
+        argv += ["--model", "m", "--tools", "clitools:shout", "--prompt", "q"]
+        assert run(argv)[0] == 0
+        assert capsys.readouterr().err == ""  # stderr is not a terminal here: quiet
+        screen = io.StringIO()
+        monkeypatch.setattr(
+            render,
+            "make_console",
+            lambda file: Console(file=screen, force_terminal=True, width=100, color_system=None),
+        )
+        monkeypatch.setattr(sys, "stderr", _Tty())
+        assert run(argv)[0] == 0
+    assert "waiting for the model" in screen.getvalue()  # drawn on the terminal
+    assert said[:3] == ["waiting for the model", "running tool shout", "waiting for the model"]
