@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import json as _json
+import json as _json  # emulate()'s keyword json= would shadow the module
 import math
 import os
 import re
@@ -233,11 +233,11 @@ def announce(title: str, info: dict[str, Any], *, json: bool) -> None:
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
-def _where(args: argparse.Namespace, environ: Mapping[str, str]) -> str | None:
+def _where(args: argparse.Namespace, environ: Mapping[str, str]) -> None:
     """With no ``--base-url``: say on stderr where the run goes, and refuse a ``--api-key``
     for a host nobody named (only OpenAI's own ``OPENAI_API_KEY`` goes to OpenAI unasked)."""
     if args.base_url is not None or getattr(args, "model", "").startswith("anthropic:"):
-        return None
+        return
     from_env = environ.get("OPENAI_BASE_URL")
     url = from_env or OPENAI_DEFAULT_BASE_URL
     if args.api_key is not None and not from_env:
@@ -249,7 +249,6 @@ def _where(args: argparse.Namespace, environ: Mapping[str, str]) -> str | None:
         )
     source = "$OPENAI_BASE_URL" if from_env else "the default; --base-url to change it"
     sys.stderr.write(f"managedloop: run: no --base-url: sending to {redact_url(url)} ({source})\n")
-    return url
 
 
 def provider_for_run(args: argparse.Namespace) -> Local:
