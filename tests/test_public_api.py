@@ -156,6 +156,7 @@ NOT_ON_IMPORT = (
     # the session loop and the host contract: the first run/start
     "managedloop.session",
     "managedloop.session.driver",
+    "managedloop.session.live",
     "managedloop.hosts",
     # the provisioning lifecycle and the stores it keeps handles in: first use
     "managedloop.provisioning.lifecycle",
@@ -186,10 +187,10 @@ def test_import_does_not_load_provider_sdks_or_what_loads_on_first_use() -> None
 
 SESSION = {
     "GuardInput": "managedloop.session.machine",
-    "LiveSession": "managedloop.session.driver",
+    "LiveSession": "managedloop.session.live",
     "run": "managedloop.session.driver",
     "run_sync": "managedloop.session.driver",
-    "start": "managedloop.session.driver",
+    "start": "managedloop.session.live",
 }
 LIFECYCLE = {
     "AgentHandle": "managedloop.provisioning.handles",
