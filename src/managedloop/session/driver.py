@@ -154,6 +154,9 @@ class Driver:
         handler = prepared.handler
         self._on_event: Callable[..., Any] | None = getattr(handler, "handle_event", None)
         self._info = self._make_info()
+        # What telemetry names as the model: what the host says it sends, else the spec's.
+        sent = getattr(conn, "model", None)
+        self.model: str | None = sent if isinstance(sent, str) else prepared.model
 
     def _make_info(self) -> SessionInfo:
         return SessionInfo(
@@ -218,7 +221,7 @@ class Driver:
         content = telemetry.capture_content()
         meta = {
             "turn": self.machine.turns,
-            "model": self.p.model,
+            "model": self.model,
             "provider": self.p.provider.name,
             "session_id": self.conn.session_id,
         }
@@ -430,7 +433,7 @@ class Driver:
         try:
             if not telemetry.span_enabled("session.request"):
                 return await self._within(first, timeout)
-            meta = {**self.p.agent_meta, "model": self.p.model, **self._ids()}
+            meta = {**self.p.agent_meta, "model": self.model, **self._ids()}
             with telemetry.span("session.request", meta) as extra:
                 result = await self._within(first, timeout)
                 extra.update(_request_stop(result))
@@ -762,24 +765,30 @@ async def run(
     )
     token = telemetry.enter_scope(prepared.caller)  # open, request and close carry the tags
     try:
+        opened: list[Driver] = []
         if not telemetry.span_enabled("session.request"):
-            return await _run_within(prepared, prompt, coerced, timeout)
+            return await _run_within(prepared, prompt, coerced, timeout, opened)
         # The request's span covers the open too: a run's session create is part of it; and
         # the deadline, so a timeout ends it with the SessionTimeoutError, not a cancel.
+        # It starts before the host says which model it sends: the stop names that one.
         meta = {**prepared.agent_meta, "model": prepared.model}
         meta |= {"provider": prepared.provider.name, "session_id": None}
         with telemetry.span("session.request", meta) as extra:
-            result = await _run_within(prepared, prompt, coerced, timeout)
+            result = await _run_within(prepared, prompt, coerced, timeout, opened)
             extra.update(_request_stop(result))
+            extra["model"] = opened[0].model if opened else prepared.model
         return result
     finally:
         telemetry.exit_scope(token)
 
 
 async def _run_within(
-    prepared: Prepared, prompt: str | None, outcome: Outcome | None, timeout: float | None
+    prepared: Prepared,
+    prompt: str | None,
+    outcome: Outcome | None,
+    timeout: float | None,
+    opened: list[Driver],
 ) -> SessionResult:
-    opened: list[Driver] = []
     with deadline(timeout) as scope:
         return await _run_one(prepared, prompt, outcome, opened)
     assert scope.cancelled_caught

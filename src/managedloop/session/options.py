@@ -33,7 +33,8 @@ class Prepared:
     info_metadata: dict[str, Any] = field(default_factory=dict)
     approvals: Mapping[str, Approve | Deny] = field(default_factory=dict)
     confirm: Confirm | None = None
-    # What the session telemetry events name (managedloop.otel's span attributes).
+    # The agent spec's model: what telemetry names until the host reports the model it
+    # sends (the connection's ``model``; see managedloop.hosts.ConnectionBase).
     model: str | None = None
     agent_meta: dict[str, Any] = field(default_factory=dict)
 
@@ -295,7 +296,7 @@ def prepare(
     prepared.info_metadata = info_metadata
     prepared.approvals = approvals
     prepared.confirm = o.confirm
-    prepared.model = _model_of(provider, spec)
+    prepared.model = spec.model if spec is not None else None
     prepared.agent_meta = _agent_meta(agent, spec, provider)
     prepared.__class__ = Prepared
     return prepared, outcome
@@ -336,17 +337,6 @@ _PreparedB = fast_builder(
         "agent_meta",
     ),
 )
-
-
-def _model_of(provider: Any, spec: AgentSpec | None) -> str | None:
-    """The model the session asks for, when something says: the provider's ``model``
-    (Local, AgentCore) or the spec's."""
-    model = getattr(provider, "model", None)
-    if isinstance(model, Mapping):  # AgentCore's model configuration mapping
-        model = model.get("modelId")
-    if isinstance(model, str):
-        return model
-    return spec.model if spec is not None else None
 
 
 def _agent_meta(agent: Any, spec: AgentSpec | None, provider: Any) -> dict[str, Any]:
