@@ -87,7 +87,7 @@ from managedloop.results import (
     TurnResult,
 )
 from managedloop.session import approvals as _approvals
-from managedloop.session.machine import Finish, Machine, RunTools
+from managedloop.session.machine import CheckOutput, Finish, Machine, RunTools, Send
 from managedloop.session.options import Prepared, SessionOptions, prepare
 
 if TYPE_CHECKING:  # annotations only: anyio loads these with the first session (~5 ms)
@@ -506,8 +506,16 @@ class Driver:
         elif first is None:
             pending = list(self.conn.pending_tool_uses)
             self.conn.pending_tool_uses = []
-            self.machine.add_tool_uses(pending)
-            step = await self._answer(pending)
+            tool = self.machine.options.output_tool
+            outs = [u for u in pending if u.name == tool] if tool is not None else []
+            if outs:  # a resumed session waits on its output call: check it, never run it
+                others = [u for u in pending if u.name != tool]
+                self.machine.add_tool_uses(others)
+                check = CheckOutput(outs[0].input, others, outs, input_error=outs[0].input_error)
+                step = await self._check_output(check)
+            else:
+                self.machine.add_tool_uses(pending)
+                step = await self._answer(pending)
         else:
             step = first
         # Chosen once per request: an uninstrumented turn pays no telemetry check, and a
@@ -527,10 +535,45 @@ class Driver:
                     step = await self._answer(action.tool_uses, action.host_approvals)
             elif isinstance(action, Finish):
                 return self._finish(action.result)
+            elif isinstance(action, CheckOutput):
+                step = await self._check_output(action)
             else:
                 step = action.input
                 if isinstance(step, UserMessage) and step.reprompt:
                     self._log_reprompt()
+
+    async def _check_output(self, check: CheckOutput) -> ToolResults | SessionResult | TurnInput:
+        """The step after a typed output (:class:`CheckOutput`): the turn's other tool uses
+        run first; then the output is validated, and the machine finishes with it or asks
+        the model again (:meth:`Machine.on_output`)."""
+        answered: ToolResults | None = None
+        if check.tool_uses or check.host_approvals:
+            ran = await self._answer(check.tool_uses, check.host_approvals)
+            if isinstance(ran, SessionResult):
+                return ran  # parked on a decision: the output is checked on the way back
+            answered = ran
+        plan = self.p.output
+        assert plan is not None  # the machine checks outputs only with output=
+        value, errors = await plan.check(check.payload, check.input_error)
+        if telemetry.enabled("session.output"):
+            telemetry.emit(
+                "session.output",
+                {"error_count": len(errors or ())},
+                {
+                    "strategy": plan.strategy,
+                    "valid": errors is None,
+                    "turn": self.machine.turns,
+                    "session_id": self.conn.session_id,
+                },
+                caller=self.p.caller,
+            )
+        action = self.machine.on_output(check, value, errors, answered, self.conn.session_id)
+        if isinstance(action, Finish):
+            return action.result
+        assert isinstance(action, Send)
+        if isinstance(action.input, UserMessage):
+            self._log_reprompt()
+        return action.input
 
     def _log_reprompt(self) -> None:
         logger.info(
@@ -590,6 +633,7 @@ def _request_stop(result: SessionResult) -> dict[str, Any]:
         "input_tokens": usage.input_tokens if usage is not None else None,
         "output_tokens": usage.output_tokens if usage is not None else None,
         "session_id": result.session_id,
+        "output_strategy": result.output_strategy,
     }
 
 

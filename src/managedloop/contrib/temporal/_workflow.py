@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from managedloop.hosts import ToolResults, TurnInput, UserMessage
     from managedloop.results import ApprovalRequest, Approve, Deny, ToolResult, ToolUse, TurnResult
     from managedloop.session.approvals import denial
-    from managedloop.session.machine import Finish, LoopOptions, Machine, RunTools
+    from managedloop.session.machine import Finish, LoopOptions, Machine, RunTools, Send
 
     from ._wire import (
         Carry,
@@ -305,8 +305,10 @@ class SessionWorkflow:
                 return result
             if isinstance(action, RunTools):
                 next_input = await self._run_tools(action.tool_uses, action.host_approvals)
-            else:
+            elif isinstance(action, Send):
                 next_input = action.input
+            else:  # pragma: no cover - no output= yet: the machine never checks one
+                raise AssertionError(f"unexpected action {action!r}")
 
     def _tool(self, use: ToolUse, *, decided: bool) -> Any:
         start = self._start
