@@ -49,7 +49,9 @@ PUBLIC = [
     "MalformedResponseError",
     "ManagedLoopError",
     "McpError",
+    "ModelRetry",  # issue 24 typed results
     "Outcome",
+    "OutputFailure",  # issue 24 typed results
     "Pending",
     "ProviderError",
     "ProvisioningError",
@@ -73,6 +75,7 @@ PUBLIC = [
     "WebhookVerificationError",
     "__version__",
     "configure",
+    "output_tool",  # issue 24 typed results
     "provision",
     "provision_sync",
     "run",
@@ -191,6 +194,7 @@ SESSION = {
     "run": "managedloop.session.driver",
     "run_sync": "managedloop.session.driver",
     "start": "managedloop.session.live",
+    "output_tool": "managedloop.session.output",
 }
 LIFECYCLE = {
     "AgentHandle": "managedloop.provisioning.handles",

@@ -26,6 +26,7 @@ from managedloop.errors import (
     MalformedResponseError,
     ManagedLoopError,
     McpError,
+    ModelRetry,
     ProviderError,
     ProvisioningError,
     SessionTimeoutError,
@@ -45,6 +46,7 @@ from managedloop.results import (
     Artifact,
     CommandResult,
     Deny,
+    OutputFailure,
     Pending,
     SessionInfo,
     SessionResult,
@@ -71,6 +73,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time these load on first use
     )
     from managedloop.provisioning.runtimes import Bootstrap
     from managedloop.session import GuardInput, LiveSession, run, run_sync, start
+    from managedloop.session.output import output_tool
 
     provision_sync = syncify(provision)
     teardown_sync = syncify(teardown)
@@ -91,6 +94,7 @@ else:
 
     _LAZY = {
         "managedloop.session": ("GuardInput", "LiveSession", "run", "run_sync", "start"),
+        "managedloop.session.output": ("output_tool",),
         "managedloop.provisioning.handles": ("AgentHandle", "EnvironmentHandle", "HarnessHandle"),
         "managedloop.provisioning.runtimes": ("Bootstrap",),
         "managedloop.provisioning.lifecycle": (
@@ -157,7 +161,9 @@ __all__ = [
     "MalformedResponseError",
     "ManagedLoopError",
     "McpError",
+    "ModelRetry",
     "Outcome",
+    "OutputFailure",
     "Pending",
     "ProviderError",
     "ProvisioningError",
@@ -197,6 +203,7 @@ __all__ = [
     "resolve_sync",
     "run",
     "run_sync",
+    "output_tool",
     "start",
     "tag",
     "tag_sync",
