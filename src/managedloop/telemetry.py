@@ -131,8 +131,16 @@ TABLE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "session.request.start": (("system_time",), ("agent", "agent_id", "model", *_SESSION)),
     "session.request.stop": (
         ("duration",),
-        (*_AGENT, *_SESSION, "terminal", "stop_reason", "reason", "turns", *_TOKENS)
-        + ("output_strategy",),
+        (
+            *_AGENT,
+            *_SESSION,
+            "terminal",
+            "stop_reason",
+            "reason",
+            "turns",
+            *_TOKENS,
+            "output_strategy",
+        ),
     ),
     "session.request.exception": (
         ("duration",),

@@ -124,9 +124,7 @@ async def test_the_default_script_answers_through_the_output_tool() -> None:
     assert isinstance(result.output, Weather)
 
 
-async def test_the_other_tools_of_the_output_turn_run_first_and_the_output_is_never_dispatched() -> (
-    None
-):
+async def test_the_output_turns_other_tools_run_first_and_the_output_is_never_dispatched() -> None:
     ran: list[str] = []
 
     class Recorder:
