@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TypedDict
-
 import pydantic
+from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
 import managedloop as ml
 

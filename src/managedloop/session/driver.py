@@ -555,6 +555,12 @@ class Driver:
         plan = self.p.output
         assert plan is not None  # the machine checks outputs only with output=
         value, errors = await plan.check(check.payload, check.input_error)
+        for later in check.output_uses[1:]:  # several output calls: the first valid one
+            if errors is None:
+                break
+            value, again = await plan.check(later.input, later.input_error)
+            if again is None:
+                errors = None
         if telemetry.enabled("session.output"):
             telemetry.emit(
                 "session.output",

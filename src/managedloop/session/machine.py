@@ -402,7 +402,7 @@ class Machine:
                 results.append(
                     make_tool_result(
                         use.id or "",
-                        text if i == 0 else "only the first output call is read; this one was not",
+                        text if i == 0 else "refused as well; see the first output call's errors",
                         True,
                     )
                 )
