@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
 import pydantic
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 

@@ -34,13 +34,16 @@ def _tool_messages(result: ml.SessionResult) -> list[str]:
 async def test_invalid_then_valid_through_the_tool_ends_valid_after_one_retry() -> None:
     provider, chat = _local([call("final_result", BAD), call("final_result", GOOD)])
     result = await ml.run(provider, agent=TOOLED, prompt="x", output=Weather)
-    assert isinstance(result.output, Weather) and result.output.sky is Sky.SUNNY
+    assert isinstance(result.output, Weather)
+    assert result.output.sky is Sky.SUNNY
     assert result.turns == 2
     assert result.output_failure is None  # refused once, accepted since
     # the errors went back as the output tool's error result, and are in the transcript
     (sent,) = chat.requests[1].tool_results
     assert sent.is_error
-    assert "sky" in sent.text and "temperature" in sent.text and "final_result" in sent.text
+    assert "sky" in sent.text
+    assert "temperature" in sent.text
+    assert "final_result" in sent.text
     (kept,) = _tool_messages(result)
     assert "Input should be 'sunny', 'cloudy' or 'rain'" in kept
     assert result.custom_tool_uses == []
@@ -81,7 +84,8 @@ async def test_text_strategy_invalid_then_valid_with_a_corrective_message() -> N
     assert isinstance(result.output, Weather)
     assert result.output_strategy == "text"
     assert "Invalid JSON" in (chat.requests[1].user_text or "")
-    assert chat.requests[0].system is not None and '"sky"' in chat.requests[0].system
+    assert chat.requests[0].system is not None
+    assert '"sky"' in chat.requests[0].system
     assert chat.requests[0].system.startswith("Be brief.")
     assert PLAIN.system_prompt == "Be brief."  # the user's spec is untouched
 
@@ -184,7 +188,8 @@ async def test_validators_run_after_pydantic_and_model_retry_re_asks() -> None:
     result = await ml.run(
         provider, agent=TOOLED, prompt="x", output=Weather, output_validator=[not_paris, upper]
     )
-    assert isinstance(result.output, Weather) and result.output.city == "ROME"
+    assert isinstance(result.output, Weather)
+    assert result.output.city == "ROME"
     assert [w.city for w in seen] == ["Paris", "Rome"]
     assert "pick another city than Paris" in chat.requests[1].tool_results[0].text
 
@@ -220,15 +225,18 @@ async def test_unreadable_output_arguments_are_refused_and_re_asked() -> None:
 async def test_several_output_calls_in_one_turn_the_first_valid_one_wins() -> None:
     provider, _ = _local([calls(("final_result", BAD), ("final_result", GOOD))])
     result = await ml.run(provider, agent=TOOLED, prompt="x", output=Weather)
-    assert isinstance(result.output, Weather) and result.turns == 1
+    assert isinstance(result.output, Weather)
+    assert result.turns == 1
     other = {**BAD, "city": "Nice"}
     provider, chat = _local(
         [calls(("final_result", BAD), ("final_result", other)), call("final_result", GOOD)]
     )
     result = await ml.run(provider, agent=TOOLED, prompt="x", output=Weather)
-    assert isinstance(result.output, Weather) and result.turns == 2
+    assert isinstance(result.output, Weather)
+    assert result.turns == 2
     texts = [r.text for r in chat.requests[1].tool_results]
-    assert len(texts) == 2 and "refused as well" in texts[1]
+    assert len(texts) == 2
+    assert "refused as well" in texts[1]
 
 
 async def test_max_turns_still_accepts_a_valid_output_on_the_last_turn() -> None:
@@ -270,8 +278,10 @@ async def test_a_live_session_types_every_request() -> None:
         first = await session.result()
         await session.send("and Oslo?")
         second = await session.result()
-    assert isinstance(first.output, Weather) and first.output.city == "Paris"
-    assert isinstance(second.output, Weather) and second.output.city == "Oslo"
+    assert isinstance(first.output, Weather)
+    assert first.output.city == "Paris"
+    assert isinstance(second.output, Weather)
+    assert second.output.city == "Oslo"
     # the first output call was left open and answered before the follow-up message
     assert second.transcript is not None
     roles = [m["role"] for m in second.transcript]
