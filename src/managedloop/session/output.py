@@ -60,9 +60,11 @@ __all__ = [
     "OUTPUT_TOOL",
     "STRATEGIES",
     "OutputPlan",
+    "import_type",
     "output_tool",
     "partial_output",
     "plan",
+    "type_path",
 ]
 
 OUTPUT_TOOL = "final_result"
@@ -341,6 +343,42 @@ def plan(
         validators=checks,
         _type=derived,
     )
+
+
+def type_path(output: Any) -> str:
+    """``"module:Qualname"`` of an output type that can be imported by name (durable
+    sessions send it to their workers); a string is taken as one already."""
+    if isinstance(output, str):
+        module, sep, name = output.partition(":")
+        if sep and module and name:
+            return output
+        raise InvalidOptionsError(
+            f"output= as a string is 'module:Type', got {output!r}", option="output"
+        )
+    where, qualname = getattr(output, "__module__", None), getattr(output, "__qualname__", None)
+    if (
+        not isinstance(where, str)
+        or not isinstance(qualname, str)
+        or "<" in qualname
+        or where == "__main__"
+    ):
+        raise InvalidOptionsError(
+            f"output= must be a class importable by name here (or 'module:Type'), got "
+            f"{output!r}: a durable session's workers import it",
+            option="output",
+        )
+    return f"{where}:{qualname}"
+
+
+def import_type(path: str) -> Any:
+    """The type a :func:`type_path` names."""
+    import importlib
+
+    module, _, name = path.partition(":")
+    value: Any = importlib.import_module(module)
+    for part in name.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def partial_output(plan: OutputPlan, text: str) -> Any:
