@@ -19,6 +19,7 @@ SUITES: list[str] = [
     "bench.agentcore",
     "bench.otel",
     "bench.temporal",
+    "bench.output",
 ]
 
 

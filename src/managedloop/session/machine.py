@@ -160,6 +160,29 @@ class CheckOutput:
 
 Action = RunTools | Send | Finish | CheckOutput
 
+_CheckOutputB = fast_builder(
+    CheckOutput, ("payload", "tool_uses", "output_uses", "host_approvals", "input_error")
+)
+
+
+def _check_output(
+    payload: Any,
+    tool_uses: Sequence[ToolUse] = (),
+    output_uses: Sequence[ToolUse] = (),
+    host_approvals: Sequence[ApprovalRequest] = (),
+    input_error: str | None = None,
+) -> CheckOutput:
+    """``CheckOutput(...)``, faster (one per typed answer; see :mod:`managedloop.results`
+    on the fast constructors)."""
+    check: Any = _CheckOutputB()
+    check.payload = payload
+    check.tool_uses = tool_uses
+    check.output_uses = output_uses
+    check.host_approvals = host_approvals
+    check.input_error = input_error
+    check.__class__ = CheckOutput
+    return check  # type: ignore[no-any-return]
+
 _RunToolsB = fast_builder(RunTools, ("tool_uses", "host_approvals"))
 
 
@@ -350,15 +373,15 @@ class Machine:
             others = [u for u in turn.custom_tool_uses if u.name != tool]
             self.add_tool_uses(others)  # the output call is never a user tool
             first = outs[0]
-            return CheckOutput(
-                first.input, others, outs, turn.host_approvals, input_error=first.input_error
+            return _check_output(
+                first.input, others, outs, turn.host_approvals, first.input_error
             )
         if turn.terminal is not _END_TURN or turn.reason is not None:
             return None
         if opts.require_terminal_tool and not req.terminal_tool_called:
             return None  # the terminal tool's re-prompt comes first
         if tool is None:  # text or native: the answer is the output
-            return CheckOutput(turn.text)
+            return _check_output(turn.text)
         error = {"loc": [], "msg": f"the answer did not call {tool}", "type": "missing_output"}
         return self._refused(CheckOutput(turn.text), [error], None, session_id)
 

@@ -279,7 +279,7 @@ def prepare(
     plan = None
     host_spec = spec
     if o.output is not None:
-        plan = _output.plan(
+        plan = _output.cached_plan(
             o.output,
             strategy=o.output_strategy,
             retries=o.output_retries,
@@ -291,7 +291,7 @@ def prepare(
         if plan.tool is not None and plan.tool.name not in {t.name for t in tools}:
             tools = [*tools, plan.tool]
         if spec is not None:
-            host_spec = plan.host_spec(spec, provider.name)
+            host_spec = plan.host_spec(spec, provider)
 
     info_metadata = _info_metadata(o.telemetry_metadata, spec)
     # Built with their slots set directly (see managedloop.results on the builders): once

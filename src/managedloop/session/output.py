@@ -13,8 +13,10 @@ and a *strategy*, how the model is asked for it:
   ``custom_tool_uses``; a turn that calls it with other tools runs the others first.
 * ``"native"`` -- the server's own structured output (Local only): ``response_format``
   ``{"type": "json_schema", ...}`` goes into the request (``strict`` where the schema is
-  one strict mode accepts; llama.cpp's server constrains the answer with a grammar made
-  from the schema). The answer's text is the JSON.
+  one strict mode accepts); with ``Local(profile="llama.cpp")`` it is ``{"type":
+  "json_object", "schema": ...}``, which llama.cpp's servers constrain the answer to with
+  a grammar made from the schema. The answer's text is the JSON. (A chat function of your
+  own gets it in ``ChatRequest.options``; the in-process ``LlamaCppChat`` ignores it.)
 * ``"text"`` -- the model is told the schema (in the system prompt) and its answer's text
   is parsed as JSON (a fenced code block is unwrapped), for models with neither.
 
@@ -60,6 +62,7 @@ __all__ = [
     "OUTPUT_TOOL",
     "STRATEGIES",
     "OutputPlan",
+    "cached_plan",
     "import_type",
     "output_tool",
     "partial_output",
@@ -91,6 +94,9 @@ class _Type:
     """An object schema for it: the schema itself, or ``{"response": schema}``."""
     wrapped: bool
     name: str
+    validate_python: Callable[[Any], Any]
+    """The adapter's validator's own ``validate_python`` (no Python wrapper frame)."""
+    validate_json: Callable[[str], Any]
 
 
 @functools.lru_cache(maxsize=256)
@@ -119,7 +125,16 @@ def _derive(output: Any) -> _Type:
     else:
         object_schema = schema
     name = getattr(output, "__name__", None) or "output"
-    return _Type(adapter, schema, object_schema, wrapped, name)
+    validator = adapter.validator
+    return _Type(
+        adapter,
+        schema,
+        object_schema,
+        wrapped,
+        name,
+        validator.validate_python,
+        validator.validate_json,
+    )
 
 
 def output_tool(output: Any, *, name: str = OUTPUT_TOOL) -> ToolDefinition:
@@ -197,6 +212,8 @@ class OutputPlan:
             value = self._validate(payload)
         except ValueError as exc:  # pydantic's ValidationError is one
             return None, _errors(exc)
+        if not self.validators:
+            return value, None
         for validator in self.validators:
             try:
                 checked = validator(value)
@@ -209,30 +226,46 @@ class OutputPlan:
         return value, None
 
     def _validate(self, payload: Any) -> Any:
-        adapter = self._type.adapter
+        derived = self._type
         if self.strategy == "tool":
-            if self._type.wrapped:
+            if derived.wrapped:
                 if not isinstance(payload, dict) or _WRAP not in payload:
                     raise ValueError(f"the output goes in the {_WRAP!r} property")
                 payload = payload[_WRAP]
-            return adapter.validate_python(payload)
-        if not isinstance(payload, str):
+            return derived.validate_python(payload)
+        if type(payload) is not str:
             raise ValueError("the answer has no text")
-        text = _unfence(payload)
-        if self.strategy == "native" and self._type.wrapped:
+        text = payload if payload[:1] == "{" else _unfence(payload)  # compact JSON as is
+        if self.strategy == "native" and derived.wrapped:
             data = json.loads(text)
             if not isinstance(data, dict) or _WRAP not in data:
                 raise ValueError(f"the output goes in the {_WRAP!r} property")
-            return adapter.validate_python(data[_WRAP])
-        return adapter.validate_json(text)
+            return derived.validate_python(data[_WRAP])
+        return derived.validate_json(text)
 
-    def host_spec(self, spec: AgentSpec, provider_name: str) -> AgentSpec:
+    def host_spec(self, spec: AgentSpec, provider: Any) -> AgentSpec:
         """The copy of ``spec`` the host is given (see the module docstring)."""
-        return _host_spec(spec, self, provider_name)
+        profile = getattr(getattr(provider, "profile", None), "name", None)
+        return _host_spec(spec, self, str(getattr(provider, "name", "")), profile)
 
 
-def _host_spec(spec: AgentSpec, p: OutputPlan, provider_name: str) -> AgentSpec:
-    key = (id(spec), p.output, p.strategy, p.tool.name if p.tool else None, provider_name)
+def _response_format(derived: _Type, profile: Any) -> dict[str, Any]:
+    """The native strategy's ``response_format``: OpenAI's ``json_schema`` form (``strict``
+    when the schema is one strict mode takes), or, for the ``llama.cpp`` profile, the
+    ``json_object`` form with a ``schema`` that both llama.cpp servers turn into a grammar
+    (llama-cpp-python's server takes no other)."""
+    schema = derived.object_schema if derived.wrapped else derived.schema
+    if profile == "llama.cpp":
+        return {"type": "json_object", "schema": schema}
+    json_schema: dict[str, Any] = {"name": _schema_name(derived.name), "schema": schema}
+    if _strict_ok(schema):
+        json_schema["strict"] = True
+    return {"type": "json_schema", "json_schema": json_schema}
+
+
+def _host_spec(spec: AgentSpec, p: OutputPlan, provider_name: str, profile: Any) -> AgentSpec:
+    tool = p.tool.name if p.tool else None
+    key = (id(spec), p.output, p.strategy, tool, provider_name, profile)
     entry = _COPIES.get(key)
     if entry is not None and entry[0]() is spec:
         return entry[1]
@@ -243,12 +276,7 @@ def _host_spec(spec: AgentSpec, p: OutputPlan, provider_name: str) -> AgentSpec:
         if provider_name == "local" and spec.terminal_tool is None:
             changes["terminal_tool"] = p.tool.name  # Local's final-turn directive names it
     elif p.strategy == "native":
-        derived = p._type
-        json_schema: dict[str, Any] = {"name": _schema_name(derived.name)}
-        json_schema["schema"] = derived.object_schema if derived.wrapped else derived.schema
-        if _strict_ok(json_schema["schema"]):
-            json_schema["strict"] = True
-        response_format = {"type": "json_schema", "json_schema": json_schema}
+        response_format = _response_format(p._type, profile)
         changes["model_config"] = {**spec.model_config, "response_format": response_format}
     else:
         schema = json.dumps(p._type.schema, separators=(",", ":"))
@@ -271,6 +299,61 @@ def _schema_name(name: str) -> str:
     """A ``json_schema.name`` OpenAI takes (``^[a-zA-Z0-9_-]{1,64}$``)."""
     cleaned = "".join(c if c.isalnum() or c in "_-" else "_" for c in name)[:64]
     return cleaned or "output"
+
+
+_PLANS: dict[tuple[Any, ...], tuple[Any, Any, OutputPlan]] = {}
+_PLANS_MAX = 256  # (output, options, provider, spec) combinations kept; cleared beyond
+
+
+def cached_plan(
+    output: Any,
+    *,
+    strategy: Any,
+    retries: Any,
+    validators: Any,
+    provider: Any,
+    spec: AgentSpec | None,
+    tools: Sequence[ToolDefinition],
+) -> OutputPlan:
+    """:func:`plan`, made once per (output, options, provider, spec): a spec's tools are
+    fixed at construction and a provider's host and profile do not change, so the checks
+    and the choice need not run again for every run of the same session setup. Held by
+    weak references to the provider and spec (an entry is used only while both live)."""
+    if spec is None or isinstance(validators, list):
+        return plan(
+            output,
+            strategy=strategy,
+            retries=retries,
+            validators=validators,
+            provider=provider,
+            spec=spec,
+            tools=tools,
+        )
+    key: tuple[Any, ...] = (output, strategy, retries, validators, id(provider), id(spec))
+    try:
+        entry = _PLANS.get(key)
+    except TypeError:  # an unhashable output or validator: no cache
+        entry, key = None, ()
+    if entry is not None and entry[0]() is provider and entry[1]() is spec:
+        return entry[2]
+    made = plan(
+        output,
+        strategy=strategy,
+        retries=retries,
+        validators=validators,
+        provider=provider,
+        spec=spec,
+        tools=tools,
+    )
+    if key:
+        try:
+            refs = (weakref.ref(provider), weakref.ref(spec))
+        except TypeError:  # pragma: no cover - a provider without weakrefs
+            return made
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[key] = (*refs, made)
+    return made
 
 
 def plan(

@@ -136,7 +136,7 @@ class SessionActivities:
         if plan is not None:
             if plan.tool is not None and plan.tool.name not in {t.name for t in tools}:
                 tools.append(plan.tool)
-            spec = plan.host_spec(spec, getattr(self._provider(provider), "name", ""))
+            spec = plan.host_spec(spec, self._provider(provider))
         return OpenRequest(
             spec=spec,
             agent=spec,
