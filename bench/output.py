@@ -4,17 +4,15 @@ Two measurements, each against a baseline taken in the same run:
 
 * **validation cost** -- what ``output=Weather`` adds to a run, against what pydantic's
   own validation of the same payload costs (``TypeAdapter(Weather).validate_python``,
-  timed in the same run). Two figures:
-
-  - the text strategy, end to end: the same scripted one-turn session
-    (``Local(chat=ScriptedChatModel)``, no HTTP) whose model answers the payload as JSON
-    text, run without ``output=`` (but with ``max_turns=50``, its default: any option given
-    takes the same path through the option checks) and with ``output=Weather``; the difference is all the
-    typed result costs (the output check, the JSON parse and validation, the result's
-    fields), printed in multiples of ``validate_python`` (the parse is part of it:
-    ``validate_json`` of the text is printed beside it);
-  - the tool strategy's check alone: ``OutputPlan.check`` of the output tool's input,
-    which is the work the loop adds when the model calls the output tool.
+  timed in the same run). The same scripted one-turn session
+  (``Local(chat=ScriptedChatModel)``, no HTTP) whose model answers the payload as JSON
+  text runs without ``output=`` (with ``max_turns=50``, its default, so both runs take the
+  same path through the option checks) and with ``output=Weather`` (text strategy),
+  alternately, one session each in turn, so the load of a shared machine falls on both
+  alike; the figure is the difference of the medians, in multiples of ``validate_python``
+  (``validate_json`` of the text, which the typed run does, is printed beside it). The
+  tool strategy's check alone (``OutputPlan.check`` of the output tool's input) is timed
+  too.
 * **the real model** (``python -m bench output llama``, needs ``managedloop[local-model]``):
   SmolLM2-135M behind ``python -m llama_cpp.server`` answers a simple schema
   (:class:`Capital`) in 10 seeded runs (temperature 0.8, seeds 0-9) with the native
@@ -27,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+import statistics
 import sys
 import time
 from typing import Any
@@ -35,10 +34,11 @@ import pydantic
 
 import managedloop as ml
 from managedloop.providers import Local
-from managedloop.testing import ScriptedChatModel, call, say
+from managedloop.testing import ScriptedChatModel, say
 
-RUNS = 500  # sessions per timing round
-ROUNDS = 15  # the fastest round of each figure is kept: the one least disturbed by load
+SESSIONS = 4000  # of each kind, alternating
+CALLS = 5000  # validations per timing round
+ROUNDS = 7  # the fastest round of a call timing is kept: load only ever adds time
 SEEDS = range(10)
 
 
@@ -85,42 +85,59 @@ def validation_cost() -> None:
     from managedloop.session.output import plan as make_plan
 
     text = json.dumps(PAYLOAD)
-    typed = Local(model="m", chat=ScriptedChatModel([say(text)]))
-    plain = Local(model="m", chat=ScriptedChatModel([say(text)]))
+    provider = Local(model="m", chat=ScriptedChatModel([say(text)]))
     adapter = pydantic.TypeAdapter(Weather)
     tool_plan = make_plan(
-        Weather, strategy="tool", retries=2, validators=None, provider=typed, spec=AGENT, tools=[]
+        Weather,
+        strategy="tool",
+        retries=2,
+        validators=None,
+        provider=provider,
+        spec=AGENT,
+        tools=[],
     )
-    samples: dict[str, list[float]] = {k: [] for k in ("plain", "typed", "py", "json", "check")}
+    pc = time.perf_counter
 
-    def timed(key: str, fn: Any) -> None:
-        start = time.perf_counter()
-        for _ in range(RUNS):
-            fn()
-        samples[key].append((time.perf_counter() - start) / RUNS)
+    async def sessions() -> tuple[list[float], list[float]]:
+        plain: list[float] = []
+        typed: list[float] = []
+        for _ in range(SESSIONS):
+            start = pc()
+            await ml.run(provider, agent=AGENT, prompt="x", max_turns=50)
+            plain.append(pc() - start)
+            start = pc()
+            await ml.run(provider, agent=AGENT, prompt="x", output=Weather, output_strategy="text")
+            typed.append(pc() - start)
+        return plain, typed
 
-    async def check() -> None:
-        for _ in range(RUNS):
+    async def checks() -> float:
+        start = pc()
+        for _ in range(CALLS):
             await tool_plan.check(PAYLOAD)
+        return (pc() - start) / CALLS
 
-    for _ in range(ROUNDS):  # interleaved, so load on the machine hits every figure alike
-        # (an option given: both runs take prepare's path for given options)
-        samples["plain"].append(asyncio.run(_sessions(plain, RUNS, max_turns=50)))
-        samples["typed"].append(
-            asyncio.run(_sessions(typed, RUNS, output=Weather, output_strategy="text"))
-        )
-        timed("py", lambda: adapter.validate_python(PAYLOAD))
-        timed("json", lambda: adapter.validate_json(text))
-        start = time.perf_counter()
-        asyncio.run(check())
-        samples["check"].append((time.perf_counter() - start) / RUNS)
-    p, t, v, j, c = (_best_us(samples[k]) for k in ("plain", "typed", "py", "json", "check"))
-    print(f"TypeAdapter.validate_python   {v:8.2f} us  (the baseline)")
-    print(f"TypeAdapter.validate_json     {j:8.2f} us  = {j / v:.2f}x")
-    print(f"plain one-turn run            {p:8.1f} us")
-    print(f"output=Weather (text) run     {t:8.1f} us")
-    print(f"  typed - plain               {t - p:8.2f} us  = {(t - p) / v:.2f}x validate_python")
-    print(f"output tool check (tool)      {c:8.2f} us  = {c / v:.2f}x validate_python")
+    def calls(fn: Any) -> float:
+        start = pc()
+        for _ in range(CALLS):
+            fn()
+        return (pc() - start) / CALLS
+
+    plain, typed = asyncio.run(sessions())
+    py = min(calls(lambda: adapter.validate_python(PAYLOAD)) for _ in range(ROUNDS))
+    js = min(calls(lambda: adapter.validate_json(text)) for _ in range(ROUNDS))
+    check = min(asyncio.run(checks()) for _ in range(ROUNDS))
+    p, t = statistics.median(plain), statistics.median(typed)
+    print(f"TypeAdapter.validate_python   {py * 1e6:8.2f} us  (the baseline)")
+    print(f"TypeAdapter.validate_json     {js * 1e6:8.2f} us  = {js / py:.2f}x")
+    print(f"plain one-turn run (median)   {p * 1e6:8.1f} us")
+    print(f"output=Weather run (median)   {t * 1e6:8.1f} us")
+    extra = t - p
+    print(
+        f"  typed - plain               {extra * 1e6:8.2f} us  = {extra / py:.1f}x validate_python"
+    )
+    print(
+        f"output tool check (tool)      {check * 1e6:8.2f} us  = {check / py:.2f}x validate_python"
+    )
 
 
 def _llama(strategy: str, server: Any) -> tuple[int, int, float]:
