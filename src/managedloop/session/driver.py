@@ -87,6 +87,7 @@ from managedloop.results import (
     TurnResult,
 )
 from managedloop.session import approvals as _approvals
+from managedloop.session import output as _output
 from managedloop.session.machine import CheckOutput, Finish, Machine, RunTools, Send
 from managedloop.session.options import Prepared, SessionOptions, prepare
 
@@ -96,6 +97,7 @@ if TYPE_CHECKING:  # annotations only: anyio loads these with the first session 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "NOTHING",
+    "OUTPUT_PARTIAL",
     "TEXT_DELTA",
     "Driver",
     "close_driver",
@@ -109,6 +111,9 @@ __all__ = [
 ]
 
 TEXT_DELTA = "managedloop.text_delta"
+OUTPUT_PARTIAL = "managedloop.output_partial"
+"""``handle_event`` gets ``{"type": OUTPUT_PARTIAL, "output": instance}`` as a typed
+output (text or native strategy) streams: the output so far, validated leniently."""
 DEFAULT_PROMPT = "Begin."
 DEFAULT_TIMEOUT = 600.0  # seconds; a run is bounded by default so a stuck host cannot hang a caller
 
@@ -148,6 +153,13 @@ class Driver:
         # events() subscribers; a list from the first subscription on (an in-flight run
         # holds one GC-tracked container less: see bench/README.md on the collector)
         self.subscribers: Sequence[MemoryObjectSendStream[RawEvent]] = ()
+        # partial_outputs() subscribers, and the text of the turn so far: partial typed
+        # outputs stream only where the answer's text is the output (text, native)
+        self.partial_subscribers: list[MemoryObjectSendStream[Any]] = []
+        plan = prepared.output
+        self._streams_output = plan is not None and plan.strategy != "tool"
+        self._output_text = ""
+        self._last_partial: Any = None
         # Interrupts by cancellation (hosts with ``interrupts_by_cancel``): the scope of
         # the request in flight; only interrupt() cancels it.
         self._scope: anyio.CancelScope | None = None
@@ -248,6 +260,7 @@ class Driver:
         """Drive one ``turn()`` to its end; its :class:`TurnResult` (invariants 1-4 of
         :mod:`managedloop.hosts` are checked here)."""
         self.buffer = []
+        self._output_text, self._last_partial = "", None
         stream = self.conn.turn(input)
         step = stream.__anext__  # what anext() calls, bound once per turn
         finished = False
@@ -277,8 +290,11 @@ class Driver:
                 elif isinstance(item, TextDelta):
                     if item.text and self._on_event is not None:
                         await self._deliver({"type": TEXT_DELTA, "text": item.text}, raw=False)
+                    if self._streams_output and item.text:
+                        await self._partial(item.text)
                 elif isinstance(item, TurnRestart):
                     self.buffer = []
+                    self._output_text, self._last_partial = "", None
                 else:
                     await self._event(item)
         finally:
@@ -297,6 +313,23 @@ class Driver:
             )
         self.buffer = []
         return result
+
+    async def _partial(self, text: str) -> None:
+        """The typed output as far as the streamed text gives it, to ``handle_event`` and
+        the ``partial_outputs()`` subscribers, each time it grows (validated leniently)."""
+        if self._on_event is None and not self.partial_subscribers:
+            return
+        self._output_text += text
+        plan = self.p.output
+        assert plan is not None
+        value = _output.partial_output(plan, self._output_text)
+        if value is None or value == self._last_partial:
+            return
+        self._last_partial = value
+        if self._on_event is not None:
+            await self._deliver({"type": OUTPUT_PARTIAL, "output": value}, raw=False)
+        for sub in self.partial_subscribers:
+            sub.send_nowait(value)
 
     async def _run_tools(self, uses: Sequence[ToolUse]) -> ToolResults:
         """Results for ``uses``, in order: a use whose id already has a result in this

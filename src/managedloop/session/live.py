@@ -80,6 +80,7 @@ class LiveSession:
         self._conn_closed = False
         self._fatal: BaseException | None = None
         self._receivers: list[MemoryObjectReceiveStream[RawEvent]] = []
+        self._partial_receivers: list[MemoryObjectReceiveStream[Any]] = []
 
     @property
     def session_id(self) -> str | None:
@@ -133,7 +134,8 @@ class LiveSession:
         finally:
             streams: list[Any] = [self._inbox, self._outbox_send, self._outbox]
             streams += self._driver.subscribers if self._driver else ()
-            for stream in (*streams, *self._receivers):
+            streams += self._driver.partial_subscribers if self._driver else ()
+            for stream in (*streams, *self._receivers, *self._partial_receivers):
                 stream.close()
 
     async def _close_connection(self) -> None:
@@ -150,7 +152,7 @@ class LiveSession:
         self._outbox_send.send_nowait(item)
         self._outbox_send.close()  # a later result() says session_closed
         self._inbox_send.close()
-        for sub in self._driver.subscribers:
+        for sub in (*self._driver.subscribers, *self._driver.partial_subscribers):
             sub.close()
         await self._close_connection()
 
@@ -188,12 +190,12 @@ class LiveSession:
     async def send(self, text: str) -> None:
         """Queue a follow-up user message (a new request: turns and usage start at 0)."""
         _validate.text("text", text)
-        self._checkopen_driver()
+        self._check_open()
         await self._inbox_send.send(UserMessage(text))
 
     async def send_outcome(self, outcome: Outcome | Mapping[str, Any]) -> None:
         """Queue an outcome to work towards (hosts with outcome support)."""
-        self._checkopen_driver()
+        self._check_open()
         coerced = coerce_outcome(outcome)
         if not self._prepared.provider.supports_outcomes:
             raise UnsupportedError(
@@ -204,7 +206,7 @@ class LiveSession:
 
     async def send_event(self, event: dict[str, Any]) -> None:
         """Send a pre-built raw host event verbatim (streaming hosts only)."""
-        self._checkopen_driver()
+        self._check_open()
         if not self._prepared.provider.supports_raw_events:
             raise UnsupportedError(f"the {self._prepared.provider.name} host takes no raw events")
         await self._inbox_send.send(RawInput([event]))
@@ -219,7 +221,7 @@ class LiveSession:
         in its transcript, so the session takes a follow-up ``send``. With nothing in
         flight there is nothing to stop (no error).
         """
-        self._checkopen_driver()
+        self._check_open()
         assert self._driver is not None
         conn = self._driver.conn
         if getattr(conn, "interrupts_by_cancel", False):
@@ -245,7 +247,7 @@ class LiveSession:
 
     def events(self) -> MemoryObjectReceiveStream[RawEvent]:
         """Raw events as they arrive from now on; iteration ends when the session closes."""
-        self._checkopen_driver()
+        self._check_open()
         assert self._driver is not None
         send, receive = anyio.create_memory_object_stream[RawEvent](math.inf)
         subscribers = list(self._driver.subscribers)  # a new list: never mutated mid-iteration
@@ -254,7 +256,21 @@ class LiveSession:
         self._receivers.append(receive)
         return receive
 
-    def _checkopen_driver(self) -> None:
+    def partial_outputs(self) -> MemoryObjectReceiveStream[Any]:
+        """With ``output=`` (text or native strategy): the typed output as it streams
+        (``Local(stream=True)``), each value an instance of the output type validated
+        leniently from the text so far (pydantic's partial JSON: a string still being
+        written is cut where it stands, and so may a number be; the final, fully validated
+        output is ``result().output``). Iteration ends when the session closes. The tool
+        strategy streams none: hosts hand over a tool call's input whole."""
+        self._check_open()
+        assert self._driver is not None
+        send, receive = anyio.create_memory_object_stream[Any](math.inf)
+        self._driver.partial_subscribers.append(send)
+        self._partial_receivers.append(receive)
+        return receive
+
+    def _check_open(self) -> None:
         if self._closed or self._over or self._driver is None:
             raise ManagedLoopError("the session is not open", code="session_closed")
 

@@ -476,7 +476,7 @@ def partial_output(plan: OutputPlan, text: str) -> Any:
     if not body:
         return None
     try:
-        data = pydantic_core.from_json(body, allow_partial=True)
+        data = pydantic_core.from_json(body, allow_partial="trailing-strings")
         if plan.strategy == "native" and plan._type.wrapped:
             data = data.get(_WRAP) if isinstance(data, dict) else None
         return plan.adapter.validate_python(data, experimental_allow_partial=True)
