@@ -17,14 +17,14 @@ from ._peer import HAVE_MODEL, INSTALL
 if not HAVE_MODEL:
     pytest.skip(f"the llama.cpp peer needs {INSTALL}", allow_module_level=True)
 
-from .test_llama_server import server  # noqa: E402,F401 (the module's server fixture)
+from .test_llama_server import server  # noqa: F401 (the module's server fixture)
 
 pytestmark = pytest.mark.timeout(300)
 
 
 class Capital(pydantic.BaseModel):
-    country: str
-    capital: str
+    country: str = pydantic.Field(max_length=32)
+    capital: str = pydantic.Field(max_length=32)
 
 
 def _provider(base_url: str, seed: int) -> Local:
@@ -34,7 +34,7 @@ def _provider(base_url: str, seed: int) -> Local:
         api_key=None,
         profile="llama.cpp",
         max_retries=0,
-        model_config={"temperature": 0.8, "seed": seed, "max_tokens": 96},
+        model_config={"temperature": 0.8, "seed": seed, "max_tokens": 128},
     )
 
 

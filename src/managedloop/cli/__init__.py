@@ -336,8 +336,29 @@ def _cwd_on_path() -> None:
         sys.path.insert(0, cwd)
 
 
+def load_output(ref: str | None) -> Any:
+    """``--output``: a JSON Schema file, or ``module:Type`` importable from the current
+    directory (as ``--tools``); ``None`` without the flag."""
+    if ref is None:
+        return None
+    from managedloop.session import output as typed
+
+    if os.path.isfile(ref):
+        try:
+            with open(ref, encoding="utf-8") as f:
+                return typed.schema_type(json.load(f))
+        except (OSError, ValueError) as exc:  # InvalidOptionsError is a ValueError
+            raise UsageError(f"--output {ref}: {exc}") from None
+    _cwd_on_path()
+    try:
+        return typed.import_type(typed.type_path(ref))
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise UsageError(f"--output {ref}: not a JSON Schema file or module:Type ({exc})") from None
+
+
 def cmd_run(args: argparse.Namespace, module: ModuleType, out: TextIO) -> int:
     tools = load_tools(args.tools or [])
+    output = load_output(getattr(args, "output", None))
     agent = AgentSpec(
         name=args.name,
         system_prompt=args.system,
@@ -354,6 +375,7 @@ def cmd_run(args: argparse.Namespace, module: ModuleType, out: TextIO) -> int:
             handler=handler,
             max_turns=args.max_turns,
             timeout=args.timeout,
+            **({"output": output} if output is not None else {}),
         )
     except APIStatusError as exc:
         if exc.status != 404:
@@ -370,6 +392,8 @@ def cmd_run(args: argparse.Namespace, module: ModuleType, out: TextIO) -> int:
         )
         + "\n"
     )
+    if output is not None:  # the typed result, as JSON (null when none was produced)
+        out.write(json.dumps(result.to_dict()["output"], ensure_ascii=False) + "\n")
     return 0
 
 
@@ -454,6 +478,11 @@ def build_parser(run_module: ModuleType | None = None) -> argparse.ArgumentParse
         "directory (repeatable)",
     )
     run.add_argument("--system", help="the system prompt")
+    run.add_argument(
+        "--output",
+        metavar="SCHEMA.json|MODULE:TYPE",
+        help="ask for a typed result (a JSON Schema file or a type); printed as JSON",
+    )
     run.add_argument("--name", default="managedloop-cli", help="agent name (managed hosts)")
     max_turns = SESSION_DEFAULTS["max_turns"]
     run.add_argument(

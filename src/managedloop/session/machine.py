@@ -183,6 +183,7 @@ def _check_output(
     check.__class__ = CheckOutput
     return check  # type: ignore[no-any-return]
 
+
 _RunToolsB = fast_builder(RunTools, ("tool_uses", "host_approvals"))
 
 
@@ -373,9 +374,7 @@ class Machine:
             others = [u for u in turn.custom_tool_uses if u.name != tool]
             self.add_tool_uses(others)  # the output call is never a user tool
             first = outs[0]
-            return _check_output(
-                first.input, others, outs, turn.host_approvals, first.input_error
-            )
+            return _check_output(first.input, others, outs, turn.host_approvals, first.input_error)
         if turn.terminal is not _END_TURN or turn.reason is not None:
             return None
         if opts.require_terminal_tool and not req.terminal_tool_called:

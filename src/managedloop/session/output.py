@@ -67,6 +67,7 @@ __all__ = [
     "output_tool",
     "partial_output",
     "plan",
+    "schema_type",
     "type_path",
 ]
 
@@ -125,6 +126,8 @@ def _derive(output: Any) -> _Type:
     else:
         object_schema = schema
     name = getattr(output, "__name__", None) or "output"
+    if name == "Annotated":  # schema_type's, or a user's Annotated[...]: the schema's title
+        name = str(schema.get("title") or "output")
     validator = adapter.validator
     return _Type(
         adapter,
@@ -462,6 +465,44 @@ def import_type(path: str) -> Any:
     for part in name.split("."):
         value = getattr(value, part)
     return value
+
+
+def schema_type(schema: Any) -> Any:
+    """An output type for a JSON Schema (the CLI's ``--output schema.json``): the model is
+    shown ``schema`` itself, and an output is checked against it with ``jsonschema``
+    (its errors are the validation errors). Values stay JSON (dicts, lists, scalars)."""
+    if not isinstance(schema, dict):
+        raise InvalidOptionsError("a JSON Schema is a JSON object", option="output")
+    import importlib
+
+    try:  # (no type stubs ship with it)
+        jsonschema: Any = importlib.import_module("jsonschema")
+    except ImportError:  # pragma: no cover - installed with the dev and mcp extras
+        raise InvalidOptionsError(
+            "output= a JSON Schema needs the jsonschema package (pip install jsonschema)",
+            option="output",
+        ) from None
+    import typing
+
+    import pydantic
+
+    try:
+        checker = jsonschema.validators.validator_for(schema)(schema)
+        checker.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise InvalidOptionsError(
+            f"not a valid JSON Schema: {exc.message}", option="output"
+        ) from None
+
+    def check(value: Any) -> Any:
+        problems = sorted(checker.iter_errors(value), key=lambda e: list(e.absolute_path))
+        if problems:
+            first = problems[0]
+            where = "/".join(str(p) for p in first.absolute_path) or "output"
+            raise ValueError(f"{where}: {first.message}")
+        return value
+
+    return typing.Annotated[Any, pydantic.WithJsonSchema(schema), pydantic.AfterValidator(check)]
 
 
 def partial_output(plan: OutputPlan, text: str) -> Any:
