@@ -189,7 +189,8 @@ def llama() -> None:
         for strategy in ("native", "tool"):
             valid, right, errors, seconds = _llama(strategy, server)
             n = len(SEEDS)
-            row = [strategy, f"{valid}/{n}", f"{right}/{valid}", f"{errors}/{n}", f"{seconds:.1f} s"]
+            row = [strategy, f"{valid}/{n}", f"{right}/{valid}", f"{errors}/{n}"]
+            row.append(f"{seconds:.1f} s")
             print("| " + " | ".join(row) + " |")
     finally:
         server.close()
