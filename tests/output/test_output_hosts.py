@@ -19,12 +19,13 @@ from managedloop.testing import (
     AgentCoreEmulator,
     ChatEmulator,
     ClaudeEmulator,
+    Fail,
     ToolCall,
     call,
     calls,
 )
 
-from .models import GOOD, Sky, Weather, get_forecast
+from .models import BAD, GOOD, Sky, Weather, get_forecast
 
 pytestmark = pytest.mark.anyio
 
@@ -145,3 +146,46 @@ async def test_the_output_turns_other_tools_run_first_and_the_output_is_never_di
     assert isinstance(result.output, Weather)
     assert [u.name for u in result.custom_tool_uses] == ["get_forecast"]
     assert result.turns == 1
+
+
+RETRY = [call("final_result", BAD), call("final_result", GOOD)]
+
+
+async def test_agentcore_invalid_then_valid_the_errors_go_back_as_the_tool_result() -> None:
+    with AgentCoreEmulator(RETRY) as emu:
+        async with BedrockAgentCore(
+            harness_arn=emu.harness_arn, retry_backoff=0.0, **emu.client_kwargs
+        ) as hosted:
+            result = await ml.run(hosted, agent=SPEC, prompt="x", output=Weather)
+    assert isinstance(result.output, Weather)
+    assert result.turns == 2
+    (sent,) = emu.agent.requests[1].tool_results
+    assert sent.is_error
+    assert "Input should be" in sent.text
+
+
+async def test_claude_invalid_then_valid_the_errors_go_back_as_the_tool_result() -> None:
+    spec = ml.AgentSpec(name="weather", tools=[get_forecast, ml.output_tool(Weather)])
+    with ClaudeEmulator(RETRY) as emu:
+        async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as c:
+            handle = await ml.provision(ClaudeManagedAgents(client=c), spec)
+            hosted = ClaudeManagedAgents(client=c, agent=handle, environment=handle)
+            result = await ml.run(hosted, agent=spec, prompt="x", output=Weather)
+    assert isinstance(result.output, Weather)
+    (sent,) = emu.agent.requests[1].tool_results
+    assert sent.is_error
+    assert "temperature" in sent.text
+
+
+async def test_a_raised_error_carries_the_last_invalid_output_in_its_partial_result() -> None:
+    script = [call("final_result", BAD), Fail(message="the host broke down")]
+    with ChatEmulator(script) as emu:
+        provider = Local(model="m", base_url=emu.base_url, api_key=emu.api_key, max_retries=0)
+        with pytest.raises(ml.ManagedLoopError) as caught:
+            await ml.run(provider, agent=SPEC, prompt="x", output=Weather)
+    partial = caught.value.partial_result
+    assert partial is not None
+    assert partial.output is None
+    assert partial.output_failure is not None
+    assert partial.output_failure.payload == BAD
+    assert partial.output_strategy == "tool"
