@@ -155,7 +155,7 @@ class Driver:
         self.subscribers: Sequence[MemoryObjectSendStream[RawEvent]] = ()
         # partial_outputs() subscribers, and the text of the turn so far: partial typed
         # outputs stream only where the answer's text is the output (text, native)
-        self.partial_subscribers: list[MemoryObjectSendStream[Any]] = []
+        self.partial_subscribers: Sequence[MemoryObjectSendStream[Any]] = ()
         plan = prepared.output
         self._streams_output = plan is not None and plan.strategy != "tool"
         self._output_text = ""

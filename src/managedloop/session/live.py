@@ -266,7 +266,8 @@ class LiveSession:
         self._check_open()
         assert self._driver is not None
         send, receive = anyio.create_memory_object_stream[Any](math.inf)
-        self._driver.partial_subscribers.append(send)
+        # a new list: never mutated while the driver iterates it
+        self._driver.partial_subscribers = [*self._driver.partial_subscribers, send]
         self._partial_receivers.append(receive)
         return receive
 
