@@ -260,7 +260,8 @@ class Driver:
         """Drive one ``turn()`` to its end; its :class:`TurnResult` (invariants 1-4 of
         :mod:`managedloop.hosts` are checked here)."""
         self.buffer = []
-        self._output_text, self._last_partial = "", None
+        if self._streams_output:
+            self._output_text, self._last_partial = "", None
         stream = self.conn.turn(input)
         step = stream.__anext__  # what anext() calls, bound once per turn
         finished = False
