@@ -318,3 +318,55 @@ async def test_a_user_tool_named_like_the_output_tool_is_refused() -> None:
     with pytest.raises(ml.InvalidOptionsError, match="final_result"):
         await ml.run(provider, agent=ml.AgentSpec(tools=[final_result]), prompt="x", output=Weather)
     assert chat.requests == []
+
+
+class Closed(pydantic.BaseModel):
+    """A schema OpenAI's strict mode takes as it is: closed, every property required."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+    city: str
+    celsius: float
+
+
+async def test_native_is_strict_where_the_schema_is_a_strict_one() -> None:
+    sent: list[Any] = []
+    chat = ScriptedChatModel([say('{"city": "Oslo", "celsius": 3}')])
+
+    async def recording(request: Any) -> Any:
+        sent.append(request.options)
+        return await chat(request)
+
+    result = await ml.run(Local(model="m", chat=recording), agent=PLAIN, prompt="x", output=Closed)
+    assert result.output == Closed(city="Oslo", celsius=3)
+    assert sent[0]["response_format"]["json_schema"]["strict"] is True
+
+
+async def test_the_llama_cpp_profile_sends_json_object_with_the_schema() -> None:
+    sent: list[Any] = []
+    chat = ScriptedChatModel([say('{"city": "Oslo", "celsius": 3}')])
+
+    async def recording(request: Any) -> Any:
+        sent.append(request.options)
+        return await chat(request)
+
+    provider = Local(model="m", chat=recording, profile="llama.cpp")
+    result = await ml.run(provider, agent=PLAIN, prompt="x", output=Closed)
+    assert result.output == Closed(city="Oslo", celsius=3)
+    assert sent[0]["response_format"] == {
+        "type": "json_object",
+        "schema": pydantic.TypeAdapter(Closed).json_schema(),
+    }
+
+
+async def test_native_is_refused_on_a_host_without_it_before_anything_is_sent() -> None:
+    class Hosted:
+        name = "claude"
+        supports_outcomes = True
+        supports_raw_events = True
+
+        async def open(self, request: Any) -> Any:
+            raise AssertionError("never opened")
+
+    with pytest.raises(ml.InvalidOptionsError) as caught:
+        await ml.run(Hosted(), agent=PLAIN, prompt="x", output=Closed, output_strategy="native")
+    assert caught.value.code == "output_strategy_unsupported"
