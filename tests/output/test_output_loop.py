@@ -370,3 +370,13 @@ async def test_native_is_refused_on_a_host_without_it_before_anything_is_sent() 
     with pytest.raises(ml.InvalidOptionsError) as caught:
         await ml.run(Hosted(), agent=PLAIN, prompt="x", output=Closed, output_strategy="native")
     assert caught.value.code == "output_strategy_unsupported"
+
+
+async def test_a_too_deep_output_is_refused_never_validated() -> None:
+    deep: Any = "x"
+    for _ in range(100):
+        deep = {"a": deep}
+    provider, chat = _local([call("final_result", {"city": deep}), call("final_result", GOOD)])
+    result = await ml.run(provider, agent=TOOLED, prompt="x", output=Weather)
+    assert isinstance(result.output, Weather)
+    assert "nested deeper than 64" in chat.requests[1].tool_results[0].text
