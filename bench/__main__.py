@@ -22,6 +22,7 @@ SUITES: list[str] = [
     "bench.otel",
     "bench.temporal",
     "bench.console",
+    "bench.output",
 ]
 
 

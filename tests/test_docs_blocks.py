@@ -135,7 +135,9 @@ def run_chain(chain: list[Block]) -> dict[str, Any]:
             continue
         # Padded so a traceback's line numbers are the page's own.
         source = "\n" * (block.line - 1) + block.code
-        code = compile(source, _shown(block.path), "exec")
+        # dont_inherit: a block runs as a user's script would, not under this module's
+        # `from __future__ import annotations` (pydantic models defined in it need that).
+        code = compile(source, _shown(block.path), "exec", dont_inherit=True)
         with contextlib.ExitStack() as stack:
             if "claude-emulator" in block.marks:
                 stack.enter_context(_claude_emulator())

@@ -51,7 +51,9 @@ PUBLIC = [
     "MalformedResponseError",
     "ManagedLoopError",
     "McpError",
+    "ModelRetry",  # issue 24 typed results
     "Outcome",
+    "OutputFailure",  # issue 24 typed results
     "Pending",
     "ProviderError",
     "ProvisioningError",
@@ -76,6 +78,7 @@ PUBLIC = [
     "WebhookVerificationError",
     "__version__",
     "configure",
+    "output_tool",  # issue 24 typed results
     "provision",
     "provision_sync",
     "run",
@@ -159,6 +162,7 @@ NOT_ON_IMPORT = (
     # the session loop and the host contract: the first run/start
     "managedloop.session",
     "managedloop.session.driver",
+    "managedloop.session.live",
     "managedloop.hosts",
     # the provisioning lifecycle and the stores it keeps handles in: first use
     "managedloop.provisioning.lifecycle",
@@ -189,10 +193,11 @@ def test_import_does_not_load_provider_sdks_or_what_loads_on_first_use() -> None
 
 SESSION = {
     "GuardInput": "managedloop.session.machine",
-    "LiveSession": "managedloop.session.driver",
+    "LiveSession": "managedloop.session.live",
     "run": "managedloop.session.driver",
     "run_sync": "managedloop.session.driver",
-    "start": "managedloop.session.driver",
+    "start": "managedloop.session.live",
+    "output_tool": "managedloop.session.output",
 }
 LIFECYCLE = {
     "AgentHandle": "managedloop.provisioning.handles",

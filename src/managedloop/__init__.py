@@ -26,6 +26,7 @@ from managedloop.errors import (
     MalformedResponseError,
     ManagedLoopError,
     McpError,
+    ModelRetry,
     ProviderError,
     ProvisioningError,
     SessionTimeoutError,
@@ -45,6 +46,7 @@ from managedloop.results import (
     Artifact,
     CommandResult,
     Deny,
+    OutputFailure,
     Pending,
     SessionInfo,
     SessionResult,
@@ -72,6 +74,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time these load on first use
     )
     from managedloop.provisioning.runtimes import Bootstrap
     from managedloop.session import GuardInput, LiveSession, run, run_sync, start
+    from managedloop.session.output import output_tool
     from managedloop.session.record import SessionRecord
 
     provision_sync = syncify(provision)
@@ -95,6 +98,7 @@ else:
     _LAZY = {
         "managedloop.session": ("GuardInput", "LiveSession", "run", "run_sync", "start"),
         "managedloop.session.record": ("SessionRecord",),
+        "managedloop.session.output": ("output_tool",),
         "managedloop.provisioning.handles": ("AgentHandle", "EnvironmentHandle", "HarnessHandle"),
         "managedloop.provisioning.runtimes": ("Bootstrap",),
         "managedloop.provisioning.lifecycle": (
@@ -163,7 +167,9 @@ __all__ = [
     "MalformedResponseError",
     "ManagedLoopError",
     "McpError",
+    "ModelRetry",
     "Outcome",
+    "OutputFailure",
     "Pending",
     "ProviderError",
     "ProvisioningError",
@@ -194,6 +200,7 @@ __all__ = [
     "ensure_agent_sync",
     "ensure_environment",
     "ensure_environment_sync",
+    "output_tool",
     "provision",
     "provision_sync",
     "prune_agents",

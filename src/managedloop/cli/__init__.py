@@ -292,8 +292,30 @@ def load_tools(refs: Sequence[str]) -> list[Any]:
         raise UsageError(f"--tools {exc}") from None
 
 
+def load_output(ref: str | None) -> Any:
+    """``--output``: a JSON Schema file, or ``module:Type`` importable from the current
+    directory (as ``--tools``); ``None`` without the flag."""
+    if ref is None:
+        return None
+    from managedloop.session import output as typed
+
+    if os.path.isfile(ref):
+        try:
+            with open(ref, encoding="utf-8") as f:
+                return typed.schema_type(json.load(f))
+        except (OSError, ValueError) as exc:  # InvalidOptionsError is a ValueError
+            raise UsageError(f"--output {ref}: {exc}") from None
+    if os.getcwd() not in sys.path:  # importable from the current directory, as --tools
+        sys.path.insert(0, os.getcwd())
+    try:
+        return typed.import_type(typed.type_path(ref))
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise UsageError(f"--output {ref}: not a JSON Schema file or module:Type ({exc})") from None
+
+
 def cmd_run(args: argparse.Namespace, module: ModuleType, out: TextIO) -> int:
     tools = load_tools(args.tools or [])
+    output = load_output(getattr(args, "output", None))
     agent = AgentSpec(
         name=args.name,
         system_prompt=args.system,
@@ -314,6 +336,7 @@ def cmd_run(args: argparse.Namespace, module: ModuleType, out: TextIO) -> int:
                 handler=handler,
                 max_turns=args.max_turns,
                 timeout=args.timeout,
+                **({"output": output} if output is not None else {}),
             )
         finally:
             waiting.hide()
@@ -357,6 +380,8 @@ def cmd_run(args: argparse.Namespace, module: ModuleType, out: TextIO) -> int:
         )
         + "\n"
     )
+    if output is not None:  # the typed result, as JSON (null when none was produced)
+        out.write(json.dumps(result.to_dict()["output"], ensure_ascii=False) + "\n")
     return 0
 
 
@@ -499,6 +524,11 @@ def build_parser(run_module: ModuleType | None = None) -> argparse.ArgumentParse
         "directory (repeatable)",
     )
     run_parser.add_argument("--system", help="the system prompt")
+    run_parser.add_argument(
+        "--output",
+        metavar="SCHEMA.json|MODULE:TYPE",
+        help="ask for a typed result (a JSON Schema file or a type); printed as JSON",
+    )
     run_parser.add_argument("--name", default="managedloop-cli", help="agent name (managed hosts)")
     max_turns = SESSION_DEFAULTS["max_turns"]
     run_parser.add_argument(

@@ -240,10 +240,16 @@ def result_doc(result: SessionResult) -> dict[str, Any]:
         "usage": {
             "input_tokens": result.usage.input_tokens,
             "output_tokens": result.usage.output_tokens,
+            "cache_read_input_tokens": result.usage.cache_read_input_tokens,
+            "cache_creation_input_tokens": result.usage.cache_creation_input_tokens,
+            "cost_usd": result.usage.cost_usd,
             "reported": bool(result.usage.raw or result.usage.total_tokens),
         },
         "turns": result.turns,
         "session_id": result.session_id,
+        # the typed result (run --output), as JSON; null without one
+        "output": result.to_dict().get("output"),
+        "output_strategy": getattr(result, "output_strategy", None),
     }
 
 
