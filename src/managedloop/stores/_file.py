@@ -122,7 +122,7 @@ class FileStore:
                 entries = self._read()
                 old = entries.get(key)
                 before = None if old is None else encode_value(old)
-                new = call_updater(fn, None if old is None else json.loads(before or ""))
+                new = call_updater(fn, None if before is None else json.loads(before))
                 if new == before:  # unchanged (absent and deleted, or the same value)
                     return None if new is None else json.loads(new)
                 if new is None:
