@@ -87,7 +87,7 @@ $(VENV_OLD)/.installed: pyproject.toml ci/oldest.txt
 
 test-oldest: $(VENV_OLD)/.installed redis chromium
 	$(VENV_OLD)/bin/python -m pip list 2>/dev/null | grep -iE '^(anthropic|botocore) '
-	$(VENV_OLD)/bin/python -m pytest -q
+	HYPOTHESIS_PROFILE=floors $(VENV_OLD)/bin/python -m pytest -q
 
 # The hypothesis properties with the "fuzz" profile: 10,000 examples per property.
 fuzz: $(STAMP_DEV) redis

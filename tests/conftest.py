@@ -21,6 +21,11 @@ CI_EXAMPLES = 1_000
 settings.register_profile(
     "ci", max_examples=CI_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
+# `make test-oldest` reruns the whole suite on the SDK floors to catch an API that moved, not
+# to fuzz again: the properties there run as many examples as hypothesis's default.
+settings.register_profile(
+    "floors", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 settings.register_profile(
     "fuzz", max_examples=10_000, deadline=None, suppress_health_check=list(HealthCheck)
 )
