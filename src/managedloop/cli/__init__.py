@@ -104,7 +104,7 @@ def demo_agent() -> AgentSpec:
         name="managedloop-demo",
         system_prompt="Answer weather questions. Use the tools; be brief.",
         tools=[get_weather, convert_temperature],
-        model="claude-sonnet-4-5",
+        model="claude-sonnet-5-5",
     )
 
 

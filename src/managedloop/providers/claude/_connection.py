@@ -59,7 +59,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
@@ -92,6 +92,7 @@ from managedloop.results import RawEvent
 
 if TYPE_CHECKING:
     import httpx2
+    from anthropic.types.beta.sessions import BetaManagedAgentsEventParams
 
 __all__ = ["ClaudeConnection", "StreamOptions"]
 
@@ -506,11 +507,12 @@ class ClaudeConnection(ConnectionBase):
     async def _post(self, events: list[dict[str, Any]]) -> Any:
         api, sid = self.api, self.session_id
         assert sid is not None
+        body = _event_params(events)
 
         async def post() -> Any:
             return await api.send_client.beta.sessions.events.send(
                 sid,
-                events=events,  # type: ignore[arg-type]
+                events=body,
                 extra_headers=api.headers,
                 timeout=api.s.receive_timeout,
             )
@@ -733,6 +735,8 @@ class ClaudeConnection(ConnectionBase):
         import httpx2
 
         api = self.api
+        sid = self.session_id
+        assert sid is not None
         stack = AsyncExitStack()
         timeout = httpx2.Timeout(
             connect=api.s.receive_timeout,
@@ -742,7 +746,7 @@ class ClaudeConnection(ConnectionBase):
         )
         try:
             manager = api.client.beta.sessions.events.with_streaming_response.stream(
-                self.session_id,  # type: ignore[arg-type]
+                sid,
                 extra_headers={**api.headers, "accept": "text/event-stream"},
                 timeout=timeout,
             )
@@ -775,6 +779,17 @@ class ClaudeConnection(ConnectionBase):
 
         # Not strict: a history page without data counts as the end (as it always has).
         return await api.list_raw(f"/v1/sessions/{sid}/events", page, strict=False)
+
+
+def _event_params(events: list[dict[str, Any]]) -> list[BetaManagedAgentsEventParams]:
+    """The events as the SDK's parameter type says a send takes them.
+
+    The builders in :mod:`~managedloop.providers.claude._wire` make exactly these shapes
+    (and :class:`~managedloop.hosts.RawInput` events are the caller's own); the static type
+    is asserted here, at the one boundary, and checked at run time: the emulator validates
+    every body against ``EventSendParams`` (``testing/_claude/bodies.py``), and the suite
+    runs with that on."""
+    return cast("list[BetaManagedAgentsEventParams]", events)
 
 
 def _text_delta(event: RawEvent) -> TextDelta | None:

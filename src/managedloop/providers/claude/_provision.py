@@ -63,7 +63,7 @@ __all__ = [
     "wire_config",
 ]
 
-DEFAULT_MODEL = "claude-sonnet-4-6"
+DEFAULT_MODEL = "claude-sonnet-5-5"
 DEFAULT_ENVIRONMENT_CONFIG: dict[str, Any] = {
     "type": "cloud",
     "networking": {"type": "unrestricted"},
@@ -100,7 +100,7 @@ class ClaudeHandle:
 
 
 def normalize_model_id(model: str) -> str:
-    """``"anthropic:claude-sonnet-4-6"`` -> ``"claude-sonnet-4-6"``; bare ids unchanged."""
+    """``"anthropic:claude-sonnet-5-5"`` -> ``"claude-sonnet-5-5"``; bare ids unchanged."""
     return model.split(":", 1)[1] if ":" in model else model
 
 

@@ -223,11 +223,21 @@ def new_record(
     }
 
 
-def update_record(record: dict[str, Any], body: Mapping[str, Any], *, now: str) -> None:
-    """Apply an update request in place. A versioned record refuses a stale ``version``
+def update_record(
+    record: dict[str, Any],
+    body: Mapping[str, Any],
+    *,
+    now: str,
+    fields: Mapping[str, Callable[[Any], Any]] | None = None,
+) -> None:
+    """Apply an update request in place, each given field stored as a create stores it
+    (``fields``: :attr:`Resource.fields`). A versioned record refuses a stale ``version``
     (409) and counts a version up when anything changed."""
     changes = dict(body)
     version = changes.pop("version", None)
+    for name, store in (fields or {}).items():
+        if name in changes:
+            changes[name] = store(changes[name])
     if version is not None and version != record.get("version"):
         raise RefusedError(409, f"stale {record['type']} version")
     changed = {k: v for k, v in changes.items() if record.get(k) != v}

@@ -30,8 +30,10 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
+from managedloop.testing._claude.bodies import BodyError, check_body
 from managedloop.testing._claude.deployments import Deployments
 from managedloop.testing._claude.faults import ClaudeFaults
+from managedloop.testing._claude.models import model_problem, models_in
 from managedloop.testing._claude.resources import (
     CRUD_ROUTES,
     RESOURCES,
@@ -177,8 +179,14 @@ class ClaudeEmulator(LoopbackServer):
         host: str = "127.0.0.1",
         port: int = 0,
         confirm_tools: Sequence[str] = (),
+        validate_requests: bool = True,
     ) -> None:
         super().__init__(host=host, port=port)
+        self.validate_requests = validate_requests
+        """Answer a body the service would refuse as it does (on by default): one that
+        does not meet the SDK's parameter type (``400 invalid_request_error``), or names a
+        retired or unknown model (``404 not_found_error``). See
+        :mod:`~managedloop.testing._claude.bodies`."""
         self.agent = script if isinstance(script, ScriptedAgent) else ScriptedAgent(script)
         self.confirm_tools = frozenset(confirm_tools)
         """Server tools whose uses ask for a ``user.tool_confirmation`` first (permission
@@ -368,6 +376,9 @@ class ClaudeEmulator(LoopbackServer):
         beta = request.headers.get("anthropic-beta", "")
         if needs_beta and MANAGED_AGENTS_BETA not in beta.split(","):
             return api_error(400, f"this endpoint requires the {MANAGED_AGENTS_BETA} beta header")
+        refused = self._refused_body(request)
+        if refused is not None:
+            return refused
         f = self.faults
         if f.before_request is not None:
             f.before_request(request.method, path)
@@ -382,6 +393,26 @@ class ClaudeEmulator(LoopbackServer):
                 return api_error(f.server_error_status, "internal error (emulated)", "api_error")
         result: web.StreamResponse = await handler(request)
         return result
+
+    def _refused_body(self, request: web.Request) -> web.Response | None:
+        """The service's answer to a body it would refuse (``None``: the body is good):
+        ``400`` when it does not meet the SDK's parameter type of the route
+        (:mod:`~managedloop.testing._claude.bodies`), ``404`` for a model id that is
+        retired or unknown (:mod:`~managedloop.testing._claude.models`)."""
+        if not self.validate_requests:
+            return None
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else request.path
+        body = request.get(_JSON)
+        try:
+            check_body(request.method, route, body)
+        except BodyError as exc:
+            return api_error(400, exc.message)
+        for model in models_in(request.method, route, body):
+            problem = model_problem(model)
+            if problem is not None:
+                return api_error(404, problem, "not_found_error")
+        return None
 
     # -- agents and environments (one table: resources.RESOURCES) ---------------------
     def _add_crud_routes(self, router: web.UrlDispatcher, resource: Resource) -> None:
@@ -443,7 +474,7 @@ class ClaudeEmulator(LoopbackServer):
         if record is None:
             return _not_found(resource)
         try:
-            update_record(record, _body(request), now=now_iso())
+            update_record(record, _body(request), now=now_iso(), fields=resource.fields)
         except RefusedError as exc:
             return api_error(exc.status, exc.message)
         return web.json_response(record)
