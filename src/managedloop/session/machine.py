@@ -147,13 +147,25 @@ class _Request:
     # Usage summed in place: adding frozen Usage values would copy ``raw`` every turn.
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float | None = None
+    active_seconds: float | None = None
     usage_raw: list[Any] = field(default_factory=list)
     reprompts_left: int = 2
     terminal_tool_called: bool = False
     last: TurnResult | None = None
 
     def usage(self) -> Usage:
-        return make_usage(self.input_tokens, self.output_tokens, list(self.usage_raw))
+        return make_usage(
+            self.input_tokens,
+            self.output_tokens,
+            list(self.usage_raw),
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+            self.cost_usd,
+            self.active_seconds,
+        )
 
 
 def _fresh(reprompts_left: int) -> _Request:
@@ -167,6 +179,10 @@ def _fresh(reprompts_left: int) -> _Request:
     req.server_tool_uses = []
     req.input_tokens = 0
     req.output_tokens = 0
+    req.cache_read_tokens = 0
+    req.cache_write_tokens = 0
+    req.cost_usd = None
+    req.active_seconds = None
     req.usage_raw = []
     req.reprompts_left = reprompts_left
     req.terminal_tool_called = False
@@ -232,6 +248,12 @@ class Machine:
         if usage is not None:
             req.input_tokens += usage.input_tokens
             req.output_tokens += usage.output_tokens
+            req.cache_read_tokens += usage.cache_read_input_tokens
+            req.cache_write_tokens += usage.cache_creation_input_tokens
+            if usage.cost_usd is not None:  # None until some turn reports one
+                req.cost_usd = (req.cost_usd or 0.0) + usage.cost_usd
+            if usage.active_seconds is not None:
+                req.active_seconds = (req.active_seconds or 0.0) + usage.active_seconds
             req.usage_raw.extend(usage.raw)
 
         if opts.turn_guard is not None:
@@ -301,4 +323,6 @@ class Machine:
             req.turns,
             [*req.events, *pending_events],
             transcript,
+            None,
+            last.stop_details if last else None,
         )

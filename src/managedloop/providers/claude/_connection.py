@@ -268,6 +268,10 @@ class ClaudeConnection(ConnectionBase):
         self._gate_open = True
         self._closed = False
         self._last_drop: _DropError | None = None
+        self._usage_mark: _wire.UsageMark = _wire.NO_USAGE
+        """The session's cumulative usage at the last ``session.usage`` seen: a turn's
+        cost and active time are what it grew by (a reattached session's past is not
+        counted again)."""
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -306,6 +310,7 @@ class ClaudeConnection(ConnectionBase):
 
     async def turn(self, input: TurnInput) -> AsyncIterator[TurnItem]:
         yielded: list[RawEvent] = []  # this turn's events, for its TurnResult
+        usage_before = self._usage_mark  # cost and active time grow from here
         events = self._input_events(input)
         self._turn_ids = set(self._replay_ids)
         self._gate_open = not events and not self._replay_ids
@@ -345,7 +350,11 @@ class ClaudeConnection(ConnectionBase):
             if final:
                 self._attempts = 0  # a real terminal resets the reconnect backoff
                 yield _wire.normalize(
-                    yielded, self._tool_uses, self._answered | self._decided, self._host_uses
+                    yielded,
+                    self._tool_uses,
+                    self._answered | self._decided,
+                    self._host_uses,
+                    usage_before=usage_before,
                 )
                 return
 
@@ -567,6 +576,8 @@ class ClaudeConnection(ConnectionBase):
             self._host_uses[eid] = event
         elif kind == "user.tool_confirmation" and isinstance(event.get("tool_use_id"), str):
             self._decided.add(event["tool_use_id"])
+        elif kind == "session.usage" and isinstance(event.get("usage"), Mapping):
+            self._usage_mark = _wire.usage_mark(event["usage"], self._usage_mark)
         elif kind == _wire.CUSTOM_TOOL_RESULT:
             tid = event.get("custom_tool_use_id")
             if isinstance(tid, str):

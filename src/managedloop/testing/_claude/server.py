@@ -180,6 +180,7 @@ class ClaudeEmulator(LoopbackServer):
         port: int = 0,
         confirm_tools: Sequence[str] = (),
         validate_requests: bool = True,
+        cache_tokens: int = 0,
     ) -> None:
         super().__init__(host=host, port=port)
         self.validate_requests = validate_requests
@@ -193,6 +194,9 @@ class ClaudeEmulator(LoopbackServer):
         ``ask``): the run idles on ``requires_action`` naming the ``agent.tool_use`` until
         it is allowed (the tool runs) or denied (an error result with the deny message)."""
         self.faults = faults or ClaudeFaults()
+        self.cache_tokens = cache_tokens
+        """Prompt tokens the emulated model caches per session: its first model request
+        reports them as cache writes, every later one as cache reads (default 0)."""
         self.api_key = api_key or f"sk-ant-emu-{secrets.token_hex(12)}"
         self.bearer_tokens: set[str] = set()
         """Bearer tokens accepted besides the API key (for bearer-file auth tests)."""
@@ -516,6 +520,8 @@ class ClaudeEmulator(LoopbackServer):
             faults=self.faults,
             mint=self.mint,
             confirm_tools=self.confirm_tools,
+            cache_tokens=self.cache_tokens,
+            budget=body.get("budget"),
         )
         self.state.sessions[session.id] = session
         for res in body.get("resources") or []:
