@@ -323,8 +323,15 @@ def create_body(
     """The CreateHarness parameters (the environment's ``config`` goes to the wire
     verbatim; ``variables`` become ``environmentVariables``; the spec's
     ``timeout_seconds`` becomes ``timeoutSeconds``). Claude-only spec fields are refused."""
-    for option in ("effort", "execution_identity"):
-        if getattr(spec, option) is not None:
+    for option in (
+        "effort",
+        "execution_identity",
+        "mcp_servers",
+        "skills",
+        "speed",
+        "inference_geo",
+    ):
+        if getattr(spec, option) not in (None, {}, ()):
             raise InvalidOptionsError(
                 f"{option} is a Claude agent setting; a harness has none (AgentCore runs as "
                 "execution_role_arn; its model settings go in model_config)",

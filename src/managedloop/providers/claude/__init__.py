@@ -27,6 +27,7 @@ from managedloop.providers.claude._provision import (
     ClaudeHandle,
     normalize_model_id,
 )
+from managedloop.providers.claude._sessions import file_resource, github_repository, memory_store
 from managedloop.providers.claude._wire import interrupt_event, tool_confirmation
 
 __all__ = [
@@ -37,8 +38,11 @@ __all__ = [
     "ClaudeHandle",
     "ClaudeManagedAgents",
     "agent_toolset",
+    "file_resource",
+    "github_repository",
     "interrupt_event",
     "mcp_toolset",
+    "memory_store",
     "normalize_model_id",
     "output_path",
     "outputs_dir",

@@ -118,6 +118,7 @@ class StreamOptions:
 
     __slots__ = (
         "backoff",
+        "event_deltas",
         "idle_timeout",
         "max_reconnects",
         "reconnect",
@@ -134,7 +135,9 @@ class StreamOptions:
         idle_timeout: float,
         sleep: Callable[[float], Awaitable[None]] | None,
         result_echo_timeout: float = RESULT_ECHO_TIMEOUT,
+        event_deltas: bool = False,
     ) -> None:
+        self.event_deltas = event_deltas
         self.backoff = backoff
         self.max_reconnects = max_reconnects
         self.idle_timeout = idle_timeout
@@ -224,9 +227,14 @@ class ClaudeConnection(ConnectionBase):
         resumed: bool = False,
         lease: Lease | None = None,
         replay_from: str | None = None,
+        created_with_events: bool = False,
     ) -> None:
         super().__init__()
-        self._replay_from = replay_from
+        self._replay_from = "" if created_with_events else replay_from
+        self._created_with_events = created_with_events
+        """The session was created with ``initial_events``: it started running before
+        the stream opened, so the history is read at start (all of it is this request's)
+        and a first prompt found there is not sent again."""
         self._replayed_messages: list[tuple[str, str]] = []
         """(text, event id) of user messages in the replayed history: already sent, so a
         turn whose input is one of them sends nothing (``OpenRequest.replay_from``)."""
@@ -277,7 +285,7 @@ class ClaudeConnection(ConnectionBase):
     async def start(self) -> None:
         """Open the stream (before anything is sent); on reattach, read the history."""
         self._stream = await self._open_stream()
-        if self.resumed:
+        if self.resumed or self._created_with_events:
             history = await self.history()
             cut = _replay_cut(history, self._replay_from)
             for event in history[:cut]:

@@ -28,7 +28,7 @@ import hashlib
 import inspect
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 import anyio
@@ -43,7 +43,7 @@ from managedloop.errors import (
     ProviderError,
 )
 from managedloop.hosts import OpenRequest
-from managedloop.providers.claude import _files, _provision
+from managedloop.providers.claude import _files, _provision, _sessions
 from managedloop.providers.claude._api import (
     Api,
     ClientSettings,
@@ -163,6 +163,12 @@ class ClaudeManagedAgents:
         session_title: str | None = None,
         session_metadata: Mapping[str, str] | None = None,
         session_budget: Mapping[str, Any] | None = None,
+        agent_version: int | str | None = None,
+        session_overrides: Mapping[str, Any] | None = None,
+        vault_ids: Sequence[str] | None = None,
+        session_resources: Sequence[Mapping[str, Any]] | None = None,
+        initial_events: Sequence[Mapping[str, Any]] | None = None,
+        event_deltas: bool = False,
         **unknown: Any,
     ) -> None:
         try:
@@ -229,12 +235,22 @@ class ClaudeManagedAgents:
         self.session_title = session_title
         self.session_metadata = dict(session_metadata or {})
         self.session_budget = _provision.check_budget(session_budget)
+        self.session_options = _sessions.session_options(
+            agent_version=agent_version,
+            session_overrides=session_overrides,
+            vault_ids=vault_ids,
+            session_resources=session_resources,
+            initial_events=initial_events,
+        )
+        if not isinstance(event_deltas, bool):
+            raise InvalidOptionsError("event_deltas is True or False", option="event_deltas")
         self._stream_options = StreamOptions(
             backoff=float(reconnect_backoff),
             max_reconnects=max_reconnects,
             idle_timeout=float(stream_idle_timeout),
             sleep=sleep,
             result_echo_timeout=float(result_echo_timeout),
+            event_deltas=event_deltas,
         )
 
     def __repr__(self) -> str:
@@ -286,8 +302,11 @@ class ClaudeManagedAgents:
         await self._clients.unpin()
 
     # -- sessions -----------------------------------------------------------------------
-    async def _resolve_agent(self, request: OpenRequest) -> tuple[str, str]:
+    async def _resolve_agent(self, request: OpenRequest) -> tuple[str, str, int | None]:
+        """The agent id, the environment id and the agent version a handle names (``None``:
+        a raw id, which names no version)."""
         agent_id = id_of(request.agent, "agent_id") if request.spec is None else None
+        version = _version_of(request.agent) if agent_id is not None else None
         # A bare agent id names no environment (only a handle or its dict carries one).
         environment_id = (
             id_of(request.agent, "environment_id")
@@ -308,6 +327,7 @@ class ClaudeManagedAgents:
                 )
         if agent_id is None:
             agent_id = self.agent_id
+            version = _version_of(self.agent) if agent_id is not None else None
         if environment_id is None:
             environment_id = self.environment_id
         if agent_id is None and request.spec is not None:
@@ -315,6 +335,7 @@ class ClaudeManagedAgents:
 
             handle = await provision(self, request.spec, environment=self._environment_spec)
             agent_id, environment_id = handle.agent_id, environment_id or handle.environment_id
+            version = _version_of(handle)
         if environment_id is None:
             raise InvalidOptionsError(
                 "no environment: pass environment= (a handle or id) to ClaudeManagedAgents, "
@@ -322,7 +343,7 @@ class ClaudeManagedAgents:
                 option="environment",
             )
         assert agent_id is not None
-        return agent_id, environment_id
+        return agent_id, environment_id, version
 
     async def open(self, request: OpenRequest) -> ClaudeConnection:
         lease = self._clients.lease()
@@ -364,14 +385,17 @@ class ClaudeManagedAgents:
                 await conn.aclose()
                 raise
             return conn
-        agent_id, environment_id = await self._resolve_agent(request)
-        body: dict[str, Any] = {"agent": agent_id, "environment_id": environment_id}
-        if self.session_title is not None:
-            body["title"] = self.session_title
-        if self.session_metadata:
-            body["metadata"] = self.session_metadata
-        if self.session_budget is not None:
-            body["budget"] = self.session_budget
+        agent_id, environment_id, version = await self._resolve_agent(request)
+        body = _sessions.create_body(
+            _sessions.agent_reference(agent_id, version, self.session_options),
+            environment_id,
+            self.session_options,
+            title=self.session_title,
+            metadata=self.session_metadata,
+            budget=self.session_budget,
+        )
+        if self.session_title == "":
+            body["title"] = ""  # an empty title is a title (create_body skips falsy ones)
         try:
             session = await api.call(
                 "post",
@@ -401,7 +425,12 @@ class ClaudeManagedAgents:
         if request.spec is not None:
             _check_tools(request, session)
         conn = ClaudeConnection(
-            api, session.id, options=self._stream_options, metadata=request.metadata, lease=lease
+            api,
+            session.id,
+            options=self._stream_options,
+            metadata=request.metadata,
+            lease=lease,
+            created_with_events=bool(self.session_options.initial_events),
         )
         try:
             await conn.start()
@@ -449,6 +478,46 @@ class ClaudeManagedAgents:
         """
         return await _provision.teardown(self._api(), handle, **options)
 
+    # -- sessions (see _sessions) ---------------------------------------------------------
+    @_leased
+    async def list_sessions(
+        self,
+        *,
+        agent_id: str | None = None,
+        statuses: Sequence[str] = (),
+        include_archived: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Every session (all pages), of one agent and/or in some ``statuses`` (``idle``,
+        ``running``, ``rescheduling``, ``terminated``); archived ones on request."""
+        return await _sessions.list_sessions(
+            self._api(), agent_id=agent_id, statuses=statuses, include_archived=include_archived
+        )
+
+    @_leased
+    async def get_session(self, session_id: str) -> dict[str, Any]:
+        return await _sessions.retrieve(self._api(), session_id)
+
+    @_leased
+    async def update_session(
+        self,
+        session_id: str,
+        *,
+        title: str | None = None,
+        metadata: Mapping[str, str | None] | None = None,
+    ) -> dict[str, Any]:
+        """Retitle a session or patch its metadata (a ``None`` value deletes the key)."""
+        return await _sessions.update(self._api(), session_id, title=title, metadata=metadata)
+
+    @_leased
+    async def archive_session(self, session_id: str) -> dict[str, Any]:
+        """Archive a session: its history stays readable, nothing more can be sent."""
+        return await _sessions.archive(self._api(), session_id)
+
+    @_leased
+    async def delete_session(self, session_id: str) -> dict[str, Any]:
+        """Delete a session, its events and the files it produced (uploads survive)."""
+        return await _sessions.delete(self._api(), session_id)
+
     # -- files (see _files) ---------------------------------------------------------------
     @_leased
     async def upload_file(
@@ -492,6 +561,16 @@ _ACCEPTED = tuple(
     if name not in ("self", "unknown")
 )
 """The constructor's keywords (an unknown one is refused with this list)."""
+
+
+def _version_of(agent: Any) -> int | None:
+    """The agent version a handle (or its dict) records; ``None`` for a raw id."""
+    if isinstance(agent, ClaudeHandle):
+        return agent.agent_version
+    if isinstance(agent, Mapping):
+        version = agent.get("agent_version")
+        return version if isinstance(version, int) and not isinstance(version, bool) else None
+    return None
 
 
 def _check_tools(request: OpenRequest, session: Any) -> None:

@@ -129,6 +129,16 @@ def _model(value: Any) -> Any:
     return value if isinstance(value, dict) else {"id": value}
 
 
+def _skills(value: Any) -> Any:
+    # The API resolves a skill without a version to the latest (the SDK type requires one).
+    if not isinstance(value, list):
+        return []
+    return [
+        {**k, "version": k.get("version") or "latest"} if isinstance(k, Mapping) else k
+        for k in value
+    ]
+
+
 def _execution_identity(value: Any) -> Any:
     # The SDK's union: service_account (no customer-named principal) or aws_role.
     return value or {"type": "service_account"}
@@ -168,7 +178,7 @@ AGENTS = Resource(
         "description": _given,
         "tools": resolve_tools,  # toolsets resolved as the API returns them
         "mcp_servers": _list,
-        "skills": _list,
+        "skills": _skills,
         "multiagent": _given,
         "metadata": _dict,
         "execution_identity": _execution_identity,

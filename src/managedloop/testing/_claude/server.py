@@ -35,6 +35,7 @@ from managedloop.testing._claude.deployments import Deployments
 from managedloop.testing._claude.faults import ClaudeFaults
 from managedloop.testing._claude.models import model_problem, models_in
 from managedloop.testing._claude.resources import (
+    AGENTS,
     CRUD_ROUTES,
     RESOURCES,
     RefusedError,
@@ -312,6 +313,7 @@ class ClaudeEmulator(LoopbackServer):
         r.add_post("/v1/sessions", self._create_session)
         r.add_get("/v1/sessions", self._list_sessions)
         r.add_get("/v1/sessions/{id}", self._get_session)
+        r.add_post("/v1/sessions/{id}", self._update_session)
         r.add_post("/v1/sessions/{id}/archive", self._archive_session)
         r.add_delete("/v1/sessions/{id}", self._delete_session)
         r.add_post("/v1/sessions/{id}/events", self._send_events)
@@ -506,14 +508,26 @@ class ClaudeEmulator(LoopbackServer):
             return api_error(404, f"agent {agent_id!r} not found", "not_found_error")
         if agent["archived_at"]:
             return api_error(400, "agent is archived")
+        version = ref.get("version") if isinstance(ref, Mapping) else None
+        if isinstance(version, int) and not 1 <= version <= agent["version"]:
+            return api_error(404, f"agent {agent_id!r} has no version {version}", "not_found_error")
+        snapshot = agent_snapshot(agent)
+        if isinstance(ref, Mapping) and ref.get("type") == "agent_with_overrides":
+            # The given fields replace the agent's for this session only (stored as a
+            # create stores them: a model id becomes {"id": ...}, toolsets resolved).
+            for name in ("model", "system", "tools", "mcp_servers", "skills"):
+                if name in ref:
+                    snapshot[name] = AGENTS.fields[name](ref[name])
+        if isinstance(version, int):
+            snapshot["version"] = version
         env_id = body.get("environment_id")
         env = self.state.environments.get(env_id) if isinstance(env_id, str) else None
         if env is None:
             return api_error(404, f"environment {env_id!r} not found", "not_found_error")
         session = EmuSession(
             session_id=self.mint("sesn_"),
-            agent=agent_snapshot(agent),
-            environment_id=env_id,  # type: ignore[arg-type]
+            agent=snapshot,
+            environment_id=str(env_id),
             metadata=body.get("metadata") or {},
             title=body.get("title"),
             script=self.agent,
@@ -524,8 +538,9 @@ class ClaudeEmulator(LoopbackServer):
             budget=body.get("budget"),
         )
         self.state.sessions[session.id] = session
+        session.vault_ids = list(body.get("vault_ids") or [])
         for res in body.get("resources") or []:
-            if isinstance(res, Mapping) and res.get("type") == "file":
+            if isinstance(res, Mapping):
                 session.resources.append(self._resource(res))
         initial = body.get("initial_events") or []
         if initial:
@@ -545,9 +560,34 @@ class ClaudeEmulator(LoopbackServer):
         return web.json_response(session.to_wire())
 
     async def _list_sessions(self, request: web.Request) -> web.Response:
-        items = [s.to_wire() for s in self.state.sessions.values()]
-        resp = self._page(request, items)
-        return resp
+        query = request.query
+        agent_id = query.get("agent_id")
+        statuses = query.getall("statuses[]", []) or query.getall("statuses", [])
+        archived = query.get("include_archived") == "true"
+        items = [
+            s.to_wire()
+            for s in reversed(list(self.state.sessions.values()))  # newest first
+            if (agent_id is None or s.agent.get("id") == agent_id)
+            and (not statuses or s.status in statuses)
+            and (archived or s.archived_at is None)
+        ]
+        return self._page(request, items)
+
+    async def _update_session(self, request: web.Request) -> web.Response:
+        session = self._get(request)
+        if isinstance(session, web.Response):
+            return session
+        body = _body(request)
+        if "vault_ids" in body:
+            return api_error(400, "vault_ids can only be set when a session is created")
+        if body.get("title") is not None:
+            session.title = body["title"]
+        for key, value in (body.get("metadata") or {}).items():
+            if value is None:
+                session.metadata.pop(key, None)  # null deletes a key
+            else:
+                session.metadata[key] = value
+        return web.json_response(session.to_wire())
 
     async def _archive_session(self, request: web.Request) -> web.Response:
         session = self._get(request)
@@ -663,6 +703,28 @@ class ClaudeEmulator(LoopbackServer):
     # -- resources and files ------------------------------------------------------------
     def _resource(self, body: Mapping[str, Any]) -> dict[str, Any]:
         now = now_iso()
+        if body.get("type") == "github_repository":
+            name = str(body.get("url", "")).rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
+            repo: dict[str, Any] = {
+                "id": self.mint("sesrsc_"),
+                "type": "github_repository",
+                "url": body.get("url"),
+                "mount_path": body.get("mount_path") or f"/workspace/{name}",
+                "created_at": now,
+                "updated_at": now,
+            }  # the authorization token is never echoed back
+            if body.get("checkout") is not None:
+                repo["checkout"] = body["checkout"]
+            return repo
+        if body.get("type") == "memory_store":
+            store_id = body.get("memory_store_id")
+            return {
+                "type": "memory_store",
+                "memory_store_id": store_id,
+                "access": body.get("access") or "read_write",
+                "instructions": body.get("instructions"),
+                "mount_path": f"/mnt/memory/{store_id}",
+            }
         file_id = body.get("file_id")
         return {
             "id": self.mint("sesrsc_"),

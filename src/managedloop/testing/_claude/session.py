@@ -137,6 +137,7 @@ class EmuSession:
         self.outcome: dict[str, Any] | None = None
         self.run_task: asyncio.Task[None] | None = None
         self.resources: list[dict[str, Any]] = []
+        self.vault_ids: list[str] = []
         self.usage = {
             "input_tokens": 0,
             "output_tokens": 0,
@@ -163,7 +164,7 @@ class EmuSession:
             "metadata": self.metadata,
             "title": self.title,
             "resources": self.resources,
-            "vault_ids": [],
+            "vault_ids": list(self.vault_ids),
             "usage": self.usage_snapshot(),
             "stats": {"active_seconds": self.active(), "duration_seconds": 0.0},
             "outcome_evaluations": [],
