@@ -110,6 +110,8 @@ RESULT_RESENDS = 3
 ``result_not_recorded``: a host that drops the same result 4 times will not record it."""
 RETRY_AFTER_CAP = 60.0  # seconds; never park a turn longer than this on one retry-after
 HISTORY_PAGE = 100
+MAX_PREVIEWS = 64  # previewed messages tracked at once (a host that never concludes them)
+_PREVIEWS = frozenset({"event_start", "event_delta"})
 
 
 class StreamOptions:
@@ -276,6 +278,9 @@ class ClaudeConnection(ConnectionBase):
         self._gate_open = True
         self._closed = False
         self._last_drop: _DropError | None = None
+        self._streamed: dict[str, str] = {}
+        """Text streamed by previews (``event_delta``), by the id of the message they
+        preview, until that message arrives."""
         self._usage_mark: _wire.UsageMark = _wire.NO_USAGE
         """The session's cumulative usage at the last ``session.usage`` seen: a turn's
         cost and active time are what it grew by (a reattached session's past is not
@@ -331,6 +336,13 @@ class ClaudeConnection(ConnectionBase):
                 self._gate_open = True
         while True:
             event = await self._next_event()
+            if event.get("type") in _PREVIEWS:
+                # A preview of an agent.message being written (event_deltas=True): its
+                # text streams now; it is no event of the history (the buffered message
+                # that follows is), so it is neither kept nor de-duplicated.
+                if (delta := self._preview_delta(event)) is not None:
+                    yield delta
+                continue
             eid = event.get("id")
             if _wire.event_key(event) in self._seen:
                 continue
@@ -340,7 +352,7 @@ class ClaudeConnection(ConnectionBase):
             if not _wire.ends_turn(event):
                 yielded.append(event)
                 yield event
-                if (delta := _text_delta(event)) is not None:
+                if (delta := self._text_delta(event)) is not None:
                     yield delta
                 continue
             final = await self._judge(event)
@@ -351,7 +363,7 @@ class ClaudeConnection(ConnectionBase):
                 self._remember(older)
                 yielded.append(older)
                 yield older
-                if (delta := _text_delta(older)) is not None:
+                if (delta := self._text_delta(older)) is not None:
                     yield delta
             yielded.append(event)
             yield event
@@ -365,6 +377,36 @@ class ClaudeConnection(ConnectionBase):
                     usage_before=usage_before,
                 )
                 return
+
+    def _preview_delta(self, event: RawEvent) -> TextDelta | None:
+        """The text of one ``event_delta`` (remembered per previewed message, so the
+        buffered ``agent.message`` adds only what the previews missed)."""
+        if event.get("type") != "event_delta":
+            return None
+        eid = event.get("event_id")
+        delta = event.get("delta")
+        block = delta.get("content") if isinstance(delta, Mapping) else None
+        text = block.get("text") if isinstance(block, Mapping) else None
+        if not isinstance(eid, str) or not isinstance(text, str) or not text:
+            return None
+        if eid not in self._streamed and len(self._streamed) >= MAX_PREVIEWS:
+            self._streamed.pop(next(iter(self._streamed)))  # bounded: oldest first
+        self._streamed[eid] = self._streamed.get(eid, "") + text
+        return TextDelta(text)
+
+    def _text_delta(self, event: RawEvent) -> TextDelta | None:
+        """The text of an ``agent.message``, as the loop's one way to stream text: all of
+        it, or (after previews of it streamed) what they did not cover. Previews are
+        best-effort and the message is canonical; previews that do not match its start
+        streamed something else, so nothing is added to them."""
+        if event.get("type") != "agent.message":
+            return None
+        text = _wire.message_text(event)
+        eid = event.get("id")
+        streamed = self._streamed.pop(eid, None) if isinstance(eid, str) else None
+        if streamed is not None:
+            text = text[len(streamed) :] if text.startswith(streamed) else ""
+        return TextDelta(text) if text else None
 
     # -- inputs and sends ----------------------------------------------------------------
     def _note_sent(self, event: RawEvent) -> None:
@@ -752,6 +794,7 @@ class ClaudeConnection(ConnectionBase):
 
     async def _open_stream(self) -> _Stream:
         import httpx2
+        from anthropic import omit
 
         api = self.api
         sid = self.session_id
@@ -766,6 +809,7 @@ class ClaudeConnection(ConnectionBase):
         try:
             manager = api.client.beta.sessions.events.with_streaming_response.stream(
                 sid,
+                event_deltas=["agent.message"] if self.options.event_deltas else omit,
                 extra_headers={**api.headers, "accept": "text/event-stream"},
                 timeout=timeout,
             )
@@ -809,14 +853,6 @@ def _event_params(events: list[dict[str, Any]]) -> list[BetaManagedAgentsEventPa
     every body against ``EventSendParams`` (``testing/_claude/bodies.py``), and the suite
     runs with that on."""
     return cast("list[BetaManagedAgentsEventParams]", events)
-
-
-def _text_delta(event: RawEvent) -> TextDelta | None:
-    """The text of an ``agent.message``, as the loop's one way to stream text."""
-    if event.get("type") != "agent.message":
-        return None
-    text = _wire.message_text(event)
-    return TextDelta(text) if text else None
 
 
 def _retryable(exc: ProviderError) -> bool:

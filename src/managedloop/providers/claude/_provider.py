@@ -134,6 +134,14 @@ class ClaudeManagedAgents:
     ``result_echo_timeout`` (default 30 s) bounds how long a sent tool result may go
     unechoed before the history is checked and a lost result re-sent (see
     :mod:`~managedloop.providers.claude._connection`).
+
+    Sessions (see :mod:`~managedloop.providers.claude._sessions`): a session of a
+    provisioned handle runs the handle's ``agent_version`` (``agent_version="latest"`` or
+    an int says otherwise); ``session_overrides`` replaces the agent's ``model``,
+    ``system``, ``tools``, ``mcp_servers`` or ``skills`` for the session; ``vault_ids``,
+    ``session_resources`` (``github_repository()``, ``file_resource()``, ``memory_store()``)
+    and ``initial_events`` go with the create. ``event_deltas=True`` opens the stream with
+    ``event_deltas[]=agent.message``, so text streams as the model writes it.
     """
 
     name: ClassVar[str] = "claude"

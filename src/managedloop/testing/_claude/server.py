@@ -662,8 +662,15 @@ class ClaudeEmulator(LoopbackServer):
         session = self._get(request)
         if isinstance(session, web.Response):
             return session
+        deltas = request.query.getall("event_deltas[]", []) or request.query.getall(
+            "event_deltas", []
+        )
+        if any(d not in ("agent.message", "agent.thinking") for d in deltas):
+            return api_error(400, "event_deltas: only agent.message and agent.thinking stream")
         queue: asyncio.Queue[Any] = asyncio.Queue()
         session.subscribers.append(queue)
+        if "agent.message" in deltas:
+            session.preview_subscribers.add(queue)
         resp = web.StreamResponse(
             headers={"content-type": "text/event-stream", "cache-control": "no-cache"}
         )
@@ -688,9 +695,8 @@ class ClaudeEmulator(LoopbackServer):
                     await resp.write(item)
                     continue
                 data = json.dumps(item, separators=(",", ":"))
-                await resp.write(
-                    f"event: {item['type']}\nid: {item['id']}\ndata: {data}\n\n".encode()
-                )
+                ident = f"id: {item['id']}\n" if "id" in item else ""  # previews have none
+                await resp.write(f"event: {item['type']}\n{ident}data: {data}\n\n".encode())
             with contextlib.suppress(ConnectionError):
                 await resp.write_eof()
         except (ConnectionError, asyncio.CancelledError):
@@ -698,6 +704,7 @@ class ClaudeEmulator(LoopbackServer):
         finally:
             if queue in session.subscribers:
                 session.subscribers.remove(queue)
+            session.preview_subscribers.discard(queue)
         return resp
 
     # -- resources and files ------------------------------------------------------------

@@ -123,6 +123,9 @@ class EmuSession:
         self.created_at = now_iso()
         self.events: list[dict[str, Any]] = []
         self.subscribers: list[asyncio.Queue[Any]] = []
+        self.preview_subscribers: set[asyncio.Queue[Any]] = set()
+        """Streams opened with ``event_deltas[]=agent.message``: they also get the
+        ``event_start`` / ``event_delta`` previews of each message (never the history)."""
         self.turn = 0
         self.open_calls: dict[str, str] = {}
         """Custom tool uses still waiting for a result: id -> name (in call order)."""
@@ -442,7 +445,15 @@ class EmuSession:
         start = self.emit({"type": "span.model_request_start"})
         await self._pause()
         if step.text:
-            self.emit({"type": "agent.message", "content": [{"type": "text", "text": step.text}]})
+            message_id = self.mint("sevt_")
+            await self._preview(message_id, step.text)
+            self.emit(
+                {
+                    "id": message_id,
+                    "type": "agent.message",
+                    "content": [{"type": "text", "text": step.text}],
+                }
+            )
             await self._pause()
         custom: list[str] = []
         for call in step.tool_calls:
@@ -519,6 +530,29 @@ class EmuSession:
             return await self._grade(Grade(result="satisfied", explanation="auto-graded"))
         self._idle({"type": step.stop_reason or "end_turn"})
         return False
+
+    async def _preview(self, message_id: str, text: str) -> None:
+        """Stream ``text`` word by word to the streams that asked for previews."""
+        if not self.preview_subscribers:
+            return
+        start = {"type": "event_start", "event": {"type": "agent.message", "id": message_id}}
+        for queue in self.preview_subscribers:
+            queue.put_nowait(start)
+        words = text.split(" ")
+        for i, word in enumerate(words):
+            piece = word if i == len(words) - 1 else word + " "
+            delta = {
+                "type": "event_delta",
+                "event_id": message_id,
+                "delta": {
+                    "type": "content_delta",
+                    "index": 0,
+                    "content": {"type": "text", "text": piece},
+                },
+            }
+            for queue in self.preview_subscribers:
+                queue.put_nowait(delta)
+            await self._pause()
 
     def _model_request_end(self, start_id: str, usage: tuple[int, int] | None) -> None:
         """``span.model_request_end`` of one model request and the ``session.usage``
