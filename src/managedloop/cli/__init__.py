@@ -477,6 +477,9 @@ def build_parser(run_module: ModuleType | None = None) -> argparse.ArgumentParse
     from managedloop.cli import ops  # provision, tag, resolve, prune, ls
 
     ops.add_parsers(sub)
+    from managedloop.cli import sessions  # Claude sessions: list, get, update, archive, delete
+
+    sessions.add_parser(sub)
     return parser
 
 
@@ -509,6 +512,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         if args.command == "run":
             assert run_module is not None
             return cmd_run(args, run_module, stdout)
+        if args.command == "sessions":
+            from managedloop.cli import sessions
+
+            return sessions.run(args, stdout)
         if args.command != "emulate":
             from managedloop.cli import ops
 
