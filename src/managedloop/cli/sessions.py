@@ -27,7 +27,9 @@ STATUSES = ("idle", "running", "rescheduling", "terminated")
 def add_parser(sub: Any) -> None:
     """Register ``sessions`` and its verbs on the ``managedloop`` parser's subparsers."""
     parser = sub.add_parser("sessions", help="list, show, update, archive, delete Claude sessions")
-    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=type(parser))
+    verbs = parser.add_subparsers(
+        dest="verb", required=True, parser_class=type(parser), help="what to do"
+    )
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--base-url", help="API base URL (default: https://api.anthropic.com)")
@@ -45,11 +47,11 @@ def add_parser(sub: Any) -> None:
         ("delete", "delete a session, its events and the files it produced"),
     ):
         p = verbs.add_parser(verb, help=text)
-        p.add_argument("session_id")
+        p.add_argument("session_id", help="the session (sesn_...)")
         common(p)
     p = verbs.add_parser("update", help="retitle a session or change its metadata")
-    p.add_argument("session_id")
-    p.add_argument("--title")
+    p.add_argument("session_id", help="the session (sesn_...)")
+    p.add_argument("--title", help="the new title")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="metadata")
     p.add_argument("--unset", action="append", default=[], metavar="KEY", help="drop a key")
     common(p)
