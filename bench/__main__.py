@@ -15,10 +15,13 @@ import time
 SUITES: list[str] = [
     "bench.imports",
     "bench.local",
+    "bench.local_transports",
     "bench.claude",
     "bench.agentcore",
+    "bench.selfhosted",
     "bench.otel",
     "bench.temporal",
+    "bench.console",
 ]
 
 

@@ -28,6 +28,8 @@ PUBLIC = [
     "resolve_sync",  # issue 10 lifecycle
     "tag",  # issue 10 lifecycle
     "tag_sync",  # issue 10 lifecycle
+    "untag",  # issue 25: the atomic inverse of tag
+    "untag_sync",  # issue 25
     "APIStatusError",
     "AgentSpec",
     "ApprovalRequest",
@@ -55,6 +57,7 @@ PUBLIC = [
     "ProvisioningError",
     "Secret",
     "SessionInfo",
+    "SessionRecord",  # issue 28 session record
     "SessionResult",
     "SessionTimeoutError",
     "StoreError",
@@ -203,6 +206,7 @@ LIFECYCLE = {
     "prune_environments": "managedloop.provisioning.lifecycle",
     "resolve": "managedloop.provisioning.lifecycle",
     "tag": "managedloop.provisioning.lifecycle",
+    "untag": "managedloop.provisioning.lifecycle",
     "provision": "managedloop.provisioning.facade",
     "teardown": "managedloop.provisioning.facade",
 }

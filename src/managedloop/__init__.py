@@ -68,15 +68,18 @@ if TYPE_CHECKING:  # what type checkers see; at run time these load on first use
         prune_environments,
         resolve,
         tag,
+        untag,
     )
     from managedloop.provisioning.runtimes import Bootstrap
     from managedloop.session import GuardInput, LiveSession, run, run_sync, start
+    from managedloop.session.record import SessionRecord
 
     provision_sync = syncify(provision)
     teardown_sync = syncify(teardown)
     ensure_agent_sync = syncify(ensure_agent)
     ensure_environment_sync = syncify(ensure_environment)
     tag_sync = syncify(tag)
+    untag_sync = syncify(untag)
     resolve_sync = syncify(resolve)
     prune_agents_sync = syncify(prune_agents)
     prune_environments_sync = syncify(prune_environments)
@@ -91,6 +94,7 @@ else:
 
     _LAZY = {
         "managedloop.session": ("GuardInput", "LiveSession", "run", "run_sync", "start"),
+        "managedloop.session.record": ("SessionRecord",),
         "managedloop.provisioning.handles": ("AgentHandle", "EnvironmentHandle", "HarnessHandle"),
         "managedloop.provisioning.runtimes": ("Bootstrap",),
         "managedloop.provisioning.lifecycle": (
@@ -101,6 +105,7 @@ else:
             "prune_environments",
             "resolve",
             "tag",
+            "untag",
         ),
         "managedloop.provisioning.facade": ("provision", "teardown"),
     }
@@ -120,6 +125,7 @@ else:
             "ensure_agent_sync",
             "ensure_environment_sync",
             "tag_sync",
+            "untag_sync",
             "resolve_sync",
             "prune_agents_sync",
             "prune_environments_sync",
@@ -165,6 +171,7 @@ __all__ = [
     "Runtime",
     "Secret",
     "SessionInfo",
+    "SessionRecord",
     "SessionResult",
     "SessionTimeoutError",
     "StoreError",
@@ -203,4 +210,6 @@ __all__ = [
     "teardown",
     "teardown_sync",
     "tool",
+    "untag",
+    "untag_sync",
 ]

@@ -8,6 +8,11 @@ situation                     what it is                                  retrie
 ============================  ==========================================  ========
 ``transport``                 :class:`~managedloop.TransportError`:       yes
                               connect/reset/read timeout/dropped stream
+``unhealable``                a ``TransportError`` marked                 **never**
+                              ``permanent=True``: a TLS certificate or
+                              host-name failure, a handshake the peer
+                              refused (a missing client certificate):
+                              the same connect fails the same way
 ``damaged``                   a :class:`~managedloop.MalformedResponseError` yes
                               whose bytes broke in transit (``bad_frame``,
                               ``duplicate_frame``: a checksum mismatch, a
@@ -82,7 +87,7 @@ Claude     a dropped stream (``max_reconnects``  yes       backoff before each r
 Outside this module's loop, and so outside the table: the anthropic SDK retries Claude's
 other API calls itself (its ``max_retries``; its rule also retries 409), and AgentCore's
 provisioning retries its control-plane reads at once within its wait budget, classified by
-:func:`retryable` (``_provision._call``), while ``CreateHarness`` gets one attempt (a retry
+:func:`retryable` (``_waits.call``), while ``CreateHarness`` gets one attempt (a retry
 could create twice).
 
 **The loop** (:class:`Attempts`): ``await attempts.failed(exc)`` inside a call's ``except``
@@ -168,6 +173,7 @@ class Situation(StrEnum):
     """What a failure was, as far as retrying is concerned (see the module docstring)."""
 
     TRANSPORT = "transport"
+    UNHEALABLE = "unhealable"
     DAMAGED = "damaged"
     MALFORMED = "malformed"
     THROTTLED = "throttled"
@@ -239,6 +245,8 @@ def classify(exc: BaseException) -> Situation:
             return Situation.SERVER
         return Situation.CLIENT
     if isinstance(exc, TransportError):
+        if isinstance(context, Mapping) and context.get("permanent") is True:
+            return Situation.UNHEALABLE  # e.g. a certificate the peer will present again
         return Situation.TRANSPORT
     if isinstance(exc, MalformedResponseError):
         return Situation.DAMAGED if exc.code in _DAMAGED_CODES else Situation.MALFORMED

@@ -148,6 +148,7 @@ def test_every_body_route_has_an_sdk_type() -> None:
         ("POST", "/v1/deployments/{id}/unpause"),
         ("POST", "/v1/deployments/{id}/run"),
         ("POST", "/v1/files"),  # multipart, not JSON
+        ("POST", "/v1/environments/{env}/work/{work_id}/ack"),
     }
     posts = {r for r in emu.routes() if r[0] == "POST"}
     unchecked = sorted(posts - set(bodies.BODY_TYPES) - bodyless)

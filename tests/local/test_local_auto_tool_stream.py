@@ -24,6 +24,7 @@ from managedloop import cli
 from managedloop.providers.local import Local
 from managedloop.providers.local._http import ClientPool, OpenAIChat
 from managedloop.providers.local._profiles import PROFILES, Profile
+from managedloop.providers.local._transports import HttpTransport
 from managedloop.providers.local._types import ChatRequest
 from managedloop.testing import ChatEmulator, ChatFaults, call, say
 from managedloop.testing.script import ModelRequest
@@ -200,7 +201,7 @@ async def test_an_empty_stream_for_any_other_call_is_still_a_dropped_stream(
         return web.Response(content_type="text/event-stream")  # 200, no bytes, clean end
 
     with ChatEmulator([empty], api_key=None) as emu:
-        pool = ClientPool(timeout=10, connect_timeout=10, max_connections=0)
+        pool = ClientPool(HttpTransport(timeout=10, connect_timeout=10))
         chat = OpenAIChat(emu.base_url, None, pool, profile=PROFILES["default"])
         request = ChatRequest(
             model="m",
@@ -225,7 +226,7 @@ async def test_a_custom_profile_can_turn_streaming_off_for_auto_tool_calls() -> 
     profile = Profile(tool_choice="auto", stream_auto_tools=False)
     seen: list[str] = []
     with ChatEmulator([say("Hi."), say("Hi.")], faults=FAULT, api_key=None) as emu:
-        pool = ClientPool(timeout=10, connect_timeout=10, max_connections=0)
+        pool = ClientPool(HttpTransport(timeout=10, connect_timeout=10))
         chat = OpenAIChat(emu.base_url, None, pool, profile=profile)
         messages = [{"role": "user", "content": "q"}]
         try:

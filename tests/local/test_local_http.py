@@ -141,9 +141,9 @@ async def test_async_with_keeps_the_pool_across_runs() -> None:
     with ChatEmulator() as emu:
         async with Local(model="m", base_url=emu.base_url, api_key=emu.api_key) as provider:
             first = await ml.run(provider, agent=AGENT, prompt="a")
-            session = provider._pool._pool
+            session = provider._pool.transport._pool
             second = await ml.run(provider, agent=AGENT, prompt="b")
-            assert provider._pool._pool is session is not None
+            assert provider._pool.transport._pool is session is not None
         assert session.closed
     assert first.text == second.text
 

@@ -131,6 +131,10 @@ class RawServer:
             writer.close()
 
 
+async def _no_sleep(seconds: float) -> None:
+    raise AssertionError(f"a retry backoff of {seconds}s: this failure must not be retried")
+
+
 def local(base_url: str, **kwargs: Any) -> Local:
     kwargs.setdefault("max_retries", 0)
     kwargs.setdefault("api_key", KEY)
@@ -158,14 +162,15 @@ async def test_sequential_requests_reuse_one_connection() -> None:
     assert len(srv.requests) == 3
 
 
-async def test_the_request_is_http_1_1_with_no_accept_encoding_and_the_key_once() -> None:
+async def test_the_request_is_http_1_1_with_accept_encoding_gzip_and_the_key_once() -> None:
     async with RawServer([ok()]) as srv:
         await run(local(srv.base_url, headers={"X-Trace": "t1"}))
     head = srv.requests[0].split(b"\r\n\r\n")[0].decode()
     lines = head.split("\r\n")
     assert lines[0] == "POST /v1/chat/completions HTTP/1.1"
     names = [line.partition(":")[0].lower() for line in lines[1:]]
-    assert "accept-encoding" not in names
+    assert names.count("accept-encoding") == 1
+    assert "Accept-Encoding: gzip" in lines
     assert names.count("authorization") == 1
     assert f"Authorization: Bearer {KEY}" in lines
     assert f"Host: 127.0.0.1:{srv.port}" in lines
@@ -315,32 +320,36 @@ async def test_an_endless_head_is_refused_not_buffered(stream: bool) -> None:
     """A server sending header lines forever: refused once the head passes MAX_HEAD."""
     endless = b"HTTP/1.1 200 OK\r\n" + b"X-Filler: " + b"a" * (_wire.MAX_HEAD + 10)
     async with RawServer([endless + b"\r\n", HANG]) as srv:
-        with pytest.raises(ml.TransportError) as failed:
-            await run(local(srv.base_url, stream=stream))
+        with pytest.raises(ml.MalformedResponseError) as failed:
+            await run(local(srv.base_url, stream=stream, max_retries=3, sleep=_no_sleep))
     assert "head is over" in str(failed.value)
+    assert failed.value.code == "response_head_too_large"
+    assert len(srv.requests) == 1  # never retried: the same server sends the same head
 
 
 async def test_many_small_headers_over_the_limit_are_refused() -> None:
     lines = b"".join(b"X-H%d: v\r\n" % i for i in range(_wire.MAX_HEAD // 8))
     async with RawServer([b"HTTP/1.1 200 OK\r\n" + lines + b"\r\n"]) as srv:
-        with pytest.raises(ml.TransportError, match="head is over"):
+        with pytest.raises(ml.MalformedResponseError, match="head is over"):
             await run(local(srv.base_url))
+    assert len(srv.requests) == 1
 
 
-async def test_a_streamed_line_over_the_limit_is_a_malformed_response() -> None:
-    async with RawServer([]) as srv:
-        pool = _wire.Pool(read_timeout=30, connect_timeout=30)
-        srv.answers.append(
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 40\r\n\r\n"
-            + b"data: "
-            + b"x" * 34
-        )
-        head = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
-        resp = await pool.request(("http", "127.0.0.1", srv.port), head, stream=True)
-        with pytest.raises(_wire.LineTooLongError):
-            await resp.readline(16)
-        resp.release()
-        await pool.aclose()
+async def test_a_streamed_line_over_the_limit_is_a_malformed_response(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from managedloop.providers.local import _http
+
+    monkeypatch.setattr(_http, "_MAX_SSE_LINE", 16)
+    body = b"data: " + b"x" * 34
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body)
+    ) + body
+    async with RawServer([answer]) as srv:
+        with pytest.raises(ml.MalformedResponseError, match="over 16 bytes") as failed:
+            await run(local(srv.base_url, stream=True, max_retries=3, sleep=_no_sleep))
+    assert failed.value.code == "malformed_chat_response"
 
 
 # -- content encodings --------------------------------------------------------------------
@@ -541,7 +550,7 @@ async def test_the_api_key_wins_over_an_authorization_header() -> None:
     assert f"Authorization: Bearer {KEY}".encode() in srv.requests[0]
 
 
-async def test_proxy_variables_in_the_environment_are_ignored(
+async def test_proxy_variables_in_the_environment_are_ignored_with_trust_env_false(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async with RawServer([]) as proxy, RawServer([ok()]) as srv:
@@ -549,7 +558,7 @@ async def test_proxy_variables_in_the_environment_are_ignored(
             monkeypatch.setenv(name, f"http://127.0.0.1:{proxy.port}")
         monkeypatch.delenv("NO_PROXY", raising=False)
         monkeypatch.delenv("no_proxy", raising=False)
-        assert (await run(local(srv.base_url))).text == "hi"
+        assert (await run(local(srv.base_url, trust_env=False))).text == "hi"
     assert proxy.connections == 0
     assert srv.connections == 1
 
@@ -579,7 +588,7 @@ async def test_https_with_a_trusted_certificate_sends_sni_and_works(ca: trustme.
         provider = local(f"https://localhost:{srv.port}/v1")
         client = ssl.create_default_context()
         ca.configure_trust(client)
-        provider._pool.ssl_context = client
+        provider._pool.transport.ssl_context = client
         assert (await run(provider)).text == "hi"
     assert seen == ["localhost"]
     assert f"Host: localhost:{srv.port}".encode() in srv.requests[0]
@@ -588,8 +597,10 @@ async def test_https_with_a_trusted_certificate_sends_sni_and_works(ca: trustme.
 async def test_https_refuses_a_certificate_the_system_does_not_trust(ca: trustme.CA) -> None:
     async with RawServer([ok()], ssl_context=_server_context(ca, [])) as srv:
         with pytest.raises(ml.TransportError) as failed:
-            await run(local(f"https://localhost:{srv.port}/v1"))
-    assert failed.value.context["cause"] == "ConnectError"
+            await run(local(f"https://localhost:{srv.port}/v1", max_retries=3, sleep=_no_sleep))
+    assert failed.value.context["cause"] == "TLSError"
+    assert failed.value.code == "tls_error"
+    assert failed.value.context["permanent"] is True
     assert "CERTIFICATE_VERIFY_FAILED" in str(failed.value)
     assert srv.requests == []
 
@@ -599,7 +610,7 @@ async def test_https_refuses_a_certificate_for_another_host(ca: trustme.CA) -> N
         provider = local(f"https://127.0.0.1:{srv.port}/v1")  # the cert names localhost
         client = ssl.create_default_context()
         ca.configure_trust(client)
-        provider._pool.ssl_context = client
+        provider._pool.transport.ssl_context = client
         with pytest.raises(ml.TransportError, match="CERTIFICATE_VERIFY_FAILED"):
             await run(provider)
     assert srv.requests == []
@@ -615,7 +626,7 @@ async def test_many_sessions_share_few_connections_when_run_in_waves() -> None:
                 await asyncio.gather(
                     *(ml.run(provider, agent=AGENT, prompt="q") for _ in range(20))
                 )
-            pool = provider._pool._pool
+            pool = provider._pool.transport._pool
             assert pool is not None
             assert len(pool._all) <= 20  # the second and third waves reused the first's
 
@@ -757,9 +768,10 @@ async def test_a_body_over_the_limit_is_refused(monkeypatch: pytest.MonkeyPatch)
 def test_the_request_target_and_host_are_ascii_and_escaped(
     url: str, key: tuple[str, str, int], head: bytes
 ) -> None:
-    from managedloop.providers.local._http import _Target
+    from managedloop.providers.local._proxy import ProxyRules
+    from managedloop.providers.local._transports import _Route
 
-    target = _Target(url)
+    target = _Route("POST", url, ProxyRules(trust_env=False))
     assert target.key == key
     assert target.line + target.host == head + b"\r\n"
 

@@ -37,8 +37,8 @@ from temporalio.client import Client
 
 import managedloop as ml
 from managedloop.contrib import temporal as mlt
-from managedloop.providers import ClaudeManagedAgents
-from managedloop.stores import FileStore
+from managedloop.providers import ClaudeManagedAgents, Local
+from managedloop.stores import FileStore, MemoryStore
 from managedloop.testing import (
     AgentCoreEmulator,
     AgentCoreFaults,
@@ -237,7 +237,9 @@ async def _until(check: Callable[[], bool], what: str) -> None:
     await poll(look, what)
 
 
-def _start(client: Client, queue: str, tmp_path: Path) -> asyncio.Task[ml.SessionResult]:
+def _start(
+    client: Client, queue: str, tmp_path: Path, *, shared_store: bool = True
+) -> asyncio.Task[ml.SessionResult]:
     return asyncio.create_task(
         mlt.run(
             client,
@@ -246,7 +248,7 @@ def _start(client: Client, queue: str, tmp_path: Path) -> asyncio.Task[ml.Sessio
             prompt="add",
             task_queue=queue,
             heartbeat_timeout=2.0,
-            store=FileStore(tmp_path / "store.json"),
+            store=FileStore(tmp_path / "store.json") if shared_store else None,
         )
     )
 
@@ -312,3 +314,78 @@ async def test_worker_killed_during_a_host_turn(
     if host_name == "local":
         lost, retried = host.emu.received[0], host.emu.received[1]
         assert lost["messages"] == retried["messages"]
+
+
+async def test_default_workers_share_nothing_and_survive_a_kill(
+    client: Client,
+    workers: Callable[[Host, str], Workers],
+    tmp_path: Path,
+) -> None:
+    """Two workers in the default configuration (no ``store=``: nothing shared between
+    them but Temporal) on the host whose state lives on the worker side (Local's
+    transcript): the first is SIGKILLed mid-tool, the second finishes the session from
+    what Temporal holds, and the result carries the whole transcript."""
+    queue = task_queue("kill-default")
+    marks = tmp_path / "marks"
+    async with _host("local", hold_first_turn=False) as host:
+        pool = workers(host, queue)
+        pool.env["ML_STORE"] = ""
+        first = pool.start()
+        second = pool.start()  # both poll the queue: either may take any task
+        run = _start(client, queue, tmp_path, shared_store=False)
+        started = [first, second]
+        await _until(
+            lambda: any((marks / f"tool-started-{p.pid}").exists() for p in started),
+            "the tool to start",
+        )
+        [victim] = [p for p in started if (marks / f"tool-started-{p.pid}").exists()]
+        [survivor] = [p for p in started if p is not victim]
+        pool.kill(victim)
+        (marks / "release").write_text("1")
+        result = await asyncio.wait_for(run, WAIT_BOUND)
+        answers = host.answers(result.session_id)
+    assert result.terminal == ml.Terminal.END_TURN, result
+    [use] = result.custom_tool_uses
+    assert not (marks / f"tool-done-{victim.pid}").exists()
+    assert (marks / f"tool-done-{survivor.pid}").exists()
+    assert answers == [use.id]
+    assert result.transcript is not None
+    roles = [m["role"] for m in result.transcript]
+    assert roles.count("tool") == 1, roles
+    assert roles[0] in {"system", "user"}, roles
+    assert not list(tmp_path.glob("store.json*")), "the default configuration wrote a store"
+
+
+class _OtherMachinesStore(MemoryStore):
+    """What a worker sees of a store it does not share with the worker that wrote: its
+    own writes go elsewhere, so every transcript key is missing."""
+
+    def put(self, key: str, value: Any) -> None:
+        pass
+
+
+async def test_a_failed_durable_session_names_its_cause(client: Client) -> None:
+    """Workers that do not share their store cannot find a transcript: the caller sees
+    that cause by name, not a bare "Workflow execution failed"."""
+    queue = task_queue("cause")
+    with ChatEmulator() as chat:
+
+        def local() -> Local:
+            return Local(model="m", base_url=chat.base_url, api_key=chat.api_key)
+
+        async with mlt.worker(
+            client,
+            task_queue=queue,
+            providers={"host": local},
+            agents={"calc": SPEC},
+            store=_OtherMachinesStore(),
+        ):
+            with pytest.raises(ml.ProviderError) as caught:
+                await asyncio.wait_for(
+                    mlt.run(client, provider="host", agent="calc", prompt="add", task_queue=queue),
+                    WAIT_BOUND,
+                )
+    assert caught.value.code == "durable_session_failed"
+    assert "is not in this worker's store" in str(caught.value)
+    assert caught.value.context["cause_type"] == "TranscriptNotFound"
+    assert not chat.received, "no chat request was sent without its transcript"

@@ -3,9 +3,10 @@
 Run as ``python worker_app.py``; configured by environment variables (the test sets
 them): ``ML_TEMPORAL``, ``ML_QUEUE``, ``ML_HOST`` (``local``, ``claude``, ``agentcore``),
 ``ML_HOST_CONFIG`` (JSON: what the host's emulator needs — URL and key, the Claude agent
-handle, the AgentCore client keywords), ``ML_STORE`` (a directory: the workers' shared
-store) and ``ML_MARKS`` (a directory the tools write their progress to). Prints ``ready``
-once it polls its queue; runs until killed.
+handle, the AgentCore client keywords), ``ML_STORE`` (a file: the workers' shared store;
+empty: no store, the default configuration, transcripts inline in Temporal) and
+``ML_MARKS`` (a directory the tools write their progress to). Prints ``ready`` once it
+polls its queue; runs until killed.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ async def main() -> None:
         task_queue=os.environ["ML_QUEUE"],
         providers={"host": make},
         agents={"calc": SPEC},
-        store=FileStore(os.environ["ML_STORE"]),
+        store=FileStore(os.environ["ML_STORE"]) if os.environ["ML_STORE"] else None,
     ):
         print("ready", flush=True)
         await asyncio.Event().wait()

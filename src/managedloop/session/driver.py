@@ -143,6 +143,15 @@ class _Driver:
         handler = prepared.handler
         self._on_event: Callable[..., Any] | None = getattr(handler, "handle_event", None)
         self._info = self._make_info()
+        # The session record (opt-in, managedloop.session.record): events through the hook
+        rec = prepared.record
+        self.rec = (
+            rec.recorder(prepared.provider.name, prepared.agent_meta, prepared.model)
+            if rec
+            else None
+        )
+        if self.rec is not None:
+            self._on_event = self.rec.wrap(self._on_event)
 
     def _make_info(self) -> SessionInfo:
         return SessionInfo(
@@ -453,6 +462,8 @@ class _Driver:
         cancels (entering and leaving one costs more than a turn)."""
         self.machine.begin_request()
         self._ran, self._resent = set(), _NONE
+        if self.rec is not None:
+            await self.rec.begin(self.info)
         try:
             if not interruptible:
                 return await self._drive(first)
@@ -466,14 +477,19 @@ class _Driver:
             repair = getattr(self.conn, "interrupted", None)
             if repair is not None:
                 repair()  # the host makes its state consistent (Local: answers open calls)
-            return self._finish(
-                dataclasses.replace(
-                    self.partial(), terminal=Terminal.TERMINATED, reason="interrupted"
-                )
+            stopped = dataclasses.replace(
+                self.partial(), terminal=Terminal.TERMINATED, reason="interrupted"
             )
+            return self._finish(stopped) if self.rec is None else await self._recorded(stopped)
         except ManagedLoopError as exc:
             if exc.partial_result is None:
                 exc.partial_result = self.partial()
+            if self.rec is not None:
+                await self.rec.failed(self.info, exc)
+            raise
+        except anyio.get_cancelled_exc_class():
+            if self.rec is not None:  # a timeout or the caller's cancel: not "running" on
+                await self.rec.cancelled(self.info)
             raise
 
     def interrupt(self) -> bool:
@@ -502,9 +518,13 @@ class _Driver:
         may_hold = _approvals.may_hold(self.p.handler)
         while True:
             if isinstance(step, SessionResult):
-                return self._finish(step)
+                return self._finish(step) if self.rec is None else await self._recorded(step)
             step = self.machine.before_turn(step)
+            if self.rec is not None:
+                await self.rec.sent(self.info, step)
             turn = _bounded(await (self._traced_turn(step) if traced else self._turn(step)))
+            if self.rec is not None:
+                await self.rec.turn(self.info, turn)
             action = self.machine.on_turn(turn, self.conn.session_id)
             if isinstance(action, RunTools):
                 if not action.host_approvals and not may_hold:  # _answer's plain path, inline
@@ -512,11 +532,18 @@ class _Driver:
                 else:
                     step = await self._answer(action.tool_uses, action.host_approvals)
             elif isinstance(action, Finish):
-                return self._finish(action.result)
+                result = action.result
+                return self._finish(result) if self.rec is None else await self._recorded(result)
             else:
                 step = action.input
                 if isinstance(step, UserMessage) and step.reprompt:
                     self._log_reprompt()
+
+    async def _recorded(self, result: SessionResult) -> SessionResult:
+        result = self._finish(result)
+        assert self.rec is not None
+        await self.rec.finish(result)
+        return result
 
     def _log_reprompt(self) -> None:
         logger.info(

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, TypedDict
 
-from managedloop import _validate
+from managedloop import _validate, config
 from managedloop.errors import InvalidOptionsError
 from managedloop.hosts import OpenRequest, Provider
 from managedloop.outcome import Outcome
@@ -16,6 +16,7 @@ from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
 from managedloop.results import Approve, Deny, Pending, SessionResult, fast_builder
 from managedloop.session.approvals import Confirm, check_approvals
 from managedloop.session.machine import GuardInput, LoopOptions, TurnGuard
+from managedloop.session.record import SessionRecord, as_record
 from managedloop.tools import ToolDefinition, Toolset
 
 __all__ = ["DEFAULTS", "Prepared", "SessionOptions", "prepare"]
@@ -36,6 +37,7 @@ class Prepared:
     # What the session telemetry events name (managedloop.otel's span attributes).
     model: str | None = None
     agent_meta: dict[str, Any] = field(default_factory=dict)
+    record: SessionRecord | None = None  # the session record (managedloop.session.record)
 
 
 # What ``isinstance(x, Provider)`` checks, without a runtime-checkable Protocol's ~10 µs
@@ -112,6 +114,10 @@ class SessionOptions(TypedDict, total=False):
     max_concurrent_tools: int
     tool_timeout: float | None
     telemetry_metadata: Mapping[str, Any] | None
+    record: Any
+    """Keep this session in a session record (:mod:`managedloop.session.record`): a
+    :class:`~managedloop.stores.Store` or an ``ml.SessionRecord``; default
+    ``ml.configure(record=...)``, else none. ``None`` records nothing."""
 
 
 DEFAULTS: SessionOptions = {
@@ -132,6 +138,7 @@ DEFAULTS: SessionOptions = {
     "max_concurrent_tools": 8,  # enough parallelism for a turn; bounds a runaway fan-out
     "tool_timeout": None,
     "telemetry_metadata": None,
+    "record": None,
 }
 _DEFAULT_OPTIONS = SimpleNamespace(**DEFAULTS)  # prepare reads options, never writes them
 
@@ -258,6 +265,7 @@ def prepare(
     handler, tools = _handler_and_tools(o.handler, spec)
     session_id, transcript, pending = _check_resume(o.resume)
     approvals = check_approvals(o.approvals, o.confirm, pending)
+    record = as_record(o.record if "record" in options else config.resolve("record"))
 
     info_metadata = _info_metadata(o.telemetry_metadata, spec)
     # Built with their slots set directly (see managedloop.results on the builders): once
@@ -297,6 +305,7 @@ def prepare(
     prepared.confirm = o.confirm
     prepared.model = _model_of(provider, spec)
     prepared.agent_meta = _agent_meta(agent, spec, provider)
+    prepared.record = record
     prepared.__class__ = Prepared
     return prepared, outcome
 
@@ -334,6 +343,7 @@ _PreparedB = fast_builder(
         "confirm",
         "model",
         "agent_meta",
+        "record",
     ),
 )
 

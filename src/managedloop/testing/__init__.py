@@ -34,6 +34,8 @@ _WHERE: dict[str, str] = {
     "ScriptedChatModel": "managedloop.testing.chat",
     "ChatEmulator": "managedloop.testing.chat",
     "ChatFaults": "managedloop.testing.chat",
+    "MockTransport": "managedloop.testing.transport",
+    "MockResponse": "managedloop.testing.transport",
     # Claude Managed Agents
     "ClaudeEmulator": "managedloop.testing.claude",
     "ClaudeFaults": "managedloop.testing.claude",
@@ -54,6 +56,8 @@ __all__ = [
     "EmulatorStartError",
     "Fail",
     "Grade",
+    "MockResponse",
+    "MockTransport",
     "ModelRequest",
     "Reply",
     "ScriptExhaustedError",

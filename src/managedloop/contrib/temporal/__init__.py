@@ -7,6 +7,7 @@ user's own workers (see ``_workflow`` and ``_activities`` for the invariants)::
     from temporalio.client import (
         Client,
         WorkflowExecutionStatus,
+        WorkflowFailureError,
         WorkflowUpdateRPCTimeoutOrCancelledError,
     )
     from temporalio.service import RPCError
@@ -23,10 +24,12 @@ user's own workers (see ``_workflow`` and ``_activities`` for the invariants)::
                            prompt="What is 2 + 2?", task_queue="agents")
 
 Providers and agents cross the workflow boundary by *name*, so credentials never enter a
-workflow history. Local transcripts are kept in the workers' shared
-:class:`~managedloop.stores.Store` (one every worker of the queue can read: a
-``SQLiteStore`` on one machine, a ``RedisStore`` across machines) and only their keys
-cross.
+workflow history. Local transcripts travel inside Temporal by default (in the turn
+activities' inputs and results), so any worker can take any turn; ``store=`` (one store
+every worker of the queue shares: a ``SQLiteStore`` on one machine, a ``RedisStore``
+across machines) keeps them out of the history, for long sessions, and only their keys
+cross. What the history then holds in plain text — prompts, tool inputs and results —
+is encrypted with a payload codec (:mod:`managedloop.contrib.temporal.codec`).
 """
 
 from __future__ import annotations
@@ -39,17 +42,18 @@ from datetime import timedelta
 from typing import Any
 
 from managedloop import _validate
-from managedloop.errors import InvalidOptionsError
+from managedloop.errors import InvalidOptionsError, ProviderError
 from managedloop.hosts import Provider
 from managedloop.provisioning.specs import AgentSpec
 from managedloop.results import ApprovalRequest, Approve, Deny, SessionResult
-from managedloop.stores import MemoryStore, Store
+from managedloop.stores import Store
 from managedloop.tools import Toolset, as_tool
 
 try:
     from temporalio.client import (
         Client,
         WorkflowExecutionStatus,
+        WorkflowFailureError,
         WorkflowUpdateRPCTimeoutOrCancelledError,
     )
     from temporalio.service import RPCError
@@ -126,8 +130,10 @@ def worker(
     ``providers`` map a name to a factory called once per worker (so each worker builds
     its own clients and credentials); ``agents`` map a name to its spec, whose tool
     implementations this worker runs. A worker that only runs pinned tools (a GPU
-    machine, say) passes ``tools=`` and no providers. ``store`` holds Local transcripts
-    and must be shared by every worker of the queue (default: in-process, one worker).
+    machine, say) passes ``tools=`` and no providers. ``store`` keeps Local transcripts by
+    key instead of inline in the workflow history (default: inline, which needs no shared
+    storage, up to 1 MiB of transcript); when given, every worker of the queue must share
+    it.
     ``tool_queues`` pins tools to task queues (``{"render": "gpu"}``: the ``render`` calls
     of sessions this worker opens run on a worker of queue ``gpu``, which passes the tool
     as ``tools=[render]``); ``start(tool_queues=...)`` overrides it per session.
@@ -143,7 +149,7 @@ def worker(
     activities = SessionActivities(
         providers=providers or {},
         agents=agents,
-        store=store if store is not None else MemoryStore(),
+        store=store,
         tools=Toolset(list(seen.values())),
         tool_queues=tool_queues,
     )
@@ -273,7 +279,7 @@ async def result(
                 f"a session that is not live serves one request, not {request}",
                 option="request",
             )
-        data = await handle.result()
+        data = await _workflow_result(handle)
         return _session_result(data, store)
     try:
         data = await handle.execute_update("managedloop.result", request, result_type=dict)
@@ -283,8 +289,29 @@ async def result(
         served = await described.memo_value(SERVED_MEMO, default=0)
         if described.status is WorkflowExecutionStatus.RUNNING or request != served:
             raise
-        data = await handle.result()
+        data = await _workflow_result(handle)
     return _session_result(data, store)
+
+
+async def _workflow_result(handle: Any) -> dict[str, Any]:
+    """The workflow's result; a failed workflow raises a :class:`ProviderError` whose
+    message is the innermost cause (an activity's own error), not Temporal's bare
+    "Workflow execution failed"."""
+    try:
+        data: dict[str, Any] = await handle.result()
+    except WorkflowFailureError as exc:
+        cause: BaseException = exc
+        chain = []
+        while cause.__cause__ is not None:
+            cause = cause.__cause__
+            chain.append(getattr(cause, "type", None) or type(cause).__name__)
+        raise ProviderError(
+            f"durable session {handle.id} failed: {cause}",
+            code="durable_session_failed",
+            workflow_id=handle.id,
+            cause_type=chain[-1] if chain else None,
+        ) from exc
+    return data
 
 
 async def run(client: Client, *, store: Store | None = None, **options: Any) -> SessionResult:

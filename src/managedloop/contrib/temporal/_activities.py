@@ -29,11 +29,13 @@ result was recorded or sent): tools that act on the world should be idempotent p
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import anyio
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from managedloop.handler import run_tool_calls
 from managedloop.hosts import OpenRequest, Provider
@@ -43,7 +45,16 @@ from managedloop.session.approvals import hold_reason
 from managedloop.stores import Store
 from managedloop.tools import Toolset
 
-from ._wire import OpenCall, Opened, ToolCall, TurnCall, TurnDone, decode_input
+from ._wire import (
+    INLINE_LIMIT,
+    OpenCall,
+    Opened,
+    ToolCall,
+    Transcript,
+    TurnCall,
+    TurnDone,
+    decode_input,
+)
 
 __all__ = ["HEARTBEAT_EVERY", "SessionActivities"]
 
@@ -76,7 +87,7 @@ class SessionActivities:
         *,
         providers: Mapping[str, Callable[[], Provider]],
         agents: Mapping[str, AgentSpec],
-        store: Store,
+        store: Store | None,
         tools: Toolset,
         tool_queues: Mapping[str, str] | None = None,
     ) -> None:
@@ -119,21 +130,48 @@ class SessionActivities:
             replay_from=replay_from,
         )
 
-    def _load(self, key: str | None) -> list[dict[str, Any]] | None:
+    def _load(self, key: str | None, inline: Transcript | None) -> Transcript | None:
         if key is None:
-            return None
+            return inline
+        if self._store is None:
+            raise ApplicationError(
+                f"transcript {key!r} is kept in a shared store and this worker has none: "
+                "give every worker of the task queue the same store (worker(store=...))",
+                type="TranscriptStoreMissing",
+                non_retryable=True,
+            )
         stored = self._store.get(key)
         if stored is None:
-            raise LookupError(f"transcript {key!r} is not in the worker's store")
+            raise ApplicationError(
+                f"transcript {key!r} is not in this worker's store: every worker of the task "
+                "queue must share one store (a SQLiteStore on one machine, a RedisStore "
+                "across machines)",
+                type="TranscriptNotFound",
+                non_retryable=True,
+            )
         messages = stored["messages"]
         assert isinstance(messages, list)
         return messages
 
-    def _save(self, key: str, transcript: list[dict[str, Any]] | None) -> str | None:
+    def _save(
+        self, key: str, transcript: Transcript | None
+    ) -> tuple[str | None, Transcript | None]:
+        """``(key, None)`` once stored under ``key``; ``(None, transcript)`` to carry inline."""
         if transcript is None:
-            return None
+            return None, None
+        if self._store is None:
+            size = len(json.dumps(transcript, ensure_ascii=False).encode())
+            if size > INLINE_LIMIT:
+                raise ApplicationError(
+                    f"the session's transcript is {size} bytes, over the {INLINE_LIMIT} a "
+                    "Temporal payload can carry inline: give the workers a shared store "
+                    "(worker(store=...)) to keep transcripts by key",
+                    type="TranscriptTooLarge",
+                    non_retryable=True,
+                )
+            return None, transcript
         self._store.put(key, {"messages": transcript})
-        return key
+        return key, None
 
     @activity.defn(name="managedloop.open")
     async def open(self, call: OpenCall) -> Opened:
@@ -141,12 +179,13 @@ class SessionActivities:
         async with _heartbeating():
             conn = await provider.open(self._request(call.agent, call.session_id, None))
             try:
-                key = await anyio.to_thread.run_sync(
+                key, inline = await anyio.to_thread.run_sync(
                     self._save, call.transcript_key, conn.transcript()
                 )
                 return Opened(
                     session_id=conn.session_id,
                     transcript_key=key,
+                    transcript=inline,
                     pending=[u.to_dict() for u in conn.pending_tool_uses],
                     tool_queues=self._tool_queues,
                 )
@@ -157,7 +196,7 @@ class SessionActivities:
     @activity.defn(name="managedloop.turn")
     async def turn(self, call: TurnCall) -> TurnDone:
         provider = self._provider(call.provider)
-        transcript = await anyio.to_thread.run_sync(self._load, call.transcript_in)
+        transcript = await anyio.to_thread.run_sync(self._load, call.transcript_in, call.transcript)
         # A first attempt follows a finished turn: the history holds nothing new. A retry
         # follows a dead attempt, which may have sent the input and seen part of the turn:
         # the host replays what came after the last event the workflow holds.
@@ -175,11 +214,14 @@ class SessionActivities:
                         result = item
                 if result is None:
                     raise RuntimeError("the host's turn ended without a TurnResult")
-                key = await anyio.to_thread.run_sync(
+                key, inline = await anyio.to_thread.run_sync(
                     self._save, call.transcript_out, conn.transcript()
                 )
                 return TurnDone(
-                    turn=result.to_dict(), session_id=conn.session_id, transcript_key=key
+                    turn=result.to_dict(),
+                    session_id=conn.session_id,
+                    transcript_key=key,
+                    transcript=inline,
                 )
             finally:
                 with anyio.CancelScope(shield=True):

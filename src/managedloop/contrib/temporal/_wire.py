@@ -7,12 +7,20 @@ never cross: a workflow names its provider and agent (``provider="claude-prod"``
 registered — API keys and AWS credentials stay on the worker's machine and out of every
 payload and history.
 
-Local transcripts never cross either (Temporal caps a payload at 2 MB and the history of
-a long session grows past it): the host-turn activity keeps them in a
-:class:`managedloop.stores.Store` under a key made from the workflow id and the turn
-number, and only the key crosses. A turn reads transcript *n* and writes transcript
-*n + 1*, so a retried turn starts again from the same history and can never append a tool
-result twice.
+Local transcripts (the only host state the workers must carry: Claude and AgentCore keep
+theirs) cross in one of two ways, chosen by the worker:
+
+* **inline** (the default, no ``store=``): the transcript travels in the turn activity's
+  input and result, so it lives in Temporal itself and any worker of the queue can take
+  the next turn, or retry one whose worker died. Temporal caps a payload at 2 MB and warns
+  about long histories; a transcript over :data:`INLINE_LIMIT` is a named, non-retryable
+  failure (``transcript_too_large``) that says to configure a shared store;
+* **by key** (``worker(store=...)``, a store every worker of the queue shares): the
+  activity keeps the transcript under a key made from the workflow id and the turn number,
+  and only the key crosses.
+
+Either way a turn reads transcript *n* and writes transcript *n + 1*, so a retried turn
+starts again from the same history and can never append a tool result twice.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from managedloop.hosts import ToolResults, TurnInput, UserMessage
 from managedloop.results import Approve, Deny, ToolResult, ToolUse
 
 __all__ = [
+    "INLINE_LIMIT",
     "Carry",
     "OpenCall",
     "Opened",
@@ -35,6 +44,13 @@ __all__ = [
     "decode_input",
     "encode_input",
 ]
+
+
+INLINE_LIMIT = 1024 * 1024
+"""Bytes of JSON an inline transcript may take: half of Temporal's 2 MB payload cap, which
+leaves room for the turn's own events in the same activity result."""
+
+Transcript = list[dict[str, Any]]
 
 
 @dataclass(kw_only=True)
@@ -76,6 +92,7 @@ class Carry:
     session_id: str | None
     transcript_key: str | None
     last_event_id: str
+    transcript: Transcript | None = None
     inbox: list[str] = field(default_factory=list)
     tool_queues: dict[str, str] = field(default_factory=dict)
     requests: int = 0
@@ -96,7 +113,10 @@ class OpenCall:
 class Opened:
     session_id: str | None
     transcript_key: str | None
-    """The key the opening transcript was stored under (``None``: the host holds history)."""
+    """The key the opening transcript was stored under (``None``: the host holds history,
+    or the worker has no store and the transcript is :attr:`transcript`)."""
+    transcript: Transcript | None = None
+    """The opening transcript itself, when the worker keeps transcripts inline."""
     pending: list[dict[str, Any]] = field(default_factory=list)
     """Tool uses a reattached session still waits on (``ToolUse.to_dict()`` each)."""
     tool_queues: dict[str, str] = field(default_factory=dict)
@@ -111,6 +131,8 @@ class TurnCall:
     transcript_in: str | None
     transcript_out: str
     input: dict[str, Any]
+    transcript: Transcript | None = None
+    """Transcript *n* itself, when it travels inline (then ``transcript_in`` is ``None``)."""
     last_event_id: str = ""
     """The id of the last raw event the workflow holds (``""``: none yet): a retried turn
     replays the host's history after it (``OpenRequest.replay_from``)."""
@@ -122,6 +144,8 @@ class TurnDone:
     """``TurnResult.to_dict()``."""
     session_id: str | None
     transcript_key: str | None
+    transcript: Transcript | None = None
+    """Transcript *n + 1* itself, when the worker keeps transcripts inline."""
 
 
 @dataclass(kw_only=True)

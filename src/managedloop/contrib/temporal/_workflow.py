@@ -110,6 +110,8 @@ class SessionWorkflow:
         carry = start.carry
         self._session_id: str | None = carry.session_id if carry else None
         self._transcript: str | None = carry.transcript_key if carry else None
+        self._inline: list[dict[str, Any]] | None = carry.transcript if carry else None
+        """The transcript itself when the workers keep it inline (no shared store)."""
         self._last_event = carry.last_event_id if carry else ""
         self._inbox = [{"text": t} for t in carry.inbox] if carry else []
         self._requests = carry.requests if carry else 0
@@ -210,6 +212,7 @@ class SessionWorkflow:
                 retry_policy=_RETRY,
             )
             self._session_id, self._transcript = opened.session_id, opened.transcript_key
+            self._inline = opened.transcript
             self._queues = {**opened.tool_queues, **start.tool_queues}
             text = start.prompt
         while True:
@@ -249,6 +252,7 @@ class SessionWorkflow:
         carry = Carry(
             session_id=self._session_id,
             transcript_key=self._transcript,
+            transcript=self._inline,
             last_event_id=self._last_event,
             inbox=[e["text"] for e in self._inbox],
             tool_queues=self._queues,
@@ -286,6 +290,7 @@ class SessionWorkflow:
                     transcript_out=f"{self._base}:{self._seq}",
                     input=encode_input(machine.before_turn(next_input)),
                     last_event_id=self._last_event,
+                    transcript=self._inline,
                 ),
                 result_type=TurnDone,
                 task_queue=start.task_queue,
@@ -294,6 +299,7 @@ class SessionWorkflow:
                 retry_policy=_RETRY,
             )
             self._session_id, self._transcript = done.session_id, done.transcript_key
+            self._inline = done.transcript
             turn = TurnResult.from_dict(done.turn)
             self._events.extend(turn.events)
             self._last_event = _last_id(turn.events, self._last_event)
@@ -301,7 +307,10 @@ class SessionWorkflow:
             action = machine.on_turn(turn, self._session_id)
             if isinstance(action, Finish):
                 result = action.result.to_dict()
-                result["transcript_key"] = self._transcript
+                if self._transcript is not None:
+                    result["transcript_key"] = self._transcript
+                elif self._inline is not None:
+                    result["transcript"] = self._inline
                 return result
             if isinstance(action, RunTools):
                 next_input = await self._run_tools(action.tool_uses, action.host_approvals)

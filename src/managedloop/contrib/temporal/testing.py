@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["STARTUP_BOUND", "dev_server", "temporal_cli"]
+__all__ = ["STARTUP_BOUND", "dev_server", "free_port", "temporal_cli"]
 
 STARTUP_BOUND = 60.0
 """Seconds the dev server may take to answer health checks (0.3 s idle; a loaded CI box)."""
@@ -35,23 +35,33 @@ def temporal_cli() -> str:
     return found
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
-def dev_server(*, log_path: str | os.PathLike[str] | None = None) -> Iterator[str]:
-    """Run a dev server for the ``with`` block; yields its ``host:port`` address."""
+def dev_server(
+    *,
+    log_path: str | os.PathLike[str] | None = None,
+    port: int | None = None,
+    db_filename: str | os.PathLike[str] | None = None,
+) -> Iterator[str]:
+    """Run a dev server for the ``with`` block; yields its ``host:port`` address.
+
+    ``db_filename`` keeps its state in that SQLite file (default: in memory), so a server
+    started again with the same ``port`` and file carries on where the last one stopped.
+    """
     cli = temporal_cli()
-    port = _free_port()
+    port = port if port is not None else free_port()
     address = f"127.0.0.1:{port}"
     env = {**os.environ, "TEMPORAL_VERSION_CHECK_DISABLED": "1"}
     with contextlib.ExitStack() as stack:
         if log_path is None:
             log_path = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "server.log"
-        log = stack.enter_context(open(log_path, "w"))
+        log = stack.enter_context(open(log_path, "a"))
         server = subprocess.Popen(  # noqa: S603 - our own CLI, fixed arguments
             [
                 cli,
@@ -66,6 +76,7 @@ def dev_server(*, log_path: str | os.PathLike[str] | None = None) -> Iterator[st
                 "warn",
                 "--dynamic-config-value",
                 "frontend.enableServerVersionCheck=false",
+                *(["--db-filename", str(db_filename)] if db_filename is not None else []),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

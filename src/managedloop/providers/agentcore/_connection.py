@@ -179,6 +179,7 @@ class AgentCoreConnection(ConnectionBase):
                 idle_timeout=p.idle_timeout,
                 span_meta=meta,
                 inflight=self._inflight,
+                trace=True,
             )
             check = _converse.StreamCheck()  # a frame delivered twice is named, not merged
             try:

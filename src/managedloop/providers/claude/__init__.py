@@ -27,6 +27,7 @@ from managedloop.providers.claude._provision import (
     ClaudeHandle,
     normalize_model_id,
 )
+from managedloop.providers.claude._selfhosted import SandboxWorker, SelfHostedEnvironment
 from managedloop.providers.claude._sessions import file_resource, github_repository, memory_store
 from managedloop.providers.claude._wire import interrupt_event, tool_confirmation
 
@@ -37,6 +38,8 @@ __all__ = [
     "ClaudeArtifactStore",
     "ClaudeHandle",
     "ClaudeManagedAgents",
+    "SandboxWorker",
+    "SelfHostedEnvironment",
     "agent_toolset",
     "file_resource",
     "github_repository",

@@ -19,6 +19,11 @@ spec's ``model_config`` are read by the library, not sent; ``model``, ``messages
 streamed request's (never sent unstreamed); ``parallel_tool_calls`` is dropped for
 profiles whose server does not support it. :func:`redact_url` masks a URL's userinfo, for
 showing a ``base_url`` in a message.
+
+The bytes go through a transport (:class:`AsyncTransport`, one method, like httpx's):
+:class:`HttpTransport` by default, :class:`AiohttpTransport` beside it, and
+:class:`managedloop.testing.MockTransport` for tests; ``Local(proxy=..., trust_env=...,
+verify=..., client_cert=...)`` configure the default one.
 """
 
 from managedloop.providers.local._connection import (
@@ -33,6 +38,14 @@ from managedloop.providers.local._http import redact_url
 from managedloop.providers.local._llama_cpp import LlamaCppChat
 from managedloop.providers.local._profiles import PROFILES, Profile
 from managedloop.providers.local._provider import Local, set_testing
+from managedloop.providers.local._tls import InsecureTLSWarning
+from managedloop.providers.local._transports import (
+    AiohttpTransport,
+    AsyncTransport,
+    HttpRequest,
+    HttpResponse,
+    HttpTransport,
+)
 from managedloop.providers.local._types import (
     ChatFunction,
     ChatRequest,
@@ -44,10 +57,16 @@ from managedloop.providers.local._types import (
 __all__ = [
     "DUPLICATE_DIRECTIVE",
     "PROFILES",
+    "AiohttpTransport",
+    "AsyncTransport",
     "ChatFunction",
     "ChatRequest",
     "ChatResponse",
     "History",
+    "HttpRequest",
+    "HttpResponse",
+    "HttpTransport",
+    "InsecureTLSWarning",
     "LlamaCppChat",
     "Local",
     "LocalConnection",

@@ -1,4 +1,9 @@
-"""The default chat function: OpenAI Chat Completions over HTTP/1.1 (:mod:`._wire`).
+"""The default chat function: OpenAI Chat Completions over a transport (:mod:`._transports`).
+
+This module is the sans-IO half of the seam: the request (body, headers, credentials),
+redirects, the stream fold and the mapping of every answer and failure to the error tree;
+the bytes move through ``Local(transport=...)``, by default :class:`HttpTransport` on
+:mod:`._wire`.
 
 Why its own transport (measured, ``bench/README.md``): Local first used aiohttp, chosen
 over httpx at 1,000 concurrent sessions (httpcore's pool scans every connection for every
@@ -10,10 +15,10 @@ request and costs about what the raw client does. AgentCore keeps aiohttp.
 
 Invariants:
 
-* One :class:`._wire.Pool` per :class:`ClientPool` (one per ``Local`` instance), bound to
-  the event loop that created it. It is kept open while a connection uses it or while the
-  provider is entered (``async with Local(...)``) and closed when neither holds it, so
-  ``run_sync`` (a fresh event loop per call) never leaves a socket on a dead loop.
+* One transport per ``Local`` instance, behind a :class:`ClientPool` that keeps it open
+  while a connection uses it or while the provider is entered (``async with Local(...)``)
+  and closes it when neither holds it, so ``run_sync`` (a fresh event loop per call) never
+  leaves a socket on a dead loop.
 * Timeouts: ``connect_timeout`` bounds the socket connect (and TLS handshake); ``timeout``
   bounds each wait for *any* bytes (a first token or the next chunk), never a whole
   stream. In a bounded pool (``max_connections``) the wait for a free connection is
@@ -24,17 +29,22 @@ Invariants:
   did): reprs and errors show :func:`redact_url`. A header name or value that could
   inject a header (CR, LF, NUL...), in ``headers`` or the key, is refused at
   construction, as are ``Content-Length`` and ``Transfer-Encoding`` (the framing is ours).
-* No proxy from the environment (aiohttp's ``trust_env`` was off too); TLS for ``https``
-  with the system trust store, hostname checks and SNI.
-* No ``Accept-Encoding`` is sent; a gzip/deflate body sent anyway is decoded, any other
-  ``Content-Encoding`` is a :class:`~managedloop.MalformedResponseError`.
+* Proxies (:mod:`._proxy`) and TLS (:mod:`._tls`) are the transport's options.
+* ``Accept-Encoding: gzip`` is sent (unless ``headers`` name it); a gzip/deflate body is
+  decoded, any other ``Content-Encoding`` is a :class:`~managedloop.MalformedResponseError`.
 * A failure on the wire (refused or timed-out connect, read timeout, a connection closed
   mid-answer, bytes that are not HTTP/1.1) is a :class:`~managedloop.TransportError`
   (retried by the connection) whose ``cause`` names it. A pooled connection the server
   closed while idle (not one byte back) is re-sent once at once, not counted as a retry.
+* What asking again cannot heal fails on the first attempt: a TLS certificate, host-name
+  or handshake refusal (``TransportError(code="tls_error", permanent=True)``), a head
+  over 64 KiB (``MalformedResponseError(code="response_head_too_large")``), a proxy's 407
+  (``APIStatusError(code="proxy_auth_required")``, to ``CONNECT`` or forwarded) and a
+  proxy refusing the tunnel with a 4xx (``proxy_refused``; a 5xx there is retried).
 * Non-streaming: ``POST {base_url}/chat/completions`` and read one JSON body. Streaming:
-  ``stream: true`` with ``stream_options.include_usage`` (when the profile allows); SSE
-  ``data:`` lines carry chunks until ``data: [DONE]``; a stream that ends without
+  ``stream: true`` with ``stream_options.include_usage`` (when the profile allows);
+  server-sent events (read as the WHATWG spec says, :mod:`._sse`: multi-line ``data:``,
+  CRLF/LF/CR line ends) carry chunks until ``data: [DONE]``; a stream that ends without
   ``[DONE]`` was dropped (:class:`~managedloop.TransportError`, retried by the
   connection). A streamed request answered with a JSON body (the server ignored
   ``stream``) is read as one and its text handed to ``on_delta`` once.
@@ -68,10 +78,9 @@ import itertools
 import json
 import logging
 import re
-import ssl
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
-from urllib.parse import quote, unquote, urljoin, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from managedloop import telemetry
 from managedloop._retry import parse_retry_after, says_invalid  # one retry policy
@@ -83,10 +92,13 @@ from managedloop.errors import (
     HostStreamError,
     InvalidOptionsError,
     MalformedResponseError,
+    ProviderError,
     TransportError,
 )
 from managedloop.providers.local import _wire
 from managedloop.providers.local._profiles import PROFILES, Profile
+from managedloop.providers.local._sse import EventTooLargeError, ServerSentEvent, SSEDecoder
+from managedloop.providers.local._transports import AsyncTransport, HttpRequest, HttpResponse
 from managedloop.providers.local._types import (
     ChatRequest,
     ChatResponse,
@@ -107,57 +119,24 @@ _MAX_SSE_LINE = 1 << 24  # one SSE line may carry a whole tool call's arguments;
 
 
 class ClientPool:
-    """One lazily created connection pool, shared by every connection of a provider."""
+    """When a provider's transport is open: while a connection uses it or while the
+    provider is entered (``async with Local(...)``); it is closed when neither holds it."""
 
-    __slots__ = (
-        "_connect_timeout",
-        "_loop",
-        "_max_connections",
-        "_pinned",
-        "_pool",
-        "_timeout",
-        "_users",
-        "ssl_context",
-    )
+    __slots__ = ("_loop", "_pinned", "_users", "transport")
 
-    def __init__(self, *, timeout: float, connect_timeout: float, max_connections: int) -> None:
-        self._timeout = timeout
-        self._connect_timeout = connect_timeout
-        self._max_connections = max_connections
-        self._pool: _wire.Pool | None = None
+    def __init__(self, transport: AsyncTransport) -> None:
+        self.transport = transport
         self._loop: asyncio.AbstractEventLoop | None = None
         self._users = 0
         self._pinned = False
-        # None: the default context (system trust store). Tests set a context trusting
-        # their own certificate authority.
-        self.ssl_context: ssl.SSLContext | None = None
-
-    def session(self) -> _wire.Pool:
-        loop = asyncio.get_running_loop()
-        pool = self._pool
-        if pool is None or pool.closed or self._loop is not loop:
-            # A pool made on another (finished) loop cannot be reused: its sockets belong
-            # to that loop. It was closed when its last user released it.
-            pool = _wire.Pool(
-                read_timeout=self._timeout,
-                connect_timeout=self._connect_timeout,
-                limit=self._max_connections,
-                ssl_context=self.ssl_context,
-            )
-            # The user count is not reset here: the connections that opened before this
-            # first request are users of this pool (resetting it let the first of them
-            # to close shut the pool under the others' requests in flight).
-            self._pool, self._loop = pool, loop
-        return pool
 
     def acquire(self) -> None:
-        """A connection opened on the running loop uses the pool until it releases it."""
+        """A connection opened on the running loop uses the transport until it releases it."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
-            # Users counted on another (finished) loop are gone with it: its pool cannot
-            # be used here, and the next request makes one for this loop.
+            # Users counted on another (finished) loop are gone with it: the transport
+            # opens anew on this loop at the next request.
             self._loop, self._users = loop, 0
-            self._pool = None
         self._users += 1
 
     async def release(self) -> None:
@@ -174,9 +153,7 @@ class ClientPool:
             await self.aclose()
 
     async def aclose(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None and not pool.closed:
-            await pool.aclose()
+        await self.transport.aclose()
 
 
 _ERROR_EXCERPT = 4096  # characters of an error body kept: pydantic's messages run long
@@ -215,6 +192,14 @@ def status_error(status: int, body: str, retry_after: float | None) -> APIStatus
     kind = AuthenticationError if status == 401 else APIStatusError
     message = server_message(body)
     shown = excerpt(message if message is not None else body, _ERROR_EXCERPT)
+    if status == 407:  # a forwarding proxy's (an http:// target's request goes to it)
+        return APIStatusError(
+            "the proxy requires authentication (HTTP 407): check the credentials in the "
+            f"proxy URL (proxy= or HTTP_PROXY): {shown}",
+            code="proxy_auth_required",
+            status=status,
+            body=excerpt(body, _ERROR_EXCERPT),
+        )
     return kind(
         f"the chat endpoint answered HTTP {status}: {shown}",
         status=status,
@@ -230,39 +215,18 @@ _MAX_REDIRECTS = 3  # same-origin 307/308 hops (a trailing-slash fix-up needs on
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _HEADER_VALUE_BAD = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _FRAMING = frozenset({"content-length", "transfer-encoding"})  # set here, from the body
-# Characters a request target may carry as they are (RFC 3986 pchar, "/", "?" and "%",
-# so escapes already in the URL stay); anything else (non-ASCII, a space) is escaped.
-_TARGET_SAFE = "/?%:@!$&'()*+,;=-._~"
 
 
-class _Target:
-    """Where one URL's requests go: the pool key, the request line and ``Host``."""
-
-    __slots__ = ("basic", "host", "key", "line")
-
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        scheme, host = parts.scheme, parts.hostname or ""
-        port = parts.port or (443 if scheme == "https" else 80)
-        self.key = (scheme, host, port)
-        try:
-            name = host.encode("idna").decode("ascii") if not host.isascii() else host
-        except UnicodeError:
-            name = host
-        if ":" in name:
-            name = f"[{name}]"  # an IPv6 literal
-        if parts.port is not None and parts.port != (443 if scheme == "https" else 80):
-            name = f"{name}:{parts.port}"
-        target = quote(parts.path or "/", safe=_TARGET_SAFE)
-        if parts.query:
-            target += "?" + quote(parts.query, safe=_TARGET_SAFE)
-        self.line = f"POST {target} HTTP/1.1\r\n".encode("ascii")
-        self.host = f"Host: {name}\r\n".encode("ascii")
-        # user:password@ in the URL: HTTP Basic credentials, as aiohttp sent them
-        self.basic: str | None = None
-        if parts.username is not None or parts.password is not None:
-            pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
-            self.basic = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
+def _without_userinfo(url: str) -> tuple[str, str | None]:
+    """``url`` without ``user:password@``, and those as an HTTP Basic ``Authorization``
+    value (as aiohttp sent them) when present."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+    basic = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
+    netloc = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=netloc)), basic
 
 
 def _check_header(name: str, value: str, option: str) -> None:
@@ -280,11 +244,11 @@ def _check_header(name: str, value: str, option: str) -> None:
         )
 
 
-def _content_type(resp: _wire.Response) -> str:
+def _content_type(resp: HttpResponse) -> str:
     return resp.headers.get("content-type", "").partition(";")[0].strip().lower()
 
 
-def _text(resp: _wire.Response, raw: bytes) -> str:
+def _text(resp: HttpResponse, raw: bytes) -> str:
     """The body as text: the ``charset`` the server named, else UTF-8; never raises."""
     charset = "utf-8"
     for param in resp.headers.get("content-type", "").split(";")[1:]:
@@ -297,22 +261,52 @@ def _text(resp: _wire.Response, raw: bytes) -> str:
         return raw.decode("utf-8", "replace")
 
 
-def _location(url: str, resp: _wire.Response) -> str:
+def _location(url: str, resp: HttpResponse) -> str:
     return urljoin(url, resp.headers.get("location", ""))
 
 
-def _same_origin(url: str, resp: _wire.Response) -> bool:
+def _same_origin(url: str, resp: HttpResponse) -> bool:
     target = _location(url, resp)
     return origin(target) is not None and origin(target) == origin(url)
 
 
-def _transport_error(shown: str, exc: _wire.WireError) -> TransportError | MalformedResponseError:
-    if isinstance(exc, _wire.UnsupportedEncodingError | _wire.LineTooLongError):
+def _transport_error(shown: str, exc: _wire.WireError) -> ProviderError:
+    """A built-in transport's failure as the error tree has it: retried (a
+    ``TransportError``) only when asking again can succeed."""
+    if isinstance(exc, _wire.HeadTooLargeError):
+        return MalformedResponseError(
+            f"the chat response from {shown} cannot be read: {exc}",
+            code="response_head_too_large",
+            cause=exc.kind,
+        )
+    if isinstance(exc, _wire.UnsupportedEncodingError):
         # the answer arrived and is not one this client reads: asking again gets the same
         return MalformedResponseError(
             f"the chat response from {shown} cannot be read: {exc}",
             code="malformed_chat_response",
             cause=exc.kind,
+        )
+    if isinstance(exc, _wire.TLSError):
+        # the same certificate, host name or refusal comes back on every try
+        return TransportError(
+            f"the chat request to {shown} failed: {exc}",
+            code="tls_error",
+            cause=exc.kind,
+            permanent=True,
+        )
+    if isinstance(exc, _wire.ProxyAuthError):
+        return APIStatusError(
+            f"the proxy for {shown} requires authentication (407): check the credentials "
+            "in the proxy URL (proxy= or HTTP(S)_PROXY)",
+            code="proxy_auth_required",
+            status=407,
+        )
+    if isinstance(exc, _wire.ProxyStatusError):
+        # a 5xx (the proxy cannot reach the target) is retried, a 4xx (refused) is not
+        return APIStatusError(
+            f"the proxy for {shown} refused the tunnel: {exc}",
+            code="proxy_refused",
+            status=exc.status,
         )
     return TransportError(f"the chat request to {shown} failed: {exc.kind}: {exc}", cause=exc.kind)
 
@@ -322,13 +316,9 @@ class OpenAIChat:
     ``/chat/completions``, e.g. ``http://127.0.0.1:11434/v1``)."""
 
     __slots__ = (
-        "_api_key",
-        "_content_type",
-        "_headers",
-        "_host",
+        "_header_pairs",
         "_pool",
         "_shown",
-        "_target",
         "_url",
         "_whole_auto_tools",
         "base_url",
@@ -345,27 +335,37 @@ class OpenAIChat:
     ) -> None:
         self.base_url = base_url
         self.profile = profile if profile is not None else PROFILES["default"]
-        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._url, basic = _without_userinfo(base_url.rstrip("/") + "/chat/completions")
         self._shown = redact_url(base_url)  # for reprs and errors
-        self._target = _Target(self._url)
-        self._api_key = api_key
         self._pool = pool
-        self._headers = dict(headers or {})
-        for name, value in self._headers.items():
+        extra = dict(headers or {})
+        for name, value in extra.items():
             _check_header(name, value, "headers")
         if api_key is not None:
             _check_header("Authorization", api_key.reveal(), "api_key")
-        names = {name.lower() for name in self._headers}
-        if self._target.basic is not None and (api_key is not None or "authorization" in names):
+        names = {name.lower() for name in extra}
+        if basic is not None and (api_key is not None or "authorization" in names):
             raise InvalidOptionsError(
                 "base_url carries credentials (user:password@) and an Authorization header "
                 "or api_key is set too; pass only one of them",
                 option="base_url",
             )
-        # Content-Type and Host unless the caller's headers name them (in any case): one
-        # of each (a second Host is a 400 on most servers)
-        self._content_type = "content-type" not in names
-        self._host = "host" not in names
+        # The same headers go with every request: made once. Content-Type and
+        # Accept-Encoding unless the caller's headers name them (in any case): one of each.
+        pairs: list[tuple[str, str]] = []
+        if "content-type" not in names:
+            pairs.append(("Content-Type", "application/json"))
+        if "accept-encoding" not in names:
+            pairs.append(("Accept-Encoding", "gzip"))
+        for name, value in extra.items():
+            if api_key is not None and name.lower() == "authorization":
+                continue  # the api_key's header wins (as it did on aiohttp)
+            pairs.append((name, value))
+        if api_key is not None:
+            pairs.append(("Authorization", f"Bearer {api_key.reveal()}"))
+        elif basic is not None:
+            pairs.append(("Authorization", basic))
+        self._header_pairs = tuple(pairs)
         # Send calls offering tools with tool_choice "auto" unstreamed: set by the profile,
         # or for the rest of this client's life once the server showed it cannot stream them.
         self._whole_auto_tools = not self.profile.stream_auto_tools
@@ -380,22 +380,6 @@ class OpenAIChat:
             return False
         choice = request.options.get("tool_choice", self.profile.tool_choice)
         return isinstance(choice, str) and choice == "auto"
-
-    def _request_headers(self, length: int) -> bytes:
-        """The header lines after the request line and ``Host``, through the blank line
-        (validated at construction: no value can inject a line)."""
-        lines = ["Content-Type: application/json\r\n"] if self._content_type else []
-        api_key = self._api_key
-        for name, value in self._headers.items():
-            if api_key is not None and name.lower() == "authorization":
-                continue  # the api_key's header wins (as it did on aiohttp)
-            lines.append(f"{name}: {value}\r\n")
-        if api_key is not None:
-            lines.append(f"Authorization: Bearer {api_key.reveal()}\r\n")
-        elif self._target.basic is not None:
-            lines.append(f"Authorization: {self._target.basic}\r\n")
-        lines.append(f"Content-Length: {length}\r\n\r\n")
-        return "".join(lines).encode("utf-8")
 
     def _body(self, request: ChatRequest, stream: bool) -> bytes:
         messages = request.messages
@@ -475,25 +459,19 @@ class OpenAIChat:
         """One request (on a connection of its own when ``fresh``), following same-origin
         redirects (:class:`_EmptyAutoToolStreamError`: see :func:`_read_stream`)."""
         body = self._body(request, stream)
-        pool = self._pool.session()
-        url, target = self._url, self._target
+        transport = self._pool.transport
+        url = self._url
         try:
             for _ in range(_MAX_REDIRECTS + 1):
                 # Redirects are followed here and only to the same origin: the request
                 # carries the conversation and the credentials.
-                head = b"".join(
-                    (
-                        target.line,
-                        target.host if self._host else b"",
-                        self._request_headers(len(body)),
-                    )
+                resp = await transport.handle_request(
+                    HttpRequest("POST", url, self._header_pairs, body, stream=stream, fresh=fresh)
                 )
-                resp = await pool.request(target.key, head, body, stream=stream, fresh=fresh)
                 try:
                     status = extra["status"] = resp.status
                     if status in (307, 308) and _same_origin(url, resp):
-                        url = _location(url, resp)
-                        target = _Target(url)
+                        url = _without_userinfo(_location(url, resp))[0]
                         continue
                     if 300 <= status < 400:
                         raise self._redirect_error(url, resp)
@@ -532,7 +510,7 @@ class OpenAIChat:
             request.on_delta(content)  # the server ignored stream, or it was not sent
         return response
 
-    def _redirect_error(self, url: str, resp: _wire.Response) -> APIStatusError:
+    def _redirect_error(self, url: str, resp: HttpResponse) -> APIStatusError:
         target = origin(_location(url, resp))
         same = target == origin(url)
         why = (
@@ -555,22 +533,28 @@ class _EmptyAutoToolStreamError(Exception):
     data (never leaves this module: the call is re-sent unstreamed)."""
 
 
-async def _read_stream(
-    resp: _wire.Response, request: ChatRequest, auto_tools: bool
-) -> ChatResponse:
-    """Fold SSE chunks into one assistant message, handing text chunks to ``on_delta``.
+async def _read_stream(resp: HttpResponse, request: ChatRequest, auto_tools: bool) -> ChatResponse:
+    """Fold server-sent events (:mod:`._sse`) into one assistant message, handing text
+    chunks to ``on_delta``.
 
     Raises :class:`_EmptyAutoToolStreamError` when ``auto_tools`` (the call offers tools
     with tool_choice "auto") and the body ended cleanly before any ``data:`` line:
     llama-cpp-python's server cannot stream such a call. A body cut mid-transfer raises
-    in ``readline`` instead (a transport error, retried).
+    in ``next_chunk`` instead (a transport error, retried).
     """
     assert request.on_delta is not None
     fold = StreamFold(request.on_delta)
-    while True:
-        raw_line = await resp.readline(_MAX_SSE_LINE)
-        if not raw_line or fold.line(raw_line):
-            break  # end of body, or data: [DONE]
+    decoder = SSEDecoder(_MAX_SSE_LINE)
+    try:
+        while True:
+            piece = await resp.next_chunk()
+            events = decoder.feed(piece) if piece else decoder.close()
+            if any(fold.event(event) for event in events) or not piece:
+                break  # data: [DONE], or the end of the body
+    except EventTooLargeError as exc:
+        raise MalformedResponseError(
+            f"the chat stream cannot be read: {exc}", code="malformed_chat_response"
+        ) from None
     if auto_tools and not fold.seen_data:
         raise _EmptyAutoToolStreamError
     return fold.result(request.tools)
@@ -604,12 +588,40 @@ class StreamFold:
         self.seen_data = False  # any data: line (an empty stream is a server's refusal)
 
     def line(self, raw_line: bytes) -> bool:
-        """Take one SSE line; ``True`` once ``data: [DONE]`` arrived."""
+        """Take one line that is a whole event (``data: {...}``); ``True`` once ``data:
+        [DONE]`` arrived. (The stream reader passes whole events to :meth:`event`.)"""
         line = raw_line.strip()
         if not line.startswith(b"data:"):
             return False  # blank separators, comments, event:/id: fields
         self.seen_data = True
-        data = line[5:].strip()
+        return self.data(line[5:].strip())
+
+    def event(self, event: ServerSentEvent) -> bool:
+        """Take one server-sent event; ``True`` once ``data: [DONE]`` arrived.
+
+        Its data is one chunk (several ``data:`` lines joined with ``\\n``: pretty-printed
+        JSON, as sse-starlette writes it). Data that is no JSON as a whole but whose lines
+        each are is read line by line: a server that leaves out the blank line between
+        events. An ``error`` event's data is the error object.
+        """
+        self.seen_data = True
+        raw = event.data.strip().encode("utf-8")
+        if event.event == "error":
+            try:
+                error = json.loads(raw)
+            except (ValueError, RecursionError):
+                error = event.data
+            raise stream_error(error.get("error", error) if isinstance(error, Mapping) else error)
+        if b"\n" in raw and raw != b"[DONE]":
+            try:
+                json.loads(raw)
+            except (ValueError, RecursionError):
+                lines = [line.strip() for line in raw.split(b"\n") if line.strip()]
+                return any(self.data(line) for line in lines)  # stops at [DONE]
+        return self.data(raw)
+
+    def data(self, data: bytes) -> bool:
+        """Take one chunk's JSON (or ``[DONE]``: then ``True``)."""
         if data == b"[DONE]":
             self.done = True
             return True

@@ -16,6 +16,7 @@ import inspect
 import math
 import re
 import secrets
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit
@@ -27,7 +28,9 @@ from managedloop.hosts import OpenRequest
 from managedloop.providers.local._connection import LocalConnection, RetryPolicy
 from managedloop.providers.local._http import ClientPool, OpenAIChat, redact_url
 from managedloop.providers.local._profiles import Profile, resolve_profile
+from managedloop.providers.local._transports import AsyncTransport, HttpTransport
 from managedloop.providers.local._types import ChatFunction, History, encode
+from managedloop.provisioning.specs import refuse_fields
 
 __all__ = ["ANTHROPIC_PREFIX", "DEFAULT_BASE_URL", "Local", "set_testing"]
 
@@ -137,6 +140,24 @@ class Local:
         connect_timeout: Seconds to establish a connection.
         max_connections: Connection pool size (``0``: unbounded).
         headers: Extra HTTP headers for every request.
+        proxy: A proxy URL (``http://[user:password@]host:port``) for every request;
+            ``https://`` targets go through a ``CONNECT`` tunnel. Default: from
+            ``HTTPS_PROXY`` / ``HTTP_PROXY`` / ``ALL_PROXY``, minus ``NO_PROXY`` (host,
+            ``.domain``, ``host:port``, IP or CIDR entries; either case). The credentials
+            are secrets: never shown, sent to the proxy only.
+        trust_env: Read the proxy variables above (default ``True``; ``False``: direct,
+            unless ``proxy=``). ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` are OpenSSL's and
+            always apply to ``verify=True``.
+        verify: ``True`` (the system trust store), a CA bundle path (a PEM file or a
+            hashed directory), an :class:`ssl.SSLContext` (used as is), or ``False`` (no
+            check at all; warns loudly). The AgentCore host's (botocore's) name.
+        client_cert: A client certificate: one PEM path (certificate and key) or a
+            ``(certificate, key)`` pair of paths (botocore's ``client_cert``).
+        transport: Another :class:`AsyncTransport` for the bytes (e.g.
+            :class:`AiohttpTransport`, or :class:`managedloop.testing.MockTransport`); it
+            takes its own network options, so ``proxy``, ``trust_env``, ``verify``,
+            ``client_cert``, ``timeout``, ``connect_timeout`` and ``max_connections``
+            cannot be combined with it.
         sleep: ``async sleep(seconds)`` used between retries (inject for tests, or use
             :func:`set_testing`).
 
@@ -175,10 +196,33 @@ class Local:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         headers: Mapping[str, str] | None = None,
+        proxy: str | None = None,
+        trust_env: bool = True,
+        verify: bool | str | ssl.SSLContext = True,
+        client_cert: str | tuple[str, str] | None = None,
+        transport: AsyncTransport | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
         **unknown: Any,
     ) -> None:
         _validate.no_unknown_keywords("Local", unknown, _ACCEPTED)
+        network = {
+            name
+            for name, value, default in (
+                ("proxy", proxy, None),
+                ("trust_env", trust_env, True),
+                ("verify", verify, True),
+                ("client_cert", client_cert, None),
+                ("connect_timeout", connect_timeout, DEFAULT_CONNECT_TIMEOUT),
+                ("max_connections", max_connections, DEFAULT_MAX_CONNECTIONS),
+                ("timeout", timeout, DEFAULT_TIMEOUT),
+            )
+            if value is not default and value != default
+        }
+        if transport is not None and not isinstance(transport, AsyncTransport):
+            raise InvalidOptionsError(
+                "transport must be an AsyncTransport (HttpTransport, AiohttpTransport...)",
+                option="transport",
+            )
         if model is not None and (not isinstance(model, str) or not model.strip()):
             raise InvalidOptionsError("model must be a non-empty string", option="model")
         if chat is not None and not callable(chat):
@@ -237,16 +281,45 @@ class Local:
         self.base_url: str | None = url
         self._api_key: Any = key  # Secret, None, or MISSING (anthropic: the SDK default)
         max_connections = _int("max_connections", max_connections)
-        # A chat function replaces HTTP entirely: no pool is made.
-        self._pool = (
-            ClientPool(
+        not_http = "chat=" if chat is not None else "anthropic: models" if self._anthropic else ""
+        unused = {"connect_timeout", "max_connections", "timeout"}  # read there before, kept
+        for name in sorted(network - unused if not_http else ()):
+            raise InvalidOptionsError(  # refused, never dropped
+                f"{name}= is an option of the Local host's HTTP transport, which {not_http} "
+                "do not use",
+                option=name,
+            )
+        if transport is not None and (chat is not None or self._anthropic):
+            raise InvalidOptionsError(
+                f"transport= carries Chat Completions requests; {not_http} do not use it",
+                option="transport",
+            )
+        if transport is not None and network:
+            raise InvalidOptionsError(
+                f"{', '.join(sorted(network))} configure the default transport; pass them to "
+                "the transport given as transport= instead",
+                option=sorted(network)[0],
+            )
+        # A chat function replaces HTTP entirely: no transport is made.
+        self._pool: ClientPool | None = None
+        if chat is None and not self._anthropic and transport is not None:
+            self._pool = ClientPool(transport)
+        elif chat is None and not self._anthropic:
+            default = HttpTransport(
+                proxy=proxy,
+                trust_env=trust_env,
+                verify=verify,
+                client_cert=client_cert,
                 timeout=self._timeout,
                 connect_timeout=self._connect_timeout,
                 max_connections=max_connections,
             )
-            if chat is None
-            else None
-        )
+            if url is not None:
+                # an environment proxy the transport cannot use fails here, not at a request
+                parts = urlsplit(url)
+                port = parts.port or (443 if parts.scheme == "https" else 80)
+                default.proxies.for_url(parts.scheme, parts.hostname or "", port)
+            self._pool = ClientPool(default)
         self._http = (
             OpenAIChat(url, key, self._pool, self._headers, self.profile)
             if self._pool is not None and not self._anthropic and url is not None
@@ -287,6 +360,8 @@ class Local:
                 option="environment",
             )
         spec = request.spec
+        if spec is not None:
+            refuse_fields(spec, "local", _HOST_ONLY)  # refuse or honour, never drop
         spec_config: Mapping[str, Any] = spec.model_config if spec is not None else {}
         model = self.model or (spec.model if spec is not None else None)
         if model is None and isinstance(spec_config.get("model"), str):
@@ -355,5 +430,17 @@ class Local:
             null_content=self.profile.null_content and chat is self._http,
         )
 
+
+_HOST_ONLY = {
+    "host_tools": "host-run tools need a managed host; a Local agent's tools are AgentSpec.tools",
+    "effort": "a Claude agent setting (a Local model's settings go in model_config)",
+    "execution_identity": "a Claude agent setting; a Local tool runs in this process",
+    "timeout_seconds": "an AgentCore harness setting; bound a Local run with run(timeout=...)",
+    "harness_config": "AgentCore harness settings",
+    "mcp_servers": "a Claude agent setting (a Local agent's MCP tools: Toolset.from_mcp)",
+    "skills": "a Claude agent setting",
+    "speed": "a Claude model setting (a Local model's settings go in model_config)",
+    "inference_geo": "a Claude model setting",
+}
 
 _ACCEPTED = tuple(inspect.signature(Local.__init__).parameters)[1:-1]  # not self, **unknown

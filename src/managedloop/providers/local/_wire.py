@@ -19,8 +19,15 @@ What it does and does not do:
 * ``connect_timeout`` bounds the socket connect (and the TLS handshake); ``read_timeout``
   bounds every wait for bytes from the server (the first byte of the answer and each
   later one), never the whole exchange, so a long stream that keeps talking is never cut.
-* TLS for ``https``: the default context (the system trust store, hostname checks) and
-  SNI. No proxy, whatever the environment says.
+* TLS for ``https``: the pool's context (default: the system trust store, hostname
+  checks) and SNI. A certificate or host-name failure, or a handshake the server refused,
+  is a :class:`TLSError` (never healed by asking again).
+* Proxies (:class:`Via`, chosen by the caller): an ``http://`` target's request goes to
+  the proxy in absolute form (the caller writes that request line and the
+  ``Proxy-Authorization`` header); an ``https://`` target's goes through a ``CONNECT``
+  tunnel opened here, with ``Proxy-Authorization`` on the ``CONNECT`` only, so the target
+  never sees the proxy's credentials. A proxy's ``407`` to the ``CONNECT`` is a
+  :class:`ProxyAuthError`, any other non-2xx a :class:`ProxyStatusError`.
 * A pooled connection the server closed while it was idle (the request went out and the
   connection ended with not one byte back) is re-sent once on a new connection.
 * Any answer that breaks HTTP/1.1 (a garbage status line, a bad chunk, a head over
@@ -28,9 +35,8 @@ What it does and does not do:
   is a :class:`WireError`; the connection is closed, never pooled again. Bytes after the
   end of an answer (a body longer than its ``Content-Length``) close the connection too,
   but do not spoil the answer they follow.
-* No ``Accept-Encoding`` is sent, so servers answer in identity; a ``gzip`` or
-  ``deflate`` body sent anyway is decoded, any other coding is refused
-  (:class:`UnsupportedEncodingError`).
+* A ``gzip`` or ``deflate`` body is decoded (the caller sends ``Accept-Encoding: gzip``),
+  any other coding is refused (:class:`UnsupportedEncodingError`).
 * Errors never carry a request header (the ``Authorization`` header is a secret).
 """
 
@@ -45,13 +51,19 @@ from typing import Any
 
 import httptools
 
+from managedloop.providers.local._tls import default_context
+
 __all__ = [
     "MAX_BODY",
     "MAX_HEAD",
-    "LineTooLongError",
+    "HeadTooLargeError",
     "Pool",
+    "ProxyAuthError",
+    "ProxyStatusError",
     "Response",
+    "TLSError",
     "UnsupportedEncodingError",
+    "Via",
     "WireError",
 ]
 
@@ -90,26 +102,41 @@ class BadResponseError(WireError):
     kind = "BadHttpResponse"
 
 
-class LineTooLongError(BadResponseError):
-    """A line of a streamed body over the reader's limit."""
+class HeadTooLargeError(BadResponseError):
+    """The status line and headers are over :data:`MAX_HEAD` bytes (the same server will
+    send the same head again)."""
 
-    kind = "LineTooLong"
+    kind = "HeadTooLarge"
+
+
+class TLSError(ConnectError):
+    """The TLS handshake failed for a reason the network does not cause: the server's
+    certificate is not trusted, names another host, or the server refused ours."""
+
+    kind = "TLSError"
+
+
+class ProxyAuthError(ConnectError):
+    """The proxy answered ``CONNECT`` with ``407 Proxy Authentication Required``."""
+
+    kind = "ProxyAuthenticationRequired"
+    status = 407
+
+
+class ProxyStatusError(ConnectError):
+    """The proxy answered ``CONNECT`` with another non-2xx status (``status``)."""
+
+    kind = "ProxyRefused"
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class UnsupportedEncodingError(WireError):
     """A ``Content-Encoding`` this client neither asked for nor decodes."""
 
     kind = "UnsupportedContentEncoding"
-
-
-_default_ssl: ssl.SSLContext | None = None
-
-
-def _ssl_context() -> ssl.SSLContext:
-    global _default_ssl
-    if _default_ssl is None:
-        _default_ssl = ssl.create_default_context()  # system trust store, hostname checks
-    return _default_ssl
 
 
 class _StopParsing(Exception):  # noqa: N818 - not an error: the answer already failed
@@ -202,7 +229,7 @@ class _Conn(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._unparseable(exc)
         if self.status == 0 and self.head_bytes > MAX_HEAD and not self.done:
-            self._fail(BadResponseError(f"the answer's head is over {MAX_HEAD} bytes"))
+            self._fail(HeadTooLargeError(f"the answer's head is over {MAX_HEAD} bytes"))
 
     def _unparseable(self, exc: Exception) -> None:
         if self.done:
@@ -218,6 +245,10 @@ class _Conn(asyncio.Protocol):
         if not self.done:
             if self.until_eof and self.error is None:
                 self.on_message_complete()  # a body delimited by the end of the connection
+            elif isinstance(exc, ssl.SSLError) and "CERTIFICATE" in str(exc).upper():
+                # TLS 1.3: the server checks our certificate after the handshake is over
+                # on our side, and its refusal is an alert on the first read
+                self._fail(TLSError(f"the server refused the TLS session: {exc}"))
             else:
                 why = f": {exc}" if exc is not None else ""
                 self._fail(DisconnectedError(f"the server closed the connection{why}"))
@@ -231,7 +262,7 @@ class _Conn(asyncio.Protocol):
         # data_received's count) is parsed in one go.
         self.header_bytes += len(name) + len(value) + 4  # ": " and CRLF
         if self.header_bytes > MAX_HEAD:
-            self._fail(BadResponseError(f"the answer's head is over {MAX_HEAD} bytes"))
+            self._fail(HeadTooLargeError(f"the answer's head is over {MAX_HEAD} bytes"))
             raise _StopParsing
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
@@ -374,7 +405,7 @@ class _Conn(asyncio.Protocol):
 
 class Response:
     """One answer: ``status``, ``headers`` (lower-case names), then the body by
-    :meth:`read` or :meth:`readline`. :meth:`release` hands the connection back."""
+    :meth:`read` or :meth:`next_chunk`. :meth:`release` hands the connection back."""
 
     __slots__ = ("_conn", "_pending", "headers", "status")
 
@@ -395,33 +426,23 @@ class Response:
         body, conn.body = conn.body, []
         return b"".join([bytes(self._pending), *body]) if self._pending else b"".join(body)
 
-    async def readline(self, limit: int) -> bytes:
-        """The next line (with its ``\\n``), the rest of the body at its end, ``b""`` after
-        it. A line over ``limit`` bytes is a :class:`BadResponseError`."""
+    async def next_chunk(self) -> bytes:
+        """The next piece of the body as it arrived (decoded), ``b""`` after its end."""
         conn = self._conn
         assert conn is not None
-        pending = self._pending
-        scanned = 0
+        if self._pending:
+            piece = bytes(self._pending)
+            self._pending.clear()
+            return piece
         while True:
-            end = pending.find(b"\n", scanned)
-            if end >= 0:
-                line = bytes(pending[: end + 1])
-                del pending[: end + 1]
-                return line
-            scanned = len(pending)
-            if scanned > limit:
-                raise LineTooLongError(f"a line of the answer is over {limit} bytes")
-            if conn.body:
-                for piece in conn.body:
-                    pending += piece
+            body = conn.body
+            if body:
                 conn.body = []
-                continue
+                return body[0] if len(body) == 1 else b"".join(body)
             if conn.error is not None:
                 raise conn.error
             if conn.done:
-                line = bytes(pending)
-                pending.clear()
-                return line
+                return b""
             await conn.wait()
 
     def release(self) -> None:
@@ -430,6 +451,63 @@ class Response:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.pool._release(conn)
+
+
+class Via:
+    """A proxy to send a request through: where it listens, and the
+    ``Proxy-Authorization`` header line to send a ``CONNECT`` (``b""``: none). The line
+    is a secret: this object has no repr of it."""
+
+    __slots__ = ("authorization", "host", "port")
+
+    def __init__(self, host: str, port: int, authorization: bytes = b"") -> None:
+        self.host = host
+        self.port = port
+        self.authorization = authorization
+
+    def __repr__(self) -> str:
+        return f"Via({self.host!r}, {self.port})"
+
+
+class _TunnelReply(asyncio.Protocol):
+    """Reads a proxy's answer to ``CONNECT``: ``status`` resolves to its status code."""
+
+    __slots__ = ("buffer", "status")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.buffer = bytearray()
+        self.status: asyncio.Future[int] = loop.create_future()
+
+    def data_received(self, data: bytes) -> None:
+        if self.status.done():
+            return
+        self.buffer += data
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self.buffer) > MAX_HEAD:
+                self.status.set_exception(
+                    HeadTooLargeError(f"the proxy's answer to CONNECT is over {MAX_HEAD} bytes")
+                )
+            return
+        line = bytes(self.buffer[: self.buffer.find(b"\r\n")]).split(b" ", 2)
+        if len(line) < 2 or not line[0].startswith(b"HTTP/1.") or not line[1].isdigit():
+            self.status.set_exception(BadResponseError("the proxy's answer to CONNECT is not HTTP"))
+            return
+        status = int(line[1])
+        if 200 <= status < 300 and end + 4 < len(self.buffer):
+            # bytes after the reply and before our TLS hello: not a tunnel
+            self.status.set_exception(BadResponseError("the proxy sent bytes into the tunnel"))
+            return
+        self.status.set_result(status)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.status.done():
+            self.status.set_exception(
+                DisconnectedError("the proxy closed the connection before answering CONNECT")
+            )
 
 
 class Pool:
@@ -462,7 +540,7 @@ class Pool:
         self.connect_timeout = connect_timeout
         self.limit = limit
         self.ssl_context = ssl_context
-        self._idle: dict[tuple[str, str, int], dict[_Conn, None]] = {}
+        self._idle: dict[tuple[Any, ...], dict[_Conn, None]] = {}
         self._all: set[_Conn] = set()
         self._count = 0  # open and connecting connections
         self._waiters: deque[asyncio.Future[None]] = deque()
@@ -481,16 +559,19 @@ class Pool:
         *,
         stream: bool = False,
         fresh: bool = False,
+        via: Via | None = None,
     ) -> Response:
         """Send ``head`` (an HTTP/1.1 request's line and headers, through the blank line)
-        and ``body`` to ``key`` = (scheme, host, port).
+        and ``body`` to ``key`` = (scheme, host, port, ...), through the proxy ``via``.
 
         Not ``stream``: returns once the whole answer is in. ``stream``: once its head is.
-        ``fresh``: on a new connection, closed after the answer.
+        ``fresh``: on a new connection, closed after the answer. ``key`` may carry more
+        than the origin (a proxied route's key names its proxy too): connections are
+        pooled per key.
         """
         conn = None if fresh else self._take_idle(key)
         if conn is None:
-            conn = await self._connect(key, pooled=not fresh)
+            conn = await self._connect(key, pooled=not fresh, via=via)
         try:
             await conn.start(head, body, stream)
         except BaseException as exc:
@@ -501,7 +582,7 @@ class Pool:
             # never reached it (not one byte came back). Once more on a new connection.
             # (No helper coroutine for the two tries: each suspended frame is one more
             # object for the garbage collector to walk per request in flight.)
-            conn = await self._connect(key, pooled=True)
+            conn = await self._connect(key, pooled=True, via=via)
             try:
                 await conn.start(head, body, stream)
             except BaseException:
@@ -509,7 +590,7 @@ class Pool:
                 raise
         return Response(conn)
 
-    def _take_idle(self, key: tuple[str, str, int]) -> _Conn | None:
+    def _take_idle(self, key: tuple[Any, ...]) -> _Conn | None:
         idle = self._idle.get(key)
         if not idle:
             return None
@@ -522,7 +603,9 @@ class Pool:
             conn.close()
         return None
 
-    async def _connect(self, key: tuple[str, str, int], *, pooled: bool) -> _Conn:
+    async def _connect(
+        self, key: tuple[Any, ...], *, pooled: bool, via: Via | None = None
+    ) -> _Conn:
         if self._closed:
             raise WireError("the connection pool is closed")
         while self.limit and self._count >= self.limit:
@@ -542,22 +625,39 @@ class Pool:
         self._count += 1
         conn = _Conn(self, key, pooled)
         self._all.add(conn)
-        scheme, host, port = key
+        scheme, host, port = key[:3]
         tls = scheme == "https"
-        context = (self.ssl_context or _ssl_context()) if tls else None
+        context = (self.ssl_context or default_context()) if tls else None
+        where = f"{host}:{port}" if via is None else f"{host}:{port} through the proxy"
         try:
             async with asyncio.timeout(self.connect_timeout):
-                await self.loop.create_connection(
-                    lambda: conn, host, port, ssl=context, server_hostname=host if tls else None
-                )
+                if via is None:
+                    await self.loop.create_connection(
+                        lambda: conn, host, port, ssl=context, server_hostname=host if tls else None
+                    )
+                elif not tls:  # a forwarding proxy: the caller wrote an absolute-form request
+                    await self.loop.create_connection(lambda: conn, via.host, via.port)
+                else:
+                    assert context is not None
+                    await self._tunnel(conn, via, host, port, context)
         except TimeoutError:
             self._forget(conn)
+            conn.close()
             raise ConnectTimeoutError(
-                f"connecting to {host}:{port} took over {self.connect_timeout:g} s"
+                f"connecting to {where} took over {self.connect_timeout:g} s"
             ) from None
-        except (OSError, ssl.SSLError) as exc:
+        except WireError:
             self._forget(conn)
-            raise ConnectError(f"cannot connect to {host}:{port}: {exc}") from None
+            conn.close()
+            raise
+        except ssl.SSLError as exc:  # incl. SSLCertVerificationError (host name too)
+            self._forget(conn)
+            conn.close()
+            raise TLSError(f"the TLS handshake with {where} failed: {exc}") from None
+        except OSError as exc:
+            self._forget(conn)
+            conn.close()
+            raise ConnectError(f"cannot connect to {where}: {exc}") from None
         except BaseException:
             self._forget(conn)
             conn.close()
@@ -566,6 +666,42 @@ class Pool:
             self._forget(conn)
             raise WireError("the connection pool is closed")
         return conn
+
+    async def _tunnel(
+        self, conn: _Conn, via: Via, host: str, port: int, context: ssl.SSLContext
+    ) -> None:
+        """Open a ``CONNECT`` tunnel through ``via`` to ``host:port`` and TLS inside it;
+        ``conn`` then speaks over it."""
+        reply = _TunnelReply(self.loop)
+        raw, _ = await self.loop.create_connection(lambda: reply, via.host, via.port)
+        try:
+            name = host if host.isascii() else host.encode("idna").decode("ascii")
+            authority = f"[{name}]:{port}" if ":" in name else f"{name}:{port}"
+            raw.write(
+                b"".join(
+                    (
+                        f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n".encode(),
+                        via.authorization,
+                        b"\r\n",
+                    )
+                )
+            )
+            status = await reply.status
+            if status == 407:
+                raise ProxyAuthError(
+                    "the proxy answered CONNECT with 407 Proxy Authentication Required"
+                )
+            if not 200 <= status < 300:
+                raise ProxyStatusError(f"the proxy answered CONNECT with {status}", status)
+            transport = await self.loop.start_tls(raw, conn, context, server_hostname=host)
+        except BaseException:
+            if not reply.status.done():
+                reply.status.cancel()  # nobody will read what connection_lost would set
+            raw.abort()
+            raise
+        if transport is None:  # the loop closed the transport under us
+            raise DisconnectedError("the proxy closed the tunnel during the TLS handshake")
+        conn.connection_made(transport)
 
     def _close_an_idle_one(self) -> bool:
         """At the limit with idle connections to another origin: close one to make room."""

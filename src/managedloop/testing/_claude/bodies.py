@@ -47,9 +47,24 @@ BODY_TYPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/sessions/{id}/resources"): "sessions.resource_add_params.ResourceAddParams",
     ("POST", "/v1/deployments"): "deployment_create_params.DeploymentCreateParams",
     ("POST", "/v1/deployments/{id}"): "deployment_update_params.DeploymentUpdateParams",
+    (
+        "POST",
+        "/v1/environments/{env}/work/{work_id}",
+    ): "environments.work_update_params.WorkUpdateParams",
+    ("POST", "/v1/environments/{env}/work/{work_id}/heartbeat"): (
+        "environments.work_heartbeat_params.WorkHeartbeatParams"
+    ),
+    ("POST", "/v1/environments/{env}/work/{work_id}/stop"): (
+        "environments.work_stop_params.WorkStopParams"
+    ),
 }
 """``(method, route template)`` -> the SDK parameter type of its JSON body (relative to
 ``anthropic.types.beta``). Routes not listed take no JSON body (archive, run, delete)."""
+
+PATH_PARAMS = {"environment_id": "env"}
+"""Keys of the SDK's parameter types that travel in the URL path (the work endpoints'
+``environment_id``): filled in from the route's match (its ``{env}``) before the body is
+checked, and refused in the body itself."""
 
 HEADER_PARAMS = ("betas", "workspace_id")
 """Keys of the SDK's parameter types that the SDK sends as headers, never in a body."""
@@ -143,7 +158,7 @@ def _relevant(body: Any, errors: list[Any]) -> tuple[list[str], Any]:
     return _path(body, best), best
 
 
-def check_body(method: str, route: str, body: Any) -> None:
+def check_body(method: str, route: str, body: Any, path: Mapping[str, str] | None = None) -> None:
     """Raise :class:`BodyError` when ``body`` is not a valid request of the route.
 
     Routes without a type in :data:`BODY_TYPES` (or whose type the SDK lacks) pass."""
@@ -155,12 +170,15 @@ def check_body(method: str, route: str, body: Any) -> None:
     validator = _validator(dotted)
     if validator is None:
         return
-    if isinstance(body, Mapping):
-        for key in HEADER_PARAMS:
-            if key in body:
+    given = {} if body is None else body
+    if isinstance(given, Mapping):
+        in_path = {k: v for k, v in PATH_PARAMS.items() if "{" + v + "}" in route}
+        for key in (*HEADER_PARAMS, *in_path):
+            if key in given:
                 raise BodyError(f"{key}: Extra inputs are not permitted")
+        given = {**given, **{k: (path or {}).get(v, "") for k, v in in_path.items()}}
     try:
-        validator.validate_json(json.dumps({} if body is None else body), strict=True)
+        validator.validate_json(json.dumps(given), strict=True)
     except ValidationError as exc:
         path, error = _relevant(body, exc.errors(include_url=False))
         message = f"{'.'.join(path) or 'body'}: {error['msg']}"
