@@ -36,7 +36,7 @@ AGENT = ml.AgentSpec(
     name="support",
     system_prompt="Answer billing questions. Use the tools; never guess.",
     tools=[lookup_customer],
-    model="claude-sonnet-4-5",
+    model="claude-sonnet-5-5",
 )
 # ``config`` goes to the host verbatim: a cloud sandbox with unrestricted networking.
 ENVIRONMENT = ml.EnvironmentSpec(

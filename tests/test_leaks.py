@@ -112,7 +112,9 @@ def lookup(city: str) -> str:
     return f"found {city}"
 
 
-AGENT = ml.AgentSpec(name="leaks", system_prompt="Use tools.", tools=[lookup], model="m1")
+AGENT = ml.AgentSpec(
+    name="leaks", system_prompt="Use tools.", tools=[lookup], model="claude-haiku-4-5"
+)
 SCRIPT = [call("lookup", {"city": "Paris"}), say("done")]
 
 

@@ -26,7 +26,9 @@ Attributes: ``gen_ai.operation.name``, ``gen_ai.provider.name`` (``anthropic`` f
 ``aws.bedrock`` for AgentCore, ``openai`` for Local's Chat Completions or ``anthropic``
 for its ``anthropic:`` models), ``gen_ai.agent.name``/``gen_ai.agent.id``,
 ``gen_ai.conversation.id`` (the session id), ``gen_ai.request.model``,
-``gen_ai.usage.input_tokens``/``output_tokens``, ``gen_ai.response.finish_reasons`` (the
+``gen_ai.usage.input_tokens``/``output_tokens`` (and, where the host reported prompt-cache
+use, ``gen_ai.usage.cache_read.input_tokens``/``cache_creation.input_tokens``; a cost has
+no GenAI name and stays on the telemetry event), ``gen_ai.response.finish_reasons`` (the
 host's raw stop reason), ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
 ``gen_ai.tool.type``; a failure sets ``error.type`` (the error's stable ``code``, else
 its type name) and an error status whose description is that type -- never the message,
@@ -145,6 +147,13 @@ _TOOL_NAME = gen_ai.GEN_AI_TOOL_NAME
 _TOOL_CALL_ID = gen_ai.GEN_AI_TOOL_CALL_ID
 _INPUT_TOKENS = gen_ai.GEN_AI_USAGE_INPUT_TOKENS
 _OUTPUT_TOKENS = gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS
+# Named by the GenAI conventions since semconv 0.59b0; spelled out for older packages.
+_CACHE_READ_TOKENS = getattr(
+    gen_ai, "GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS", "gen_ai.usage.cache_read.input_tokens"
+)
+_CACHE_WRITE_TOKENS = getattr(
+    gen_ai, "GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS", "gen_ai.usage.cache_creation.input_tokens"
+)
 _FINISH_REASONS = gen_ai.GEN_AI_RESPONSE_FINISH_REASONS
 # The attributes a metric point keeps (the span's identifying ones are too many series).
 _METRIC_KEYS = (_OPERATION, _PROVIDER, _MODEL, _TOOL_NAME)
@@ -256,6 +265,13 @@ def _stop_attributes(meta: Mapping[str, Any]) -> dict[str, Any]:
     value = meta.get("output_tokens")
     if isinstance(value, int):
         attrs[_OUTPUT_TOKENS] = value
+    # Cache counts only where a host reported some (the others have no cache to read).
+    value = meta.get("cache_read_input_tokens")
+    if isinstance(value, int) and value:
+        attrs[_CACHE_READ_TOKENS] = value
+    value = meta.get("cache_creation_input_tokens")
+    if isinstance(value, int) and value:
+        attrs[_CACHE_WRITE_TOKENS] = value
     reason = meta.get("stop_reason")
     if type(reason) is str and reason:  # the usual case, without an ABC check
         attrs[_FINISH_REASONS] = (reason,)

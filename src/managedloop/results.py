@@ -202,8 +202,12 @@ class TurnResult(_Json):
     """Host-run tool uses the host holds for a decision (Claude: a permission policy said
     ``ask``), answered with :attr:`~managedloop.hosts.ToolResults.decisions`."""
     reason: str | None = None
-    """A host stop the library names (Claude: ``budget_reached``); becomes the result's
-    ``reason`` when this turn ends the request."""
+    """A host stop the library names (Claude: ``budget_reached``, ``refusal``,
+    ``retries_exhausted``); becomes the result's ``reason`` when this turn ends the
+    request."""
+    stop_details: dict[str, Any] | None = None
+    """The host's details of its stop, verbatim (Claude: the idle's ``stop_details``, e.g.
+    a refusal's ``category`` and ``explanation``), else ``None``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -217,8 +221,10 @@ class SessionResult(_Json):
     reason: str | None = None
     """Machine-readable cause of a stop the *library* made (``max_turns``,
     ``unresolved_requires_action``, ``no_terminal_tool``, ``token_budget``, or a turn
-    guard's reason) or of a host stop it names (``budget_reached``: a Claude session hit
-    its ``session_budget``; terminal ``terminated``), else ``None``."""
+    guard's reason) or of a host stop it names (terminal ``terminated``; Claude:
+    ``budget_reached``, the session hit its ``session_budget``; ``refusal``, the model's
+    response was refused; ``retries_exhausted``, errors used up the host's retries), else
+    ``None``."""
     session_id: str | None = None
     text: str = ""
     """The last turn's assistant text (earlier turns' text is in ``events``)."""
@@ -243,6 +249,9 @@ class SessionResult(_Json):
     output_failure: OutputFailure | None = None
     """With ``reason="output_invalid"`` (or on a partial result): the model's last invalid
     output and why it was refused, else ``None``."""
+    stop_details: dict[str, Any] | None = None
+    """The last turn's :attr:`TurnResult.stop_details` (the host's details of its stop,
+    verbatim), else ``None``."""
 
     def to_dict(self) -> dict[str, Any]:
         data = _Json.to_dict(self)
@@ -466,6 +475,7 @@ _TurnResultB = fast_builder(
         "host_answered",
         "host_approvals",
         "reason",
+        "stop_details",
     ),
 )
 _SessionResultB = fast_builder(
@@ -486,6 +496,7 @@ _SessionResultB = fast_builder(
         "output",
         "output_strategy",
         "output_failure",
+        "stop_details",
     ),
 )
 
@@ -503,6 +514,7 @@ def make_session_result(  # noqa: PLR0917 (positional: every field, in field ord
     events: list[RawEvent],
     transcript: list[dict[str, Any]] | None,
     pending: Pending | None = None,
+    stop_details: dict[str, Any] | None = None,
 ) -> SessionResult:
     """``SessionResult(...)`` with every field given, faster (one or two per request)."""
     result: Any = _SessionResultB()
@@ -521,6 +533,7 @@ def make_session_result(  # noqa: PLR0917 (positional: every field, in field ord
     result.output = None
     result.output_strategy = None
     result.output_failure = None
+    result.stop_details = stop_details
     result.__class__ = SessionResult
     return result  # type: ignore[no-any-return]
 
@@ -553,15 +566,23 @@ def make_tool_result(tool_use_id: str, text: str, is_error: bool = False) -> Too
     return result  # type: ignore[no-any-return]
 
 
-def make_usage(input_tokens: int, output_tokens: int, raw: list[Any]) -> Usage:
-    """``Usage(input_tokens=..., output_tokens=..., raw=...)``, faster."""
+def make_usage(  # noqa: PLR0917 (positional: every field, on the hot path)
+    input_tokens: int,
+    output_tokens: int,
+    raw: list[Any],
+    cache_read_input_tokens: int = 0,
+    cache_creation_input_tokens: int = 0,
+    cost_usd: float | None = None,
+    active_seconds: float | None = None,
+) -> Usage:
+    """``Usage(input_tokens=..., output_tokens=..., raw=..., ...)``, faster."""
     usage: Any = _UsageB()
     usage.input_tokens = input_tokens
     usage.output_tokens = output_tokens
-    usage.cache_read_input_tokens = 0
-    usage.cache_creation_input_tokens = 0
-    usage.cost_usd = None
-    usage.active_seconds = None
+    usage.cache_read_input_tokens = cache_read_input_tokens
+    usage.cache_creation_input_tokens = cache_creation_input_tokens
+    usage.cost_usd = cost_usd
+    usage.active_seconds = active_seconds
     usage.raw = raw
     usage.__class__ = Usage
     return usage  # type: ignore[no-any-return]
@@ -591,5 +612,6 @@ def make_turn_result(  # noqa: PLR0917 (positional: one call per turn on the hot
     turn.host_answered = host_answered
     turn.host_approvals = []
     turn.reason = reason
+    turn.stop_details = None
     turn.__class__ = TurnResult
     return turn  # type: ignore[no-any-return]

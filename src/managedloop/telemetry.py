@@ -107,7 +107,13 @@ _REQUEST = ("method", "path")
 _AC_REQUEST = ("operation", "service", "method", "path")
 _SESSION = ("provider", "session_id")
 _AGENT = ("agent", "agent_id", "model")
-_TOKENS = ("input_tokens", "output_tokens")
+_TOKENS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "cost_usd",  # None unless the host reports cost (Claude's session.usage)
+)
 TABLE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "request.start": (("system_time",), _REQUEST),
     "request.stop": (("duration",), (*_REQUEST, "status")),

@@ -78,6 +78,9 @@ PER_HOST_SAMPLES: dict[tuple[str, str], Any] = {
         {"type": "aws_role", "role_arn": "arn:aws:iam::123456789012:role/markrole"},
         "markrole",
     ),
+    ("skills", "claude"): ([{"type": "custom", "skill_id": "mark_skill"}], "mark_skill"),
+    ("speed", "claude"): ("fast", '"speed": "fast"'),
+    ("inference_geo", "claude"): ("mark-geo", "mark-geo"),
     ("harness_config", "agentcore"): ({"maxIterations": 4322}, '"maxIterations": 4322'),
     ("harness_config", "agentcore-run"): ({"maxIterations": 4322}, '"maxIterations": 4322'),
 }
@@ -87,6 +90,10 @@ DEFAULT_SAMPLES: dict[str, Any] = {
     "effort": ("high", None),
     "execution_identity": ({"type": "service_account"}, None),
     "harness_config": ({"maxIterations": 3}, None),
+    "mcp_servers": ({"m": "https://mcp.example.com/mcp"}, None),
+    "skills": ([{"type": "anthropic", "skill_id": "xlsx"}], None),
+    "speed": ("fast", None),
+    "inference_geo": ("us", None),
 }
 
 ENV_SAMPLES: dict[str, Any] = {
@@ -102,7 +109,7 @@ ENV_SAMPLES: dict[str, Any] = {
     "metadata": ({"mark_env_key": "mark_env_value"}, "mark_env_value"),
 }
 CLAUDE_ENV_SAMPLES: dict[str, Any] = {
-    "config": ({"type": "cloud", "networking": {"type": "mark_net"}}, "mark_net"),
+    "config": ({"type": "cloud", "packages": {"pip": ["mark_pkg"]}}, "mark_pkg"),
 }
 
 W, R, LOOP, LABEL = "wire", "refused", "loop", "label"
@@ -121,6 +128,10 @@ AGENT_TABLE: dict[str, dict[str, str]] = {
         "execution_identity": R,
         "timeout_seconds": W,
         "harness_config": W,
+        "mcp_servers": R,
+        "skills": R,
+        "speed": R,
+        "inference_geo": R,
     },
     "agentcore-run": {
         "name": LABEL,
@@ -136,6 +147,10 @@ AGENT_TABLE: dict[str, dict[str, str]] = {
         "execution_identity": R,
         "timeout_seconds": W,
         "harness_config": W,
+        "mcp_servers": R,
+        "skills": R,
+        "speed": R,
+        "inference_geo": R,
     },
     "claude": {
         "name": W,
@@ -151,6 +166,12 @@ AGENT_TABLE: dict[str, dict[str, str]] = {
         "execution_identity": W,
         "timeout_seconds": R,
         "harness_config": R,
+        # Alone, a server no mcp_toolset uses is refused (the host refuses it too); with
+        # its toolset it is sent (tests/claude/test_sessions.py).
+        "mcp_servers": R,
+        "skills": W,
+        "speed": W,
+        "inference_geo": W,
     },
     "local": {
         "name": LABEL,
@@ -166,6 +187,10 @@ AGENT_TABLE: dict[str, dict[str, str]] = {
         "execution_identity": R,
         "timeout_seconds": R,
         "harness_config": R,
+        "mcp_servers": R,
+        "skills": R,
+        "speed": R,
+        "inference_geo": R,
     },
 }
 ENV_TABLE: dict[str, dict[str, str]] = {

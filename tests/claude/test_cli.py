@@ -73,3 +73,46 @@ def test_emulate_serves_until_interrupted() -> None:
         proc.wait(10)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_sessions_verbs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``managedloop sessions list/get/update/archive/delete`` against the emulator."""
+    import json
+
+    import managedloop as ml
+    from managedloop.providers import ClaudeManagedAgents
+
+    with ClaudeEmulator() as emu:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", emu.api_key)
+        monkeypatch.delenv("ANTHROPIC_BEARER_TOKEN_FILE", raising=False)
+        provider = ClaudeManagedAgents(base_url=emu.base_url)
+        spec = ml.AgentSpec(name="cli", model="claude-haiku-4-5")
+        sid = ml.run_sync(provider, agent=spec, prompt="hi").session_id
+        assert sid is not None
+        url = ["--base-url", emu.base_url]
+
+        def main(*argv: str) -> tuple[int, str]:
+            out = io.StringIO()
+            return cli.main(["sessions", *argv, *url], out=out), out.getvalue()
+
+        assert main("list") == (0, f"{sid} idle -\n")
+        assert main("update", sid, "--title", "night", "--set", "team=ops") == (
+            0,
+            f"{sid} idle night\n",
+        )
+        code, text = main("get", sid, "--json")
+        assert code == 0
+        assert json.loads(text)["metadata"] == {"team": "ops"}
+        assert main("list", "--status", "running") == (0, "")
+        assert main("archive", sid) == (0, f"{sid} idle night (archived)\n")
+        assert main("list") == (0, "")
+        assert main("delete", sid) == (0, f"{sid} deleted\n")
+        code, _ = main("get", sid)
+        assert code == 1
+        assert "404" in capsys.readouterr().err
+        code, _ = main("update", sid, "--set", "novalue")
+        assert code == 2
+        code, _ = main("get", "../agents")
+        assert code == 2

@@ -115,7 +115,7 @@ async def test_terminated_and_deleted_events_parse(emu: ClaudeEmulator, client: 
 
 async def test_sdk_stream_helper_parses_emulator_frames(emu: ClaudeEmulator, client: Any) -> None:
     """The SDK's own AsyncStream decodes our framing into the right classes."""
-    agent = await client.beta.agents.create(name="a", model="m")
+    agent = await client.beta.agents.create(name="a", model="claude-haiku-4-5")
     env = await client.beta.environments.create(name="e")
     session = await client.beta.sessions.create(agent=agent.id, environment_id=env.id)
     stream = await client.beta.sessions.events.stream(session.id)
@@ -196,7 +196,7 @@ def test_sync_context_manager_and_default_script() -> None:
 
 
 async def test_tool_confirmation_is_validated(emu: ClaudeEmulator, client: Any) -> None:
-    agent = await client.beta.agents.create(name="a", model="m")
+    agent = await client.beta.agents.create(name="a", model="claude-haiku-4-5")
     env = await client.beta.environments.create(name="e")
     session = await client.beta.sessions.create(agent=agent.id, environment_id=env.id)
     bad = {"type": "user.tool_confirmation", "tool_use_id": "sevt_nope", "result": "allow"}

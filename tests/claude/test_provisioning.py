@@ -42,14 +42,14 @@ async def test_provision_creates_agent_and_environment(emu: ClaudeEmulator, clie
         name="billing",
         system_prompt="Be brief.",
         tools=list(WEATHER.tools),
-        model="anthropic:claude-x",
+        model="anthropic:claude-haiku-4-5",
     )
     handle = await ml.provision(make_provider(client), spec)
     assert isinstance(handle, ClaudeHandle)
     agent_req = next(r for r in emu.requests if r.path == "/v1/agents")
     env_req = next(r for r in emu.requests if r.path == "/v1/environments")
     assert agent_req.json["name"] == f"billing_{spec.digest[:8]}" == handle.name
-    assert agent_req.json["model"] == "claude-x"  # provider qualifier stripped
+    assert agent_req.json["model"] == "claude-haiku-4-5"  # provider qualifier stripped
     assert agent_req.json["system"] == "Be brief."
     assert agent_req.json["tools"] == [
         {

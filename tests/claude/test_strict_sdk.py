@@ -104,6 +104,8 @@ async def test_every_route_passes_strict_sdk_validation() -> None:
             kinds = await _session_round_trip(strict, session.id)
             assert {"agent.custom_tool_use", "user.custom_tool_result"} <= set(kinds)
             assert (await sessions.retrieve(session.id)).status == "idle"
+            updated = await sessions.update(session.id, title="t", metadata={"k": "v"})
+            assert (updated.title, updated.metadata) == ("t", {"k": "v"})
             # History pages (limit 2: several pages, each validated strictly).
             history = [e.type async for e in sessions.events.list(session.id, limit=2)]
             assert history == [e["type"] for e in emu.events(session.id)]

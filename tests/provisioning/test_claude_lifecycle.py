@@ -55,7 +55,7 @@ def lookup(ticket: str) -> str:
     return f"ticket {ticket}: open"
 
 
-ANALYST = ml.AgentSpec(name="analyst", system_prompt="s", model="m", tools=[lookup])
+ANALYST = ml.AgentSpec(name="analyst", system_prompt="s", model="claude-haiku-4-5", tools=[lookup])
 
 
 def creates(emu: ClaudeEmulator, kind: str = "agents") -> list[Any]:
@@ -71,7 +71,7 @@ async def test_ensure_agent_creates_once_and_a_hit_makes_no_request(
     assert handle.digest == ANALYST.digest
     (create,) = creates(emu)
     assert create.json["name"] == handle.name
-    assert (create.json["model"], create.json["system"]) == ("m", "s")
+    assert (create.json["model"], create.json["system"]) == ("claude-haiku-4-5", "s")
     assert [t["name"] for t in create.json["tools"]] == ["lookup"]
     seen = len(emu.requests)
     assert await ml.ensure_agent(claude, ANALYST, store=store) == handle
@@ -368,7 +368,7 @@ async def test_prune_environments(
     envs = []
     for i in range(3):
         e = await ml.ensure_environment(
-            claude, {"type": "cloud", "metadata_rev": i}, name="data", store=store
+            claude, {"type": "cloud", "packages": {"pip": [f"pkg{i}"]}}, name="data", store=store
         )
         emu.state.environments[e.environment_id]["created_at"] = f"2026-01-0{i + 1}T00:00:00Z"
         envs.append(e)

@@ -58,7 +58,8 @@ async def test_claude_409_on_a_duplicate_live_name_strictly_shaped(emu: ClaudeEm
         # Another credential is another account: its namespace is its own.
         emu.bearer_tokens.add("tok-b")
         async with strict.copy(api_key="tok-b") as other:
-            assert (await other.beta.agents.create(name="other0", model="m")).name == "other0"
+            made = await other.beta.agents.create(name="other0", model="claude-haiku-4-5")
+            assert made.name == "other0"
             assert [a.name async for a in other.beta.agents.list()] == ["other0"]
 
 

@@ -28,7 +28,10 @@ CALLER = {
 
 
 TWO_TOOLS = ml.AgentSpec(
-    name="weather", system_prompt="Use tools.", tools=[get_weather, get_time], model="m1"
+    name="weather",
+    system_prompt="Use tools.",
+    tools=[get_weather, get_time],
+    model="claude-haiku-4-5",
 )
 
 

@@ -15,12 +15,12 @@ from .otel_kit import Otel, traced_tools
 # The bridge's span tree of these sessions (tests/telemetry/test_otel.py pins it per host).
 TREE = [
     "invoke_agent weather",
-    "  chat m1",
+    "  chat claude-haiku-4-5",
     "  execute_tool get_weather",
     "    weather lookup",
     "  execute_tool get_time",
     "    time lookup",
-    "  chat m1",
+    "  chat claude-haiku-4-5",
 ]
 
 
@@ -39,12 +39,12 @@ def provider_into(otel: Otel) -> TracerProvider:
 
 
 def agent(otel: Otel) -> ml.AgentSpec:
-    return ml.AgentSpec(name="weather", tools=traced_tools(otel.tracer), model="m1")
+    return ml.AgentSpec(name="weather", tools=traced_tools(otel.tracer), model="claude-haiku-4-5")
 
 
 async def run_local(otel: Otel) -> ml.SessionResult:
     with ChatEmulator() as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        provider = Local(model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key)
         return await ml.run(provider, agent=agent(otel), prompt="x", max_concurrent_tools=1)
 
 

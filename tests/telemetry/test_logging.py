@@ -90,7 +90,9 @@ def _no_aws(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_normal_sessions_log_nothing_at_info(logs: Records) -> None:
     for stream in (False, True):
         with ChatEmulator(chunk_size=2) as emu:
-            provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key, stream=stream)
+            provider = Local(
+                model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key, stream=stream
+            )
             await ml.run(provider, agent=TWO_TOOLS, prompt="x")
     with ClaudeEmulator() as emu:
         async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as c:
@@ -107,7 +109,9 @@ async def test_normal_sessions_log_nothing_at_info(logs: Records) -> None:
 
 async def test_local_retry_and_give_up(logs: Records) -> None:
     with ChatEmulator([say("ok")], faults=ChatFaults(statuses=[503])) as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key, retry_backoff=0.25)
+        provider = Local(
+            model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key, retry_backoff=0.25
+        )
         with _retry.testing() as waits:  # the wait is recorded, not slept
             result = await ml.run(provider, agent=TWO_TOOLS, prompt="x")
     (retry,) = logs.events("retry")
@@ -121,7 +125,9 @@ async def test_local_retry_and_give_up(logs: Records) -> None:
     assert data["wait_s"] == waits[0]
     assert 0 < data["wait_s"] <= 0.25
     with ChatEmulator([say("ok")], faults=ChatFaults(statuses=[503, 503])) as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key, max_retries=1)
+        provider = Local(
+            model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key, max_retries=1
+        )
         with pytest.raises(ml.ManagedLoopError):
             await ml.run(provider, agent=TWO_TOOLS, prompt="x")
     (give_up,) = logs.events("give_up")
@@ -184,7 +190,7 @@ async def test_agentcore_provision_polls_are_debug_records(logs: Records) -> Non
         assert isinstance(emu.clock, ManualClock)
         with BedrockAgentCore(**emu.client_kwargs) as provider:
             await provider.provision(
-                ml.AgentSpec(name="prov", system_prompt="p", model="m1"),
+                ml.AgentSpec(name="prov", system_prompt="p", model="claude-haiku-4-5"),
                 execution_role_arn=emu.execution_role_arn,
                 timeout=3.0,
                 clock=emu.clock,
@@ -205,12 +211,12 @@ async def test_guards_and_library_stops(logs: Records) -> None:
         say("done"),
     ]
     with ChatEmulator(repeat) as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        provider = Local(model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key)
         await ml.run(provider, agent=TWO_TOOLS, prompt="x")
         (guard,) = [as_json(r) for r in logs.events("guard")]
         assert (guard["guard"], guard["count"], guard["host"]) == ("duplicate_call", 1, "local")
     with ChatEmulator([calls(("get_time", {"city": "P"}))] * 3) as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        provider = Local(model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key)
         result = await ml.run(provider, agent=TWO_TOOLS, prompt="x", max_turns=1)
     (stopped,) = [as_json(r) for r in logs.events("stopped")]
     assert stopped["reason"] == str(result.reason)
@@ -232,7 +238,7 @@ def test_fields_rename_reserved_keys() -> None:
 
 async def test_reprompts_are_guard_records(logs: Records) -> None:
     with ChatEmulator([say("no"), say("still no"), say("never")]) as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        provider = Local(model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key)
         result = await ml.run(
             provider,
             agent=TWO_TOOLS,
@@ -258,7 +264,7 @@ async def test_agentcore_provision_stops_are_structured_records(logs: Records) -
             waits = {"timeout": 3.0, "clock": emu.clock, "sleep": emu.clock.sleep}
             role = emu.execution_role_arn
             await provider.provision(
-                ml.AgentSpec(name="ok", model="m1"), execution_role_arn=role, **waits
+                ml.AgentSpec(name="ok", model="claude-haiku-4-5"), execution_role_arn=role, **waits
             )
             (ready,) = [
                 as_json(r) for r in logs.events("provision_stop") if as_json(r)["phase"] == "ready"
@@ -271,7 +277,9 @@ async def test_agentcore_provision_stops_are_structured_records(logs: Records) -
             emu.faults = AgentCoreFaults(harness_ready_after=0.05, harness_outcome="FAILED")
             with pytest.raises(ml.ManagedLoopError) as info:
                 await provider.provision(
-                    ml.AgentSpec(name="bad", model="m1"), execution_role_arn=role, **waits
+                    ml.AgentSpec(name="bad", model="claude-haiku-4-5"),
+                    execution_role_arn=role,
+                    **waits,
                 )
     (stop,) = logs.events("provision_stop")
     assert stop.levelno == logging.WARNING
@@ -292,7 +300,7 @@ async def test_undecodable_claude_frames_warn_once_per_stream(logs: Records) -> 
             emulator[0].inject_frame(b"event: junk\ndata: not json\n\n")
         return city
 
-    agent = ml.AgentSpec(name="j", tools=[junk], model="m1")
+    agent = ml.AgentSpec(name="j", tools=[junk], model="claude-haiku-4-5")
     with ClaudeEmulator([call("junk", {"city": "A"}), say("done")]) as emu:
         emulator.append(emu)
         async with anthropic.AsyncAnthropic(base_url=emu.base_url, api_key=emu.api_key) as c:

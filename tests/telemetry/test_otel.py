@@ -64,7 +64,7 @@ def http_parents() -> Iterator[list[tuple[str, str | None]]]:
 
 
 def _agent(otel: Otel) -> ml.AgentSpec:
-    return ml.AgentSpec(name="weather", tools=traced_tools(otel.tracer), model="m1")
+    return ml.AgentSpec(name="weather", tools=traced_tools(otel.tracer), model="claude-haiku-4-5")
 
 
 def _finish_reasons(otel: Otel) -> list[Any]:
@@ -79,7 +79,7 @@ def _check_common(otel: Otel, result: ml.SessionResult, provider_name: str) -> N
     assert attrs["gen_ai.provider.name"] == provider_name
     assert attrs["gen_ai.agent.name"] == "weather"
     assert attrs["gen_ai.conversation.id"] == result.session_id
-    assert attrs["gen_ai.request.model"] == "m1"
+    assert attrs["gen_ai.request.model"] == "claude-haiku-4-5"
     assert result.usage is not None
     assert attrs["gen_ai.usage.input_tokens"] == result.usage.input_tokens
     assert attrs["gen_ai.usage.output_tokens"] == result.usage.output_tokens
@@ -113,7 +113,7 @@ def _check_common(otel: Otel, result: ml.SessionResult, provider_name: str) -> N
 
 async def test_local_span_tree(otel: Otel, http_parents: list[Any]) -> None:
     with ChatEmulator() as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        provider = Local(model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key)
         result = await ml.run(provider, agent=_agent(otel), prompt="x", max_concurrent_tools=1)
     _check_common(otel, result, "openai")
     assert otel.named("invoke_agent")[0].kind is trace.SpanKind.INTERNAL  # in process
@@ -121,7 +121,7 @@ async def test_local_span_tree(otel: Otel, http_parents: list[Any]) -> None:
         dict(c.attributes or {})["gen_ai.response.finish_reasons"] for c in otel.named("chat")
     ]
     assert finish == [("tool_calls",), ("stop",)]
-    assert http_parents == [("/chat/completions", "chat m1")] * 2
+    assert http_parents == [("/chat/completions", "chat claude-haiku-4-5")] * 2
 
 
 async def test_claude_span_tree(otel: Otel, http_parents: list[Any]) -> None:
@@ -147,8 +147,8 @@ async def test_claude_span_tree(otel: Otel, http_parents: list[Any]) -> None:
     assert http_parents == [
         ("/v1/sessions", "invoke_agent weather"),
         (f"/v1/sessions/{sid}/events/stream", "invoke_agent weather"),
-        (f"/v1/sessions/{sid}/events", "chat m1"),
-        (f"/v1/sessions/{sid}/events", "chat m1"),
+        (f"/v1/sessions/{sid}/events", "chat claude-haiku-4-5"),
+        (f"/v1/sessions/{sid}/events", "chat claude-haiku-4-5"),
     ]
 
 
@@ -170,15 +170,15 @@ async def test_agentcore_span_tree(
     assert finish == [("tool_use",), ("end_turn",)]
     assert http_parents == [
         ("/harnesses/{harnessId}", "invoke_agent weather"),  # at open, in a worker thread
-        ("/harnesses/invoke", "chat m1"),
-        ("/harnesses/invoke", "chat m1"),
+        ("/harnesses/invoke", "chat claude-haiku-4-5"),
+        ("/harnesses/invoke", "chat claude-haiku-4-5"),
     ]
 
 
 async def test_tool_error_and_failed_request(otel: Otel) -> None:
-    agent = ml.AgentSpec(name="weather", tools=[broken], model="m1")
+    agent = ml.AgentSpec(name="weather", tools=[broken], model="claude-haiku-4-5")
     with ChatEmulator([call("broken", {"city": "Paris"}), say("sorry")]) as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        provider = Local(model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key)
         await ml.run(provider, agent=agent, prompt="x")
     tool = otel.named("execute_tool")[0]
     assert dict(tool.attributes or {})["error.type"] == "tool_error"
@@ -187,7 +187,9 @@ async def test_tool_error_and_failed_request(otel: Otel) -> None:
     otel.exporter.clear()
     # An HTTP 401 on the model call: the chat and invoke_agent spans fail with the code.
     with ChatEmulator([say("never")]) as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key="wrong-key", max_retries=0)
+        provider = Local(
+            model="claude-haiku-4-5", base_url=emu.base_url, api_key="wrong-key", max_retries=0
+        )
         with pytest.raises(ml.ManagedLoopError) as info:
             await ml.run(provider, agent=agent, prompt="x")
     code = info.value.code
@@ -198,10 +200,12 @@ async def test_tool_error_and_failed_request(otel: Otel) -> None:
 
 
 async def test_content_only_with_capture_content(otel: Otel) -> None:
-    agent = ml.AgentSpec(name="weather", tools=traced_tools(otel.tracer)[:1], model="m1")
+    agent = ml.AgentSpec(
+        name="weather", tools=traced_tools(otel.tracer)[:1], model="claude-haiku-4-5"
+    )
     script = [call("get_weather", {"city": "Paris"}), say("It is sunny.")]
     with ChatEmulator(script) as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        provider = Local(model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key)
         await ml.run(provider, agent=agent, prompt="Weather in Paris?")
         for span in otel.spans():
             keys = set(span.attributes or {})
@@ -237,7 +241,7 @@ async def test_content_only_with_capture_content(otel: Otel) -> None:
 
 async def test_metrics(otel: Otel) -> None:
     with ChatEmulator() as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        provider = Local(model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key)
         result = await ml.run(provider, agent=_agent(otel), prompt="x")
     metrics = otel.metrics()
     tokens = metrics["gen_ai.client.token.usage"]
@@ -249,7 +253,7 @@ async def test_metrics(otel: Otel) -> None:
     assert dict(by_type["input"].attributes) == {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "openai",
-        "gen_ai.request.model": "m1",
+        "gen_ai.request.model": "claude-haiku-4-5",
         "gen_ai.token.type": "input",
     }
     durations = {
@@ -269,7 +273,7 @@ async def test_uninstrument_stops_spans(otel: Otel) -> None:
     assert not managedloop.otel.instrumented()
     assert not telemetry.span_enabled("session.turn")  # the hot path is free again
     with ChatEmulator([say("hi")]) as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        provider = Local(model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key)
         await ml.run(provider, agent=_agent(otel), prompt="x")
     assert otel.spans() == []
 
@@ -286,7 +290,11 @@ async def test_streamed_local_and_retries_keep_one_chat_span(otel: Otel) -> None
     faults = ChatFaults(statuses=[503])
     with ChatEmulator(faults=faults) as emu:
         provider = Local(
-            model="m1", base_url=emu.base_url, api_key=emu.api_key, stream=True, retry_backoff=0.0
+            model="claude-haiku-4-5",
+            base_url=emu.base_url,
+            api_key=emu.api_key,
+            stream=True,
+            retry_backoff=0.0,
         )
         await ml.run(provider, agent=_agent(otel), prompt="x", max_concurrent_tools=1)
         assert len(emu.received) == 3  # the 503, its retry, the second model call
@@ -304,13 +312,13 @@ def test_import_managedloop_imports_no_opentelemetry() -> None:
 async def test_live_session_one_invoke_agent_per_request(otel: Otel) -> None:
     script = [say("one"), say("two")]
     with ChatEmulator(script) as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        provider = Local(model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key)
         async with ml.start(provider, agent=_agent(otel), prompt="first") as session:
             await session.result()
             await session.send("second")
             await session.result()
             sid = session.session_id
-    assert otel.tree() == ["invoke_agent weather", "  chat m1"] * 2
+    assert otel.tree() == ["invoke_agent weather", "  chat claude-haiku-4-5"] * 2
     roots = otel.named("invoke_agent")
     assert {dict(r.attributes or {})["gen_ai.conversation.id"] for r in roots} == {sid}
     assert roots[0].context is not None
@@ -321,7 +329,7 @@ async def test_live_session_one_invoke_agent_per_request(otel: Otel) -> None:
 async def test_concurrent_tools_each_nest_their_own_spans(otel: Otel) -> None:
     """The default runs a turn's calls concurrently: each task has its own current span."""
     with ChatEmulator() as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        provider = Local(model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key)
         await ml.run(provider, agent=_agent(otel), prompt="x")  # max_concurrent_tools=8
     by_id = {s.context.span_id: s for s in otel.spans() if s.context is not None}
 

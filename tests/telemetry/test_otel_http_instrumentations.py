@@ -86,8 +86,8 @@ async def test_claude_httpx2_spans_nest_under_the_bridge(otel: Otel) -> None:
     assert _parents(otel) == [
         ("POST /v1/sessions", "invoke_agent weather"),
         (f"GET /v1/sessions/{sid}/events/stream", "invoke_agent weather"),
-        (f"POST /v1/sessions/{sid}/events", "chat m1"),
-        (f"POST /v1/sessions/{sid}/events", "chat m1"),
+        (f"POST /v1/sessions/{sid}/events", "chat claude-haiku-4-5"),
+        (f"POST /v1/sessions/{sid}/events", "chat claude-haiku-4-5"),
     ]
     assert _bridge_tree(otel) == TREE
     # one trace: the instrumentations' spans share the bridge's trace id
@@ -112,9 +112,9 @@ async def test_agentcore_botocore_and_aiohttp_spans_nest_under_the_bridge(
     assert parents[0] == ("Bedrock AgentCore Control.GetHarness", "invoke_agent weather")
     # each turn: botocore's InvokeHarness and the aiohttp POST of its stream, under chat
     per_turn = sorted(parents[1:])
-    invoke = ("Bedrock AgentCore.InvokeHarness", "chat m1")
+    invoke = ("Bedrock AgentCore.InvokeHarness", "chat claude-haiku-4-5")
     post = next(p for p in per_turn if p[0].startswith("POST "))
-    assert post[1] == "chat m1"
+    assert post[1] == "chat claude-haiku-4-5"
     assert per_turn == sorted([invoke, post] * 2)
     assert _bridge_tree(otel) == TREE
     assert len({s.context.trace_id for s in otel.spans() if s.context is not None}) == 1

@@ -44,14 +44,14 @@ def switch_off(city: str) -> str:
 
 
 def _hanging() -> tuple[ml.AgentSpec, ChatEmulator]:
-    agent = ml.AgentSpec(name="a", tools=[hang], model="m1")
+    agent = ml.AgentSpec(name="a", tools=[hang], model="claude-haiku-4-5")
     return agent, ChatEmulator([call("hang", {"city": "P"}), say("never")])
 
 
 async def test_a_timed_out_run_records_the_timeout_code(otel: Otel) -> None:
     agent, emulator = _hanging()
     with emulator as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        provider = Local(model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key)
         with pytest.raises(ml.SessionTimeoutError) as info:
             await ml.run(provider, agent=agent, prompt="x", timeout=0.2)
     code = info.value.code
@@ -68,7 +68,7 @@ async def test_a_timed_out_run_records_the_timeout_code(otel: Otel) -> None:
 async def test_a_timed_out_live_request_records_the_timeout_code(otel: Otel) -> None:
     agent, emulator = _hanging()
     with emulator as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        provider = Local(model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key)
         async with ml.start(provider, agent=agent, prompt="x", timeout=0.2) as session:
             with pytest.raises(ml.SessionTimeoutError) as info:
                 await session.result()
@@ -78,9 +78,9 @@ async def test_a_timed_out_live_request_records_the_timeout_code(otel: Otel) -> 
 
 
 async def test_uninstrument_mid_session_leaves_no_current_span_behind(otel: Otel) -> None:
-    agent = ml.AgentSpec(name="a", tools=[switch_off], model="m1")
+    agent = ml.AgentSpec(name="a", tools=[switch_off], model="claude-haiku-4-5")
     with ChatEmulator([call("switch_off", {"city": "P"}), say("done"), say("again")]) as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        provider = Local(model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key)
         with otel.tracer.start_as_current_span("caller") as caller:
             await ml.run(provider, agent=agent, prompt="x")
             assert trace.get_current_span() is caller
@@ -88,7 +88,7 @@ async def test_uninstrument_mid_session_leaves_no_current_span_behind(otel: Otel
         assert {s.name for s in otel.spans()} >= {"invoke_agent a", "execute_tool switch_off"}
         otel.exporter.clear()
         managedloop.otel.instrument(provider_into(otel))
-        await ml.run(provider, agent=ml.AgentSpec(name="b", model="m1"), prompt="y")
+        await ml.run(provider, agent=ml.AgentSpec(name="b", model="claude-haiku-4-5"), prompt="y")
     (root,) = otel.named("invoke_agent")
     assert root.parent is None  # a root: not under the first session's dead spans
 

@@ -49,7 +49,7 @@ def _judge(otel: Otel, tools: list[str]) -> None:
     chats = otel.named("chat")
     assert chats
     for chat in chats:
-        assert_chat_span(chat, request_model="m1")
+        assert_chat_span(chat, request_model="claude-haiku-4-5")
     executed = otel.named("execute_tool")
     assert [dict(s.attributes or {})["gen_ai.tool.name"] for s in executed] == tools
     for span, name in zip(executed, tools, strict=True):
@@ -88,14 +88,16 @@ async def test_every_host_s_spans_pass_the_conventions(
 
 
 async def test_failures_pass_the_conventions(otel: Otel) -> None:
-    agent = ml.AgentSpec(name="weather", tools=[broken], model="m1")
+    agent = ml.AgentSpec(name="weather", tools=[broken], model="claude-haiku-4-5")
     with ChatEmulator([call("broken", {"city": "Paris"}), say("sorry")]) as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        provider = Local(model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key)
         await ml.run(provider, agent=agent, prompt="x")
     _judge(otel, ["broken"])
     otel.exporter.clear()
     with ChatEmulator([say("never")]) as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key="wrong-key", max_retries=0)
+        provider = Local(
+            model="claude-haiku-4-5", base_url=emu.base_url, api_key="wrong-key", max_retries=0
+        )
         with pytest.raises(ml.ManagedLoopError):
             await ml.run(provider, agent=agent, prompt="x")
     _judge(otel, [])

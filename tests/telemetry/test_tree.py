@@ -50,7 +50,7 @@ def _tool_stops(rec: Recorder) -> list[str]:
 
 async def test_local_tree(recorder: Recorder) -> None:
     with ChatEmulator() as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key)
+        provider = Local(model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key)
         result = await ml.run(provider, agent=TWO_TOOLS, prompt="x", telemetry_metadata=CALLER)
     assert result.terminal is ml.Terminal.END_TURN
     expected = SESSION_EVENTS | {"request.start", "request.stop"}
@@ -119,7 +119,7 @@ async def test_agentcore_provision_events(
     with AgentCoreEmulator(faults=faults, clock=ManualClock()) as emu:
         assert isinstance(emu.clock, ManualClock)
         with BedrockAgentCore(retry_backoff=0.0, **emu.client_kwargs) as provider:
-            spec = ml.AgentSpec(name="prov", system_prompt="p", model="m1")
+            spec = ml.AgentSpec(name="prov", system_prompt="p", model="claude-haiku-4-5")
             await provider.provision(
                 spec,
                 execution_role_arn=emu.execution_role_arn,
@@ -142,7 +142,9 @@ async def test_fault_events_carry_the_tags_on_every_host(
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     script = [call("get_weather", {"city": "A"}), say("done")]
     with ChatEmulator(script, faults=ChatFaults(drop=1)) as emu:
-        provider = Local(model="m1", base_url=emu.base_url, api_key=emu.api_key, retry_backoff=0)
+        provider = Local(
+            model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key, retry_backoff=0
+        )
         await ml.run(provider, agent=TWO_TOOLS, prompt="x", telemetry_metadata=CALLER)
     claude_faults = ClaudeFaults(
         drop_stream_after=(2,), server_errors=1, fault_path="/events", fault_method="POST"

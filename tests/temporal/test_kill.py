@@ -66,7 +66,9 @@ def slow_add(a: int, b: int) -> str:
     raise AssertionError("runs in the worker processes only")
 
 
-SPEC = ml.AgentSpec(name="calc", system_prompt="Use tools.", tools=[slow_add], model="m")
+SPEC = ml.AgentSpec(
+    name="calc", system_prompt="Use tools.", tools=[slow_add], model="claude-haiku-4-5"
+)
 
 
 @dataclass

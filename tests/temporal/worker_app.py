@@ -42,7 +42,9 @@ def slow_add(a: int, b: int) -> str:
     return str(a + b)
 
 
-SPEC = ml.AgentSpec(name="calc", system_prompt="Use tools.", tools=[slow_add], model="m")
+SPEC = ml.AgentSpec(
+    name="calc", system_prompt="Use tools.", tools=[slow_add], model="claude-haiku-4-5"
+)
 
 
 def make() -> Provider:

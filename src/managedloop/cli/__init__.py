@@ -116,7 +116,7 @@ def demo_agent() -> AgentSpec:
         name="managedloop-demo",
         system_prompt="Answer weather questions. Use the tools; be brief.",
         tools=[get_weather, convert_temperature],
-        model="claude-sonnet-4-5",
+        model="claude-sonnet-5-5",
     )
 
 
@@ -559,6 +559,9 @@ def build_parser(run_module: ModuleType | None = None) -> argparse.ArgumentParse
     from managedloop.cli import ops  # provision, tag, resolve, prune, ls
 
     ops.add_parsers(sub)
+    from managedloop.cli import sessions  # Claude sessions: list, get, update, archive, delete
+
+    sessions.add_parser(sub)
     from managedloop.cli import worker  # self-hosted sandboxes
 
     worker.add_parser(sub)
@@ -630,6 +633,10 @@ def _main(argv: list[str], out: TextIO | None) -> int:
         if args.command == "run":
             assert run_module is not None
             return cmd_run(args, run_module, stdout)
+        if args.command == "sessions":
+            from managedloop.cli import sessions
+
+            return sessions.run(args, stdout)
         if args.command == "worker":
             from managedloop.cli import worker
 

@@ -13,7 +13,7 @@ supported). It names the host, the agent, the environment and, optionally, the s
     [agent]                                  # an AgentSpec; name is required
     name = "support-bot"
     system_prompt = "You help customers with their orders."
-    model = "claude-sonnet-4-5"
+    model = "claude-sonnet-5-5"
     tools = ["mytools:lookup_order"]         # module:attr import paths, and/or
     [[agent.tool_definitions]]               # definitions written out in the file
     name = "refund"

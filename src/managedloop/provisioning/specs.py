@@ -129,9 +129,10 @@ class AgentSpec:
     """An agent: prompt, tools, model. Hosts that keep agents server-side need a ``name``.
 
     Host-specific fields (each digest-covered; a host that has no such setting refuses a
-    spec that sets it, rather than dropping it): ``effort`` and ``execution_identity``
-    (Claude), ``timeout_seconds`` (the AgentCore harness's per-invocation wall-clock cap)
-    and ``harness_config`` (AgentCore). Which host takes which field is tabled in
+    spec that sets it, rather than dropping it): ``effort``, ``execution_identity``,
+    ``mcp_servers``, ``skills``, ``speed`` and ``inference_geo`` (Claude),
+    ``timeout_seconds`` (the AgentCore harness's per-invocation wall-clock cap) and
+    ``harness_config`` (AgentCore). Which host takes which field is tabled in
     docs/agentcore.md and pinned by ``tests/agentcore/test_spec_fields.py``.
     """
 
@@ -159,6 +160,17 @@ class AgentSpec:
     ``{"type": "aws_role", "role_arn": ...}``)."""
     timeout_seconds: int | None = None
     """AgentCore: the harness's wall-clock cap for one invocation (``timeoutSeconds``)."""
+    mcp_servers: Mapping[str, str] = field(default_factory=dict)
+    """Claude: remote MCP servers by name -> URL (each used by an ``mcp_toolset(name)`` in
+    ``host_tools``; the host runs their tools)."""
+    skills: Sequence[Mapping[str, Any]] = ()
+    """Claude: skills the agent may use, ``{"type": "anthropic" | "custom", "skill_id": ...,
+    "version": ...}`` (``version`` optional: the latest)."""
+    speed: str | None = None
+    """Claude: ``"standard"`` or ``"fast"`` (fast output at premium pricing, where the model
+    offers it)."""
+    inference_geo: str | None = None
+    """Claude: the region model inference runs in (default: the workspace's)."""
     harness_config: Mapping[str, Any] = field(default_factory=dict)
     """AgentCore: harness settings in CreateHarness's own member names (``skills``,
     ``memory``, ``truncation``, ``hooks``, ``maxIterations``, ``maxTokens``,
@@ -166,6 +178,7 @@ class AgentSpec:
     against botocore's shapes before any request; other hosts refuse it."""
 
     def __post_init__(self) -> None:
+        _claude_fields(self)
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
             raise InvalidOptionsError("AgentSpec.name must be a non-empty string", option="name")
         object.__setattr__(self, "tools", tuple(self.tools))
@@ -235,6 +248,10 @@ class AgentSpec:
                 "execution_identity": self.execution_identity,
                 "timeout_seconds": self.timeout_seconds,
                 "host_tools": [dict(t) for t in self.host_tools],
+                "mcp_servers": dict(self.mcp_servers),
+                "skills": [dict(k) for k in self.skills],
+                "speed": self.speed,
+                "inference_geo": self.inference_geo,
                 "harness_config": dict(self.harness_config),
             },
         )
@@ -280,6 +297,56 @@ class AgentSpec:
             f"an agent spec must be an AgentSpec or a mapping, got {type(value).__name__}",
             code="invalid_agent_spec",
             option="spec",
+        )
+
+
+_SPEEDS = ("standard", "fast")
+_SKILL_TYPES = ("anthropic", "custom")
+
+
+def _claude_fields(spec: AgentSpec) -> None:
+    """Check (and freeze) the Claude agent fields ``mcp_servers``, ``skills``, ``speed``
+    and ``inference_geo`` (see :class:`AgentSpec`)."""
+    servers = spec.mcp_servers
+    if not isinstance(servers, Mapping) or not all(
+        isinstance(n, str)
+        and 0 < len(n) <= 255
+        and isinstance(u, str)
+        and u.startswith(("https://", "http://"))
+        for n, u in servers.items()
+    ):
+        raise InvalidOptionsError(
+            "mcp_servers maps server names (1-255 characters) to http(s) URLs",
+            option="mcp_servers",
+        )
+    object.__setattr__(spec, "mcp_servers", dict(servers))
+    given: Any = spec.skills
+    # One skill dict (or a string) where a list belongs is refused, not guessed at.
+    skills: list[Any] = [None] if isinstance(given, Mapping | str) else list(given)
+    for skill in skills:
+        ok = (
+            isinstance(skill, Mapping)
+            and skill.get("type") in _SKILL_TYPES
+            and isinstance(skill.get("skill_id"), str)
+            and skill["skill_id"]
+            and set(skill) <= {"type", "skill_id", "version"}
+            and isinstance(skill.get("version", ""), str)
+        )
+        if not ok:
+            raise InvalidOptionsError(
+                'a skill is {"type": "anthropic" | "custom", "skill_id": "...", "version": '
+                '"..."} (version optional)',
+                option="skills",
+            )
+    object.__setattr__(spec, "skills", tuple(dict(k) for k in skills))
+    if spec.speed is not None and spec.speed not in _SPEEDS:
+        raise InvalidOptionsError(
+            f"speed must be 'standard' or 'fast', got {spec.speed!r}", option="speed"
+        )
+    geo = spec.inference_geo
+    if geo is not None and (not isinstance(geo, str) or not geo):
+        raise InvalidOptionsError(
+            "inference_geo must be a non-empty string", option="inference_geo"
         )
 
 

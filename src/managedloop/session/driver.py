@@ -85,6 +85,7 @@ from managedloop.results import (
     ToolResult,
     ToolUse,
     TurnResult,
+    Usage,
 )
 from managedloop.session import approvals as _approvals
 from managedloop.session import output as _output
@@ -695,8 +696,7 @@ def _request_stop(result: SessionResult) -> dict[str, Any]:
         "stop_reason": result.stop_reason,
         "reason": result.reason,
         "turns": result.turns,
-        "input_tokens": usage.input_tokens if usage is not None else None,
-        "output_tokens": usage.output_tokens if usage is not None else None,
+        **_usage_fields(usage),
         "session_id": result.session_id,
         "output_strategy": result.output_strategy,
     }
@@ -708,9 +708,30 @@ def _turn_stop(result: TurnResult) -> dict[str, Any]:
         "terminal": result.terminal.value,
         "stop_reason": result.stop_reason,
         "tool_use_count": len(result.custom_tool_uses),
-        "input_tokens": usage.input_tokens if usage is not None else None,
-        "output_tokens": usage.output_tokens if usage is not None else None,
+        **_usage_fields(usage),
     }
+
+
+def _usage_fields(usage: Usage | None) -> dict[str, Any]:
+    """The usage keys of a request's or turn's stop event (``telemetry.TABLE``)."""
+    if usage is None:
+        return dict.fromkeys(_USAGE_KEYS)
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_read_input_tokens": usage.cache_read_input_tokens,
+        "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+        "cost_usd": usage.cost_usd,
+    }
+
+
+_USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "cost_usd",
+)
 
 
 def _input_content(input: TurnInput) -> Any:

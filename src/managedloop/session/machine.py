@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from managedloop.hosts import ToolResults, TurnInput, UserMessage
@@ -224,8 +224,10 @@ class _Request:
     # Usage summed in place: adding frozen Usage values would copy ``raw`` every turn.
     input_tokens: int = 0
     output_tokens: int = 0
-    cache_read: int = 0
-    cache_write: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float | None = None
+    active_seconds: float | None = None
     usage_raw: list[Any] = field(default_factory=list)
     reprompts_left: int = 2
     terminal_tool_called: bool = False
@@ -234,14 +236,15 @@ class _Request:
     output_failure: OutputFailure | None = None
 
     def usage(self) -> Usage:
-        usage = make_usage(self.input_tokens, self.output_tokens, list(self.usage_raw))
-        if self.cache_read or self.cache_write:  # hosts that report cache reads and writes
-            return replace(
-                usage,
-                cache_read_input_tokens=self.cache_read,
-                cache_creation_input_tokens=self.cache_write,
-            )
-        return usage
+        return make_usage(
+            self.input_tokens,
+            self.output_tokens,
+            list(self.usage_raw),
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+            self.cost_usd,
+            self.active_seconds,
+        )
 
 
 def _fresh(reprompts_left: int, output_retries: int = 2) -> _Request:
@@ -255,8 +258,10 @@ def _fresh(reprompts_left: int, output_retries: int = 2) -> _Request:
     req.server_tool_uses = []
     req.input_tokens = 0
     req.output_tokens = 0
-    req.cache_read = 0
-    req.cache_write = 0
+    req.cache_read_tokens = 0
+    req.cache_write_tokens = 0
+    req.cost_usd = None
+    req.active_seconds = None
     req.usage_raw = []
     req.reprompts_left = reprompts_left
     req.terminal_tool_called = False
@@ -324,8 +329,12 @@ class Machine:
         if usage is not None:
             req.input_tokens += usage.input_tokens
             req.output_tokens += usage.output_tokens
-            req.cache_read += usage.cache_read_input_tokens
-            req.cache_write += usage.cache_creation_input_tokens
+            req.cache_read_tokens += usage.cache_read_input_tokens
+            req.cache_write_tokens += usage.cache_creation_input_tokens
+            if usage.cost_usd is not None:  # None until some turn reports one
+                req.cost_usd = (req.cost_usd or 0.0) + usage.cost_usd
+            if usage.active_seconds is not None:
+                req.active_seconds = (req.active_seconds or 0.0) + usage.active_seconds
             req.usage_raw.extend(usage.raw)
 
         if opts.turn_guard is not None:
@@ -471,6 +480,8 @@ class Machine:
             req.turns,
             [*req.events, *pending_events],
             transcript,
+            None,
+            last.stop_details if last else None,
         )
         strategy = self.options.output_strategy
         if strategy is not None:  # output=: how it was asked for, and what was refused

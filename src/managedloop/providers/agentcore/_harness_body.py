@@ -154,6 +154,10 @@ _LABELS = {
 CLAUDE_ONLY = {
     "effort": "a Claude agent setting; a harness's model settings go in model_config",
     "execution_identity": "a Claude agent setting; a harness runs as execution_role_arn",
+    "mcp_servers": "a Claude agent setting; a harness's MCP servers are host_tools (remote_mcp())",
+    "skills": "a Claude agent setting; a harness's skills go in harness_config",
+    "speed": "a Claude model setting; a harness's model settings go in model_config",
+    "inference_geo": "a Claude model setting; a harness's model settings go in model_config",
 }
 
 

@@ -28,6 +28,7 @@ from managedloop.providers.claude._provision import (
     normalize_model_id,
 )
 from managedloop.providers.claude._selfhosted import SandboxWorker, SelfHostedEnvironment
+from managedloop.providers.claude._sessions import file_resource, github_repository, memory_store
 from managedloop.providers.claude._wire import interrupt_event, tool_confirmation
 
 __all__ = [
@@ -40,8 +41,11 @@ __all__ = [
     "SandboxWorker",
     "SelfHostedEnvironment",
     "agent_toolset",
+    "file_resource",
+    "github_repository",
     "interrupt_event",
     "mcp_toolset",
+    "memory_store",
     "normalize_model_id",
     "output_path",
     "outputs_dir",

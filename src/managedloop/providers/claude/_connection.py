@@ -59,7 +59,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
@@ -92,6 +92,7 @@ from managedloop.results import RawEvent
 
 if TYPE_CHECKING:
     import httpx2
+    from anthropic.types.beta.sessions import BetaManagedAgentsEventParams
 
 __all__ = ["ClaudeConnection", "StreamOptions"]
 
@@ -109,6 +110,8 @@ RESULT_RESENDS = 3
 ``result_not_recorded``: a host that drops the same result 4 times will not record it."""
 RETRY_AFTER_CAP = 60.0  # seconds; never park a turn longer than this on one retry-after
 HISTORY_PAGE = 100
+MAX_PREVIEWS = 64  # previewed messages tracked at once (a host that never concludes them)
+_PREVIEWS = frozenset({"event_start", "event_delta"})
 
 
 class StreamOptions:
@@ -117,6 +120,7 @@ class StreamOptions:
 
     __slots__ = (
         "backoff",
+        "event_deltas",
         "idle_timeout",
         "max_reconnects",
         "reconnect",
@@ -133,7 +137,9 @@ class StreamOptions:
         idle_timeout: float,
         sleep: Callable[[float], Awaitable[None]] | None,
         result_echo_timeout: float = RESULT_ECHO_TIMEOUT,
+        event_deltas: bool = False,
     ) -> None:
+        self.event_deltas = event_deltas
         self.backoff = backoff
         self.max_reconnects = max_reconnects
         self.idle_timeout = idle_timeout
@@ -223,9 +229,14 @@ class ClaudeConnection(ConnectionBase):
         resumed: bool = False,
         lease: Lease | None = None,
         replay_from: str | None = None,
+        created_with_events: bool = False,
     ) -> None:
         super().__init__()
-        self._replay_from = replay_from
+        self._replay_from = "" if created_with_events else replay_from
+        self._created_with_events = created_with_events
+        """The session was created with ``initial_events``: it started running before
+        the stream opened, so the history is read at start (all of it is this request's)
+        and a first prompt found there is not sent again."""
         self._replayed_messages: list[tuple[str, str]] = []
         """(text, event id) of user messages in the replayed history: already sent, so a
         turn whose input is one of them sends nothing (``OpenRequest.replay_from``)."""
@@ -267,6 +278,13 @@ class ClaudeConnection(ConnectionBase):
         self._gate_open = True
         self._closed = False
         self._last_drop: _DropError | None = None
+        self._streamed: dict[str, str] = {}
+        """Text streamed by previews (``event_delta``), by the id of the message they
+        preview, until that message arrives."""
+        self._usage_mark: _wire.UsageMark = _wire.NO_USAGE
+        """The session's cumulative usage at the last ``session.usage`` seen: a turn's
+        cost and active time are what it grew by (a reattached session's past is not
+        counted again)."""
         self.closers: list[Callable[[], Awaitable[None]]] = []
         """Run (shielded) first thing in :meth:`aclose`: what lives as long as the session."""
 
@@ -274,7 +292,7 @@ class ClaudeConnection(ConnectionBase):
     async def start(self) -> None:
         """Open the stream (before anything is sent); on reattach, read the history."""
         self._stream = await self._open_stream()
-        if self.resumed:
+        if self.resumed or self._created_with_events:
             history = await self.history()
             cut = _replay_cut(history, self._replay_from)
             for event in history[:cut]:
@@ -311,6 +329,7 @@ class ClaudeConnection(ConnectionBase):
 
     async def turn(self, input: TurnInput) -> AsyncIterator[TurnItem]:
         yielded: list[RawEvent] = []  # this turn's events, for its TurnResult
+        usage_before = self._usage_mark  # cost and active time grow from here
         events = self._input_events(input)
         self._turn_ids = set(self._replay_ids)
         self._gate_open = not events and not self._replay_ids
@@ -323,6 +342,13 @@ class ClaudeConnection(ConnectionBase):
                 self._gate_open = True
         while True:
             event = await self._next_event()
+            if event.get("type") in _PREVIEWS:
+                # A preview of an agent.message being written (event_deltas=True): its
+                # text streams now; it is no event of the history (the buffered message
+                # that follows is), so it is neither kept nor de-duplicated.
+                if (delta := self._preview_delta(event)) is not None:
+                    yield delta
+                continue
             eid = event.get("id")
             if _wire.event_key(event) in self._seen:
                 continue
@@ -332,7 +358,7 @@ class ClaudeConnection(ConnectionBase):
             if not _wire.ends_turn(event):
                 yielded.append(event)
                 yield event
-                if (delta := _text_delta(event)) is not None:
+                if (delta := self._text_delta(event)) is not None:
                     yield delta
                 continue
             final = await self._judge(event)
@@ -343,16 +369,50 @@ class ClaudeConnection(ConnectionBase):
                 self._remember(older)
                 yielded.append(older)
                 yield older
-                if (delta := _text_delta(older)) is not None:
+                if (delta := self._text_delta(older)) is not None:
                     yield delta
             yielded.append(event)
             yield event
             if final:
                 self._attempts = 0  # a real terminal resets the reconnect backoff
                 yield _wire.normalize(
-                    yielded, self._tool_uses, self._answered | self._decided, self._host_uses
+                    yielded,
+                    self._tool_uses,
+                    self._answered | self._decided,
+                    self._host_uses,
+                    usage_before=usage_before,
                 )
                 return
+
+    def _preview_delta(self, event: RawEvent) -> TextDelta | None:
+        """The text of one ``event_delta`` (remembered per previewed message, so the
+        buffered ``agent.message`` adds only what the previews missed)."""
+        if event.get("type") != "event_delta":
+            return None
+        eid = event.get("event_id")
+        delta = event.get("delta")
+        block = delta.get("content") if isinstance(delta, Mapping) else None
+        text = block.get("text") if isinstance(block, Mapping) else None
+        if not isinstance(eid, str) or not isinstance(text, str) or not text:
+            return None
+        if eid not in self._streamed and len(self._streamed) >= MAX_PREVIEWS:
+            self._streamed.pop(next(iter(self._streamed)))  # bounded: oldest first
+        self._streamed[eid] = self._streamed.get(eid, "") + text
+        return TextDelta(text)
+
+    def _text_delta(self, event: RawEvent) -> TextDelta | None:
+        """The text of an ``agent.message``, as the loop's one way to stream text: all of
+        it, or (after previews of it streamed) what they did not cover. Previews are
+        best-effort and the message is canonical; previews that do not match its start
+        streamed something else, so nothing is added to them."""
+        if event.get("type") != "agent.message":
+            return None
+        text = _wire.message_text(event)
+        eid = event.get("id")
+        streamed = self._streamed.pop(eid, None) if isinstance(eid, str) else None
+        if streamed is not None:
+            text = text[len(streamed) :] if text.startswith(streamed) else ""
+        return TextDelta(text) if text else None
 
     # -- inputs and sends ----------------------------------------------------------------
     def _note_sent(self, event: RawEvent) -> None:
@@ -512,11 +572,12 @@ class ClaudeConnection(ConnectionBase):
     async def _post(self, events: list[dict[str, Any]]) -> Any:
         api, sid = self.api, self.session_id
         assert sid is not None
+        body = _event_params(events)
 
         async def post() -> Any:
             return await api.send_client.beta.sessions.events.send(
                 sid,
-                events=events,  # type: ignore[arg-type]
+                events=body,
                 extra_headers=api.headers,
                 timeout=api.s.receive_timeout,
             )
@@ -571,6 +632,8 @@ class ClaudeConnection(ConnectionBase):
             self._host_uses[eid] = event
         elif kind == "user.tool_confirmation" and isinstance(event.get("tool_use_id"), str):
             self._decided.add(event["tool_use_id"])
+        elif kind == "session.usage" and isinstance(event.get("usage"), Mapping):
+            self._usage_mark = _wire.usage_mark(event["usage"], self._usage_mark)
         elif kind == _wire.CUSTOM_TOOL_RESULT:
             tid = event.get("custom_tool_use_id")
             if isinstance(tid, str):
@@ -746,8 +809,11 @@ class ClaudeConnection(ConnectionBase):
 
     async def _open_stream(self) -> _Stream:
         import httpx2
+        from anthropic import omit
 
         api = self.api
+        sid = self.session_id
+        assert sid is not None
         stack = AsyncExitStack()
         timeout = httpx2.Timeout(
             connect=api.s.receive_timeout,
@@ -757,7 +823,8 @@ class ClaudeConnection(ConnectionBase):
         )
         try:
             manager = api.client.beta.sessions.events.with_streaming_response.stream(
-                self.session_id,  # type: ignore[arg-type]
+                sid,
+                event_deltas=["agent.message"] if self.options.event_deltas else omit,
                 extra_headers={**api.headers, "accept": "text/event-stream"},
                 timeout=timeout,
             )
@@ -792,12 +859,15 @@ class ClaudeConnection(ConnectionBase):
         return await api.list_raw(f"/v1/sessions/{sid}/events", page, strict=False)
 
 
-def _text_delta(event: RawEvent) -> TextDelta | None:
-    """The text of an ``agent.message``, as the loop's one way to stream text."""
-    if event.get("type") != "agent.message":
-        return None
-    text = _wire.message_text(event)
-    return TextDelta(text) if text else None
+def _event_params(events: list[dict[str, Any]]) -> list[BetaManagedAgentsEventParams]:
+    """The events as the SDK's parameter type says a send takes them.
+
+    The builders in :mod:`~managedloop.providers.claude._wire` make exactly these shapes
+    (and :class:`~managedloop.hosts.RawInput` events are the caller's own); the static type
+    is asserted here, at the one boundary, and checked at run time: the emulator validates
+    every body against ``EventSendParams`` (``testing/_claude/bodies.py``), and the suite
+    runs with that on."""
+    return cast("list[BetaManagedAgentsEventParams]", events)
 
 
 def _retryable(exc: ProviderError) -> bool:

@@ -29,7 +29,7 @@ import hashlib
 import inspect
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 import anyio
@@ -45,7 +45,7 @@ from managedloop.errors import (
     UnsupportedError,
 )
 from managedloop.hosts import OpenRequest
-from managedloop.providers.claude import _files, _provision
+from managedloop.providers.claude import _files, _provision, _sessions
 from managedloop.providers.claude._api import (
     Api,
     ClientSettings,
@@ -138,6 +138,14 @@ class ClaudeManagedAgents:
     ``result_echo_timeout`` (default 30 s) bounds how long a sent tool result may go
     unechoed before the history is checked and a lost result re-sent (see
     :mod:`~managedloop.providers.claude._connection`).
+
+    Sessions (see :mod:`~managedloop.providers.claude._sessions`): a session of a
+    provisioned handle runs the handle's ``agent_version`` (``agent_version="latest"`` or
+    an int says otherwise); ``session_overrides`` replaces the agent's ``model``,
+    ``system``, ``tools``, ``mcp_servers`` or ``skills`` for the session; ``vault_ids``,
+    ``session_resources`` (``github_repository()``, ``file_resource()``, ``memory_store()``)
+    and ``initial_events`` go with the create. ``event_deltas=True`` opens the stream with
+    ``event_deltas[]=agent.message``, so text streams as the model writes it.
     """
 
     name: ClassVar[str] = "claude"
@@ -167,6 +175,12 @@ class ClaudeManagedAgents:
         session_title: str | None = None,
         session_metadata: Mapping[str, str] | None = None,
         session_budget: Mapping[str, Any] | None = None,
+        agent_version: int | str | None = None,
+        session_overrides: Mapping[str, Any] | None = None,
+        vault_ids: Sequence[str] | None = None,
+        session_resources: Sequence[Mapping[str, Any]] | None = None,
+        initial_events: Sequence[Mapping[str, Any]] | None = None,
+        event_deltas: bool = False,
         **unknown: Any,
     ) -> None:
         try:
@@ -235,12 +249,22 @@ class ClaudeManagedAgents:
         self.session_title = session_title
         self.session_metadata = dict(session_metadata or {})
         self.session_budget = _provision.check_budget(session_budget)
+        self.session_options = _sessions.session_options(
+            agent_version=agent_version,
+            session_overrides=session_overrides,
+            vault_ids=vault_ids,
+            session_resources=session_resources,
+            initial_events=initial_events,
+        )
+        if not isinstance(event_deltas, bool):
+            raise InvalidOptionsError("event_deltas is True or False", option="event_deltas")
         self._stream_options = StreamOptions(
             backoff=float(reconnect_backoff),
             max_reconnects=max_reconnects,
             idle_timeout=float(stream_idle_timeout),
             sleep=sleep,
             result_echo_timeout=float(result_echo_timeout),
+            event_deltas=event_deltas,
         )
 
     def __repr__(self) -> str:
@@ -292,8 +316,11 @@ class ClaudeManagedAgents:
         await self._clients.unpin()
 
     # -- sessions -----------------------------------------------------------------------
-    async def _resolve_agent(self, request: OpenRequest) -> tuple[str, str]:
+    async def _resolve_agent(self, request: OpenRequest) -> tuple[str, str, int | None]:
+        """The agent id, the environment id and the agent version a handle names (``None``:
+        a raw id, which names no version)."""
         agent_id = id_of(request.agent, "agent_id") if request.spec is None else None
+        version = _version_of(request.agent) if agent_id is not None else None
         # A bare agent id names no environment (only a handle or its dict carries one).
         environment_id = (
             id_of(request.agent, "environment_id")
@@ -314,6 +341,7 @@ class ClaudeManagedAgents:
                 )
         if agent_id is None:
             agent_id = self.agent_id
+            version = _version_of(self.agent) if agent_id is not None else None
         if environment_id is None:
             environment_id = self.environment_id
         if agent_id is None and request.spec is not None:
@@ -321,6 +349,7 @@ class ClaudeManagedAgents:
 
             handle = await provision(self, request.spec, environment=self._environment_spec)
             agent_id, environment_id = handle.agent_id, environment_id or handle.environment_id
+            version = _version_of(handle)
         if environment_id is None:
             raise InvalidOptionsError(
                 "no environment: pass environment= (a handle or id) to ClaudeManagedAgents, "
@@ -328,7 +357,7 @@ class ClaudeManagedAgents:
                 option="environment",
             )
         assert agent_id is not None
-        return agent_id, environment_id
+        return agent_id, environment_id, version
 
     async def open(self, request: OpenRequest) -> ClaudeConnection:
         lease = self._clients.lease()
@@ -376,17 +405,20 @@ class ClaudeManagedAgents:
             if resumed is not None:
                 self._serve_sandbox(resumed, conn)
             return conn
-        agent_id, environment_id = await self._resolve_agent(request)
+        agent_id, environment_id, version = await self._resolve_agent(request)
         sandbox = self._sandbox_worker(request, lease.client, environment_id)
         if sandbox is not None:
             await sandbox.check_key()  # a refused key fails here, before a session waits
-        body: dict[str, Any] = {"agent": agent_id, "environment_id": environment_id}
-        if self.session_title is not None:
-            body["title"] = self.session_title
-        if self.session_metadata:
-            body["metadata"] = self.session_metadata
-        if self.session_budget is not None:
-            body["budget"] = self.session_budget
+        body = _sessions.create_body(
+            _sessions.agent_reference(agent_id, version, self.session_options),
+            environment_id,
+            self.session_options,
+            title=self.session_title,
+            metadata=self.session_metadata,
+            budget=self.session_budget,
+        )
+        if self.session_title == "":
+            body["title"] = ""  # an empty title is a title (create_body skips falsy ones)
         try:
             session = await api.call(
                 "post",
@@ -416,7 +448,12 @@ class ClaudeManagedAgents:
         if request.spec is not None:
             _check_tools(request, session)
         conn = ClaudeConnection(
-            api, session.id, options=self._stream_options, metadata=request.metadata, lease=lease
+            api,
+            session.id,
+            options=self._stream_options,
+            metadata=request.metadata,
+            lease=lease,
+            created_with_events=bool(self.session_options.initial_events),
         )
         try:
             await conn.start()
@@ -529,6 +566,46 @@ class ClaudeManagedAgents:
         """
         return await _provision.teardown(self._api(), handle, **options)
 
+    # -- sessions (see _sessions) ---------------------------------------------------------
+    @_leased
+    async def list_sessions(
+        self,
+        *,
+        agent_id: str | None = None,
+        statuses: Sequence[str] = (),
+        include_archived: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Every session (all pages), of one agent and/or in some ``statuses`` (``idle``,
+        ``running``, ``rescheduling``, ``terminated``); archived ones on request."""
+        return await _sessions.list_sessions(
+            self._api(), agent_id=agent_id, statuses=statuses, include_archived=include_archived
+        )
+
+    @_leased
+    async def get_session(self, session_id: str) -> dict[str, Any]:
+        return await _sessions.retrieve(self._api(), session_id)
+
+    @_leased
+    async def update_session(
+        self,
+        session_id: str,
+        *,
+        title: str | None = None,
+        metadata: Mapping[str, str | None] | None = None,
+    ) -> dict[str, Any]:
+        """Retitle a session or patch its metadata (a ``None`` value deletes the key)."""
+        return await _sessions.update(self._api(), session_id, title=title, metadata=metadata)
+
+    @_leased
+    async def archive_session(self, session_id: str) -> dict[str, Any]:
+        """Archive a session: its history stays readable, nothing more can be sent."""
+        return await _sessions.archive(self._api(), session_id)
+
+    @_leased
+    async def delete_session(self, session_id: str) -> dict[str, Any]:
+        """Delete a session, its events and the files it produced (uploads survive)."""
+        return await _sessions.delete(self._api(), session_id)
+
     # -- files (see _files) ---------------------------------------------------------------
     @_leased
     async def upload_file(
@@ -572,6 +649,16 @@ _ACCEPTED = tuple(
     if name not in ("self", "unknown")
 )
 """The constructor's keywords (an unknown one is refused with this list)."""
+
+
+def _version_of(agent: Any) -> int | None:
+    """The agent version a handle (or its dict) records; ``None`` for a raw id."""
+    if isinstance(agent, ClaudeHandle):
+        return agent.agent_version
+    if isinstance(agent, Mapping):
+        version = agent.get("agent_version")
+        return version if isinstance(version, int) and not isinstance(version, bool) else None
+    return None
 
 
 def _check_tools(request: OpenRequest, session: Any) -> None:

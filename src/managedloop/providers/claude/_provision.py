@@ -63,7 +63,7 @@ __all__ = [
     "wire_config",
 ]
 
-DEFAULT_MODEL = "claude-sonnet-4-6"
+DEFAULT_MODEL = "claude-sonnet-5-5"
 DEFAULT_ENVIRONMENT_CONFIG: dict[str, Any] = {
     "type": "cloud",
     "networking": {"type": "unrestricted"},
@@ -100,7 +100,7 @@ class ClaudeHandle:
 
 
 def normalize_model_id(model: str) -> str:
-    """``"anthropic:claude-sonnet-4-6"`` -> ``"claude-sonnet-4-6"``; bare ids unchanged."""
+    """``"anthropic:claude-sonnet-5-5"`` -> ``"claude-sonnet-5-5"``; bare ids unchanged."""
     return model.split(":", 1)[1] if ":" in model else model
 
 
@@ -250,12 +250,28 @@ def _agent_body(spec: AgentSpec, agent_name: str, digest: str) -> dict[str, Any]
         )
     refuse_fields(spec, "claude", {"harness_config": "AgentCore harness settings"})
     model_id = normalize_model_id(model)
+    options = {
+        k: v
+        for k, v in (
+            ("effort", spec.effort),
+            ("speed", spec.speed),
+            ("inference_geo", spec.inference_geo),
+        )
+        if v is not None
+    }
+    _check_mcp(spec)
     body: dict[str, Any] = {
         "name": agent_name,
-        "model": {"id": model_id, "effort": spec.effort} if spec.effort else model_id,
+        "model": {"id": model_id, **options} if options else model_id,
         "tools": tools,
         "metadata": {**spec.metadata, "managedloop_digest": digest[:16]},
     }
+    if spec.mcp_servers:
+        body["mcp_servers"] = [
+            {"type": "url", "name": name, "url": url} for name, url in spec.mcp_servers.items()
+        ]
+    if spec.skills:
+        body["skills"] = [dict(k) for k in spec.skills]
     if spec.execution_identity is not None:
         body["execution_identity"] = dict(spec.execution_identity)
     if spec.system_prompt is not None:
@@ -263,6 +279,27 @@ def _agent_body(spec: AgentSpec, agent_name: str, digest: str) -> dict[str, Any]
     if spec.description is not None:
         body["description"] = spec.description
     return body
+
+
+def _check_mcp(spec: AgentSpec) -> None:
+    """Every ``mcp_toolset`` names a server of ``spec.mcp_servers`` and every server is
+    used by one (the API refuses both; here it fails before any request, naming it)."""
+    used = {
+        str(t.get("mcp_server_name")) for t in spec.host_tools if t.get("type") == "mcp_toolset"
+    }
+    declared = set(spec.mcp_servers)
+    for name in sorted(n for n in used if n not in declared):
+        raise InvalidOptionsError(
+            f"mcp_toolset({name!r}) names no server of AgentSpec.mcp_servers (declare it: "
+            f"mcp_servers={{{name!r}: 'https://...'}})",
+            option="mcp_servers",
+        )
+    for name in sorted(declared - used):
+        raise InvalidOptionsError(
+            f"MCP server {name!r} is declared but no mcp_toolset({name!r}) in host_tools "
+            "uses it (the host refuses unused servers)",
+            option="mcp_servers",
+        )
 
 
 async def _create_agent(api: Api, body: dict[str, Any]) -> Created:

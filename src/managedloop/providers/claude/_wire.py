@@ -9,7 +9,8 @@ Protocol facts relied on (see ``cma-wire.md`` §2-§4):
 * ``requires_action`` names the blocking event ids in ``stop_reason.event_ids``; they can
   refer to ``agent.custom_tool_use`` events of an *earlier* batch, so they are resolved
   against every tool use the connection has seen, not only the current turn's;
-* usage is per model request, in ``span.model_request_end.model_usage``;
+* token usage is per model request, in ``span.model_request_end.model_usage``; cost and
+  active time only in ``session.usage``, a cumulative snapshot of the whole session;
 * an unknown idle stop reason ends the turn as ``terminated`` (as the SDK's runner does);
 * a built-in ``agent.tool_use`` that a ``requires_action`` names with
   ``evaluated_permission: "allow"`` is a **self-hosted sandbox's** to answer (with a
@@ -24,7 +25,10 @@ one message); the messages of a turn are joined with ``"\\n"``.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from managedloop.outcome import Outcome
@@ -70,6 +74,11 @@ SERVER_TOOL_USES = frozenset({"agent.tool_use", "agent.mcp_tool_use"})
 SANDBOX_TOOL_USE = "agent.tool_use"
 SANDBOX_TOOL_RESULT = "user.tool_result"
 _NON_FINAL_ERRORS = frozenset({"retrying", "exhausted"})
+NAMED_STOPS = frozenset({"budget_reached", "refusal", "retries_exhausted"})
+"""Idle stop reasons that end a request ``terminated`` with that name as its ``reason``:
+the session budget ran out (``session_budget``), the model's response was refused (a
+safety classifier; ``stop_details`` says which category), or errors used up the host's
+retries (the ``session.error`` events before the idle say which)."""
 _OUTCOME_TERMINAL = {
     "satisfied": Terminal.END_TURN,
     "max_iterations_reached": Terminal.END_TURN,
@@ -275,21 +284,128 @@ def unanswered_tool_uses(history: Iterable[Mapping[str, Any]]) -> list[ToolUse]:
     return [tool_use_of(e) for i, e in uses.items() if i not in answered]
 
 
-def _usage(events: Sequence[Mapping[str, Any]]) -> Usage | None:
-    raw: list[Any] = []
-    inp = out = 0
+@dataclass(frozen=True, slots=True)
+class UsageMark:
+    """A session's cumulative usage at its last ``session.usage`` snapshot."""
+
+    cost_usd: float | None = None
+    active_seconds: float | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+
+
+NO_USAGE = UsageMark()
+
+
+_AMOUNT = re.compile(r"[0-9]{1,18}")  # minor units as the API writes them (ASCII digits)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _cost_usd(cost: Any) -> float | None:
+    """A ``list_cost`` (``{"amount": "<minor units>", "currency": "USD"}``) in dollars;
+    ``None`` for another currency or a malformed amount (never a made-up number)."""
+    if not isinstance(cost, Mapping) or cost.get("currency") != "USD":
+        return None
+    amount = cost.get("amount")
+    if not isinstance(amount, str) or _AMOUNT.fullmatch(amount) is None:
+        return None
+    return int(amount) / 100
+
+
+def usage_mark(snapshot: Mapping[str, Any], before: UsageMark = NO_USAGE) -> UsageMark:
+    """The :class:`UsageMark` of one ``session.usage`` event's ``usage`` object (a field
+    it lacks keeps its value from ``before``)."""
+    creation = snapshot.get("cache_creation")
+    write = (
+        _int(creation.get("ephemeral_5m_input_tokens"))
+        + _int(creation.get("ephemeral_1h_input_tokens"))
+        if isinstance(creation, Mapping)
+        else before.cache_write
+    )
+    cost = _cost_usd(snapshot.get("list_cost"))
+    seconds = snapshot.get("active_seconds")
+    if (
+        not isinstance(seconds, int | float)
+        or isinstance(seconds, bool)
+        or not math.isfinite(seconds)  # a hostile NaN or infinity must not spread
+        or seconds < 0
+    ):
+        seconds = before.active_seconds
+    return UsageMark(
+        cost_usd=cost if cost is not None else before.cost_usd,
+        active_seconds=None if seconds is None else float(seconds),
+        input_tokens=_int(snapshot.get("input_tokens")) or before.input_tokens,
+        output_tokens=_int(snapshot.get("output_tokens")) or before.output_tokens,
+        cache_read=_int(snapshot.get("cache_read_input_tokens")) or before.cache_read,
+        cache_write=write,
+    )
+
+
+def last_usage_mark(
+    events: Iterable[Mapping[str, Any]], before: UsageMark
+) -> tuple[UsageMark, bool]:
+    """The mark after ``events`` (their last ``session.usage`` snapshot, else ``before``)
+    and whether they held a snapshot at all."""
+    mark, seen = before, False
     for event in events:
-        if event.get("type") != "span.model_request_end":
+        if event.get("type") == "session.usage" and isinstance(event.get("usage"), Mapping):
+            mark, seen = usage_mark(event["usage"], mark), True
+    return mark, seen
+
+
+def _since(now: float | None, before: float | None) -> float | None:
+    if now is None:
+        return None
+    return max(0.0, now - (before or 0.0))
+
+
+def _usage(events: Sequence[Mapping[str, Any]], before: UsageMark = NO_USAGE) -> Usage | None:
+    """One turn's usage. Tokens are per model request (``span.model_request_end``'s
+    ``model_usage``, cache reads and writes included); cost and active time exist only in
+    the cumulative ``session.usage`` snapshots, so the turn gets what they grew by since
+    ``before`` (the last snapshot of earlier turns). Without any span the snapshots' token
+    growth stands in. ``raw`` keeps every usage object verbatim."""
+    raw: list[Any] = []
+    inp = out = read = write = 0
+    spans = False
+    for event in events:
+        kind = event.get("type")
+        if kind == "session.usage" and isinstance(event.get("usage"), Mapping):
+            raw.append(event["usage"])
+            continue
+        if kind != "span.model_request_end":
             continue
         usage = event.get("model_usage") or event.get("usage")
         if not isinstance(usage, Mapping):
             continue
+        spans = True
         raw.append(usage)
-        inp += int(usage.get("input_tokens") or 0)
-        out += int(usage.get("output_tokens") or 0)
+        inp += _int(usage.get("input_tokens"))
+        out += _int(usage.get("output_tokens"))
+        read += _int(usage.get("cache_read_input_tokens"))
+        write += _int(usage.get("cache_creation_input_tokens"))
     if not raw:
         return None
-    return Usage(input_tokens=inp, output_tokens=out, raw=raw)
+    after, snapshot = last_usage_mark(events, before)
+    if not spans and snapshot:
+        inp = max(0, after.input_tokens - before.input_tokens)
+        out = max(0, after.output_tokens - before.output_tokens)
+        read = max(0, after.cache_read - before.cache_read)
+        write = max(0, after.cache_write - before.cache_write)
+    return Usage(
+        input_tokens=inp,
+        output_tokens=out,
+        cache_read_input_tokens=read,
+        cache_creation_input_tokens=write,
+        cost_usd=_since(after.cost_usd, before.cost_usd) if snapshot else None,
+        active_seconds=_since(after.active_seconds, before.active_seconds) if snapshot else None,
+        raw=raw,
+    )
 
 
 def normalize(
@@ -297,6 +413,7 @@ def normalize(
     known_tool_uses: Mapping[str, Mapping[str, Any]] | None = None,
     answered: Iterable[str] = (),
     known_host_uses: Mapping[str, Mapping[str, Any]] | None = None,
+    usage_before: UsageMark = NO_USAGE,
 ) -> TurnResult:
     """One turn's :class:`TurnResult`; ``events`` are kept verbatim.
 
@@ -304,6 +421,9 @@ def normalize(
     to its event; ids in ``answered`` already have a result (or a confirmation) and are
     not surfaced again. ``known_host_uses`` does the same for built-in and MCP tool uses:
     one a ``requires_action`` names is held for a confirmation (``host_approvals``).
+    ``usage_before`` is the session's usage mark before this turn (see :func:`_usage`).
+    A host stop the caller may want to branch on is named in ``reason`` (:data:`NAMED_STOPS`)
+    and the idle's ``stop_details`` kept.
     """
     lookup: dict[str, Mapping[str, Any]] = dict(known_tool_uses or {})
     hosted: dict[str, Mapping[str, Any]] = dict(known_host_uses or {})
@@ -347,16 +467,17 @@ def normalize(
         if verdict in _OUTCOME_TERMINAL:
             terminal = _OUTCOME_TERMINAL[verdict]
     texts = [message_text(e) for e in events if e.get("type") == "agent.message"]
-    # A session budget spent (``session_budget``): ``terminated``, named for the caller.
-    budget = isinstance(stop_reason, Mapping) and stop_reason.get("type") == "budget_reached"
+    kind = stop_reason.get("type") if isinstance(stop_reason, Mapping) else None
+    details = boundary.get("stop_details") if boundary is not None else None
     return TurnResult(
         terminal=terminal,
-        reason="budget_reached" if budget else None,
+        reason=kind if kind in NAMED_STOPS else None,
         stop_reason=stop_reason,
+        stop_details=dict(details) if isinstance(details, Mapping) else None,
         text="\n".join(t for t in texts if t),
         custom_tool_uses=custom,
         server_tool_uses=[tool_use_of(e) for e in events if e.get("type") in SERVER_TOOL_USES],
-        usage=_usage(events),
+        usage=_usage(events, usage_before),
         events=list(events),
         host_approvals=held,
     )

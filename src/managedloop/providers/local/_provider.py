@@ -437,6 +437,10 @@ _HOST_ONLY = {
     "execution_identity": "a Claude agent setting; a Local tool runs in this process",
     "timeout_seconds": "an AgentCore harness setting; bound a Local run with run(timeout=...)",
     "harness_config": "AgentCore harness settings",
+    "mcp_servers": "a Claude agent setting (a Local agent's MCP tools: Toolset.from_mcp)",
+    "skills": "a Claude agent setting",
+    "speed": "a Claude model setting (a Local model's settings go in model_config)",
+    "inference_geo": "a Claude model setting",
 }
 
 _ACCEPTED = tuple(inspect.signature(Local.__init__).parameters)[1:-1]  # not self, **unknown

@@ -129,6 +129,16 @@ def _model(value: Any) -> Any:
     return value if isinstance(value, dict) else {"id": value}
 
 
+def _skills(value: Any) -> Any:
+    # The API resolves a skill without a version to the latest (the SDK type requires one).
+    if not isinstance(value, list):
+        return []
+    return [
+        {**k, "version": k.get("version") or "latest"} if isinstance(k, Mapping) else k
+        for k in value
+    ]
+
+
 def _execution_identity(value: Any) -> Any:
     # The SDK's union: service_account (no customer-named principal) or aws_role.
     return value or {"type": "service_account"}
@@ -168,7 +178,7 @@ AGENTS = Resource(
         "description": _given,
         "tools": resolve_tools,  # toolsets resolved as the API returns them
         "mcp_servers": _list,
-        "skills": _list,
+        "skills": _skills,
         "multiagent": _given,
         "metadata": _dict,
         "execution_identity": _execution_identity,
@@ -223,11 +233,21 @@ def new_record(
     }
 
 
-def update_record(record: dict[str, Any], body: Mapping[str, Any], *, now: str) -> None:
-    """Apply an update request in place. A versioned record refuses a stale ``version``
+def update_record(
+    record: dict[str, Any],
+    body: Mapping[str, Any],
+    *,
+    now: str,
+    fields: Mapping[str, Callable[[Any], Any]] | None = None,
+) -> None:
+    """Apply an update request in place, each given field stored as a create stores it
+    (``fields``: :attr:`Resource.fields`). A versioned record refuses a stale ``version``
     (409) and counts a version up when anything changed."""
     changes = dict(body)
     version = changes.pop("version", None)
+    for name, store in (fields or {}).items():
+        if name in changes:
+            changes[name] = store(changes[name])
     if version is not None and version != record.get("version"):
         raise RefusedError(409, f"stale {record['type']} version")
     changed = {k: v for k, v in changes.items() if record.get(k) != v}

@@ -30,9 +30,12 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
+from managedloop.testing._claude.bodies import BodyError, check_body
 from managedloop.testing._claude.deployments import Deployments
 from managedloop.testing._claude.faults import ClaudeFaults
+from managedloop.testing._claude.models import model_problem, models_in
 from managedloop.testing._claude.resources import (
+    AGENTS,
     CRUD_ROUTES,
     RESOURCES,
     RefusedError,
@@ -178,14 +181,24 @@ class ClaudeEmulator(LoopbackServer):
         host: str = "127.0.0.1",
         port: int = 0,
         confirm_tools: Sequence[str] = (),
+        validate_requests: bool = True,
+        cache_tokens: int = 0,
     ) -> None:
         super().__init__(host=host, port=port)
+        self.validate_requests = validate_requests
+        """Answer a body the service would refuse as it does (on by default): one that
+        does not meet the SDK's parameter type (``400 invalid_request_error``), or names a
+        retired or unknown model (``404 not_found_error``). See
+        :mod:`~managedloop.testing._claude.bodies`."""
         self.agent = script if isinstance(script, ScriptedAgent) else ScriptedAgent(script)
         self.confirm_tools = frozenset(confirm_tools)
         """Server tools whose uses ask for a ``user.tool_confirmation`` first (permission
         ``ask``): the run idles on ``requires_action`` naming the ``agent.tool_use`` until
         it is allowed (the tool runs) or denied (an error result with the deny message)."""
         self.faults = faults or ClaudeFaults()
+        self.cache_tokens = cache_tokens
+        """Prompt tokens the emulated model caches per session: its first model request
+        reports them as cache writes, every later one as cache reads (default 0)."""
         self.api_key = api_key or f"sk-ant-emu-{secrets.token_hex(12)}"
         self.bearer_tokens: set[str] = set()
         """Bearer tokens accepted besides the API key (for bearer-file auth tests)."""
@@ -302,6 +315,7 @@ class ClaudeEmulator(LoopbackServer):
         r.add_post("/v1/sessions", self._create_session)
         r.add_get("/v1/sessions", self._list_sessions)
         r.add_get("/v1/sessions/{id}", self._get_session)
+        r.add_post("/v1/sessions/{id}", self._update_session)
         r.add_post("/v1/sessions/{id}/archive", self._archive_session)
         r.add_delete("/v1/sessions/{id}", self._delete_session)
         r.add_post("/v1/sessions/{id}/events", self._send_events)
@@ -374,6 +388,9 @@ class ClaudeEmulator(LoopbackServer):
         beta = request.headers.get("anthropic-beta", "")
         if needs_beta and MANAGED_AGENTS_BETA not in beta.split(","):
             return api_error(400, f"this endpoint requires the {MANAGED_AGENTS_BETA} beta header")
+        refused = self._refused_body(request)
+        if refused is not None:
+            return refused
         f = self.faults
         if f.before_request is not None:
             f.before_request(request.method, path)
@@ -388,6 +405,26 @@ class ClaudeEmulator(LoopbackServer):
                 return api_error(f.server_error_status, "internal error (emulated)", "api_error")
         result: web.StreamResponse = await handler(request)
         return result
+
+    def _refused_body(self, request: web.Request) -> web.Response | None:
+        """The service's answer to a body it would refuse (``None``: the body is good):
+        ``400`` when it does not meet the SDK's parameter type of the route
+        (:mod:`~managedloop.testing._claude.bodies`), ``404`` for a model id that is
+        retired or unknown (:mod:`~managedloop.testing._claude.models`)."""
+        if not self.validate_requests:
+            return None
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else request.path
+        body = request.get(_JSON)
+        try:
+            check_body(request.method, route, body, dict(request.match_info))
+        except BodyError as exc:
+            return api_error(400, exc.message)
+        for model in models_in(request.method, route, body):
+            problem = model_problem(model)
+            if problem is not None:
+                return api_error(404, problem, "not_found_error")
+        return None
 
     # -- agents and environments (one table: resources.RESOURCES) ---------------------
     def _add_crud_routes(self, router: web.UrlDispatcher, resource: Resource) -> None:
@@ -449,7 +486,7 @@ class ClaudeEmulator(LoopbackServer):
         if record is None:
             return _not_found(resource)
         try:
-            update_record(record, _body(request), now=now_iso())
+            update_record(record, _body(request), now=now_iso(), fields=resource.fields)
         except RefusedError as exc:
             return api_error(exc.status, exc.message)
         return web.json_response(record)
@@ -477,28 +514,43 @@ class ClaudeEmulator(LoopbackServer):
             return api_error(404, f"agent {agent_id!r} not found", "not_found_error")
         if agent["archived_at"]:
             return api_error(400, "agent is archived")
+        version = ref.get("version") if isinstance(ref, Mapping) else None
+        if isinstance(version, int) and not 1 <= version <= agent["version"]:
+            return api_error(404, f"agent {agent_id!r} has no version {version}", "not_found_error")
+        snapshot = agent_snapshot(agent)
+        if isinstance(ref, Mapping) and ref.get("type") == "agent_with_overrides":
+            # The given fields replace the agent's for this session only (stored as a
+            # create stores them: a model id becomes {"id": ...}, toolsets resolved).
+            for name in ("model", "system", "tools", "mcp_servers", "skills"):
+                if name in ref:
+                    snapshot[name] = AGENTS.fields[name](ref[name])
+        if isinstance(version, int):
+            snapshot["version"] = version
         env_id = body.get("environment_id")
         env = self.state.environments.get(env_id) if isinstance(env_id, str) else None
         if env is None:
             return api_error(404, f"environment {env_id!r} not found", "not_found_error")
         session = EmuSession(
             session_id=self.mint("sesn_"),
-            agent=agent_snapshot(agent),
-            environment_id=env_id,  # type: ignore[arg-type]
+            agent=snapshot,
+            environment_id=str(env_id),
             metadata=body.get("metadata") or {},
             title=body.get("title"),
             script=self.agent,
             faults=self.faults,
             mint=self.mint,
             confirm_tools=self.confirm_tools,
+            cache_tokens=self.cache_tokens,
+            budget=body.get("budget"),
             self_hosted=self.work.self_hosted(str(env_id)),
             on_input=self.work.on_input,
         )
         self.state.sessions[session.id] = session
+        session.vault_ids = list(body.get("vault_ids") or [])
         if session.self_hosted:
             self.work.enqueue(session)
         for res in body.get("resources") or []:
-            if isinstance(res, Mapping) and res.get("type") == "file":
+            if isinstance(res, Mapping):
                 session.resources.append(self._resource(res))
         initial = body.get("initial_events") or []
         if initial:
@@ -518,9 +570,34 @@ class ClaudeEmulator(LoopbackServer):
         return web.json_response(session.to_wire())
 
     async def _list_sessions(self, request: web.Request) -> web.Response:
-        items = [s.to_wire() for s in self.state.sessions.values()]
-        resp = self._page(request, items)
-        return resp
+        query = request.query
+        agent_id = query.get("agent_id")
+        statuses = query.getall("statuses[]", []) or query.getall("statuses", [])
+        archived = query.get("include_archived") == "true"
+        items = [
+            s.to_wire()
+            for s in reversed(list(self.state.sessions.values()))  # newest first
+            if (agent_id is None or s.agent.get("id") == agent_id)
+            and (not statuses or s.status in statuses)
+            and (archived or s.archived_at is None)
+        ]
+        return self._page(request, items)
+
+    async def _update_session(self, request: web.Request) -> web.Response:
+        session = self._get(request)
+        if isinstance(session, web.Response):
+            return session
+        body = _body(request)
+        if "vault_ids" in body:
+            return api_error(400, "vault_ids can only be set when a session is created")
+        if body.get("title") is not None:
+            session.title = body["title"]
+        for key, value in (body.get("metadata") or {}).items():
+            if value is None:
+                session.metadata.pop(key, None)  # null deletes a key
+            else:
+                session.metadata[key] = value
+        return web.json_response(session.to_wire())
 
     async def _archive_session(self, request: web.Request) -> web.Response:
         session = self._get(request)
@@ -601,8 +678,15 @@ class ClaudeEmulator(LoopbackServer):
         session = self._get(request)
         if isinstance(session, web.Response):
             return session
+        deltas = request.query.getall("event_deltas[]", []) or request.query.getall(
+            "event_deltas", []
+        )
+        if any(d not in ("agent.message", "agent.thinking") for d in deltas):
+            return api_error(400, "event_deltas: only agent.message and agent.thinking stream")
         queue: asyncio.Queue[Any] = asyncio.Queue()
         session.subscribers.append(queue)
+        if "agent.message" in deltas:
+            session.preview_subscribers.add(queue)
         resp = web.StreamResponse(
             headers={"content-type": "text/event-stream", "cache-control": "no-cache"}
         )
@@ -627,9 +711,8 @@ class ClaudeEmulator(LoopbackServer):
                     await resp.write(item)
                     continue
                 data = json.dumps(item, separators=(",", ":"))
-                await resp.write(
-                    f"event: {item['type']}\nid: {item['id']}\ndata: {data}\n\n".encode()
-                )
+                ident = f"id: {item['id']}\n" if "id" in item else ""  # previews have none
+                await resp.write(f"event: {item['type']}\n{ident}data: {data}\n\n".encode())
             with contextlib.suppress(ConnectionError):
                 await resp.write_eof()
         except (ConnectionError, asyncio.CancelledError):
@@ -637,11 +720,34 @@ class ClaudeEmulator(LoopbackServer):
         finally:
             if queue in session.subscribers:
                 session.subscribers.remove(queue)
+            session.preview_subscribers.discard(queue)
         return resp
 
     # -- resources and files ------------------------------------------------------------
     def _resource(self, body: Mapping[str, Any]) -> dict[str, Any]:
         now = now_iso()
+        if body.get("type") == "github_repository":
+            name = str(body.get("url", "")).rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
+            repo: dict[str, Any] = {
+                "id": self.mint("sesrsc_"),
+                "type": "github_repository",
+                "url": body.get("url"),
+                "mount_path": body.get("mount_path") or f"/workspace/{name}",
+                "created_at": now,
+                "updated_at": now,
+            }  # the authorization token is never echoed back
+            if body.get("checkout") is not None:
+                repo["checkout"] = body["checkout"]
+            return repo
+        if body.get("type") == "memory_store":
+            store_id = body.get("memory_store_id")
+            return {
+                "type": "memory_store",
+                "memory_store_id": store_id,
+                "access": body.get("access") or "read_write",
+                "instructions": body.get("instructions"),
+                "mount_path": f"/mnt/memory/{store_id}",
+            }
         file_id = body.get("file_id")
         return {
             "id": self.mint("sesrsc_"),

@@ -10,6 +10,11 @@ emitted event against them):
   ``session.status_terminated``;
 * sent user events are echoed onto the stream and into the history, with server ids;
 * the stream does not replay: a connection sees only events emitted after it opened;
+* every model request ends with ``span.model_request_end`` (its tokens, cache reads and
+  writes) and a ``session.usage`` snapshot of the whole session so far: tokens, a list cost
+  at the emulated prices (:data:`PRICES`) and the active seconds; a session created with a
+  ``budget`` idles ``budget_reached`` once that list cost reaches it;
+* a ``refusal`` stop (``Reply(stop_reason="refusal")``) carries ``stop_details``;
 * a built-in tool use is evaluated against the agent's permission policies
   (:mod:`managedloop.testing._claude.permissions`): ``always_ask`` / ``auto`` hold it for a
   ``user.tool_confirmation`` (``allow`` runs it, ``deny`` answers it with an error
@@ -25,7 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from managedloop.results import ToolResult
@@ -66,6 +72,27 @@ _SDK_ERROR_TYPES = frozenset(
 )
 
 
+PRICES = {"input": 300, "output": 1500, "cache_read": 30, "cache_write": 375}
+"""The emulated list prices, in US cents per million tokens (a Sonnet-like table: the
+service prices per model; the emulator has one table)."""
+REFUSAL_DETAILS = {
+    "type": "refusal",
+    "category": None,
+    "explanation": "The emulated model declined to answer.",
+}
+
+
+def list_cost_cents(usage: Mapping[str, int]) -> int:
+    """The list cost of cumulative ``usage`` at :data:`PRICES`, in whole cents."""
+    micro = (
+        usage["input_tokens"] * PRICES["input"]
+        + usage["output_tokens"] * PRICES["output"]
+        + usage["cache_read_input_tokens"] * PRICES["cache_read"]
+        + usage["cache_creation_input_tokens"] * PRICES["cache_write"]
+    )
+    return micro // 1_000_000
+
+
 def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
 
@@ -85,6 +112,8 @@ class EmuSession:
         faults: ClaudeFaults,
         mint: Callable[[str], str],
         confirm_tools: frozenset[str] = frozenset(),
+        cache_tokens: int = 0,
+        budget: dict[str, Any] | None = None,
         self_hosted: bool = False,
         on_input: Callable[[EmuSession], None] | None = None,
     ) -> None:
@@ -101,6 +130,9 @@ class EmuSession:
         self.created_at = now_iso()
         self.events: list[dict[str, Any]] = []
         self.subscribers: list[asyncio.Queue[Any]] = []
+        self.preview_subscribers: set[asyncio.Queue[Any]] = set()
+        """Streams opened with ``event_deltas[]=agent.message``: they also get the
+        ``event_start`` / ``event_delta`` previews of each message (never the history)."""
         self.turn = 0
         self.open_calls: dict[str, str] = {}
         """Custom tool uses still waiting for a result: id -> name (in call order)."""
@@ -120,7 +152,19 @@ class EmuSession:
         self.outcome: dict[str, Any] | None = None
         self.run_task: asyncio.Task[None] | None = None
         self.resources: list[dict[str, Any]] = []
-        self.usage = {"input_tokens": 0, "output_tokens": 0}
+        self.vault_ids: list[str] = []
+        self.usage = {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+        }
+        self.cache_tokens = cache_tokens
+        """Prompt tokens the emulated model caches: the session's first model request
+        writes them, every later one reads them (``ClaudeEmulator(cache_tokens=...)``)."""
+        self.budget = budget
+        self.active_seconds = 0.0
+        self._running_since: float | None = None
         self.thread_id: str | None = None
         """When set, custom tool uses are cross-posted with this ``session_thread_id``."""
 
@@ -135,18 +179,41 @@ class EmuSession:
             "metadata": self.metadata,
             "title": self.title,
             "resources": self.resources,
-            "vault_ids": [],
-            "usage": {
-                "input_tokens": self.usage["input_tokens"],
-                "output_tokens": self.usage["output_tokens"],
-                "cache_read_input_tokens": 0,
-            },
-            "stats": {"active_seconds": 0.0, "duration_seconds": 0.0},
+            "vault_ids": list(self.vault_ids),
+            "usage": self.usage_snapshot(),
+            "stats": {"active_seconds": self.active(), "duration_seconds": 0.0},
             "outcome_evaluations": [],
             "created_at": self.created_at,
             "updated_at": now_iso(),
             "archived_at": self.archived_at,
         }
+
+    def active(self) -> float:
+        """Seconds the session has spent running so far."""
+        since = self._running_since
+        return self.active_seconds + (time.monotonic() - since if since is not None else 0.0)
+
+    def cost_cents(self) -> int:
+        return list_cost_cents(self.usage)
+
+    def usage_snapshot(self) -> dict[str, Any]:
+        """The session's cumulative usage as ``session.usage`` and the session carry it."""
+        return {
+            "input_tokens": self.usage["input_tokens"],
+            "output_tokens": self.usage["output_tokens"],
+            "cache_read_input_tokens": self.usage["cache_read_input_tokens"],
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": self.usage["cache_creation_input_tokens"],
+                "ephemeral_1h_input_tokens": 0,
+            },
+            "list_cost": {"amount": str(self.cost_cents()), "currency": "USD"},
+            "active_seconds": self.active(),
+        }
+
+    def _over_budget(self) -> bool:
+        cost = (self.budget or {}).get("max_list_cost")
+        amount = cost.get("amount") if isinstance(cost, Mapping) else None
+        return isinstance(amount, str) and amount.isdigit() and self.cost_cents() >= int(amount)
 
     def tool_definitions(self) -> list[ToolDefinition]:
         out = []
@@ -182,6 +249,7 @@ class EmuSession:
 
     def terminate(self) -> None:
         self.status = "terminated"
+        self._stopped()
         self.open_calls.clear()
         self.open_sandbox.clear()
         task, self.run_task = self.run_task, None
@@ -308,6 +376,7 @@ class EmuSession:
             self.batch = []
             self.results = []
             self.status = "idle"
+            self._stopped()
             self.emit({"type": "session.status_idle", "stop_reason": {"type": "end_turn"}})
 
     def _after_results(self) -> None:
@@ -339,6 +408,8 @@ class EmuSession:
 
     def _start(self, user_text: str | None, results: Any) -> None:
         self.status = "running"
+        if self._running_since is None:
+            self._running_since = time.monotonic()
         self.emit({"type": "session.status_running"})
         self.run_task = asyncio.get_running_loop().create_task(self._run(user_text, results))
 
@@ -406,7 +477,15 @@ class EmuSession:
         start = self.emit({"type": "span.model_request_start"})
         await self._pause()
         if step.text:
-            self.emit({"type": "agent.message", "content": [{"type": "text", "text": step.text}]})
+            message_id = self.mint("sevt_")
+            await self._preview(message_id, step.text)
+            self.emit(
+                {
+                    "id": message_id,
+                    "type": "agent.message",
+                    "content": [{"type": "text", "text": step.text}],
+                }
+            )
             await self._pause()
         custom: list[str] = []
         for call in step.tool_calls:
@@ -471,27 +550,17 @@ class EmuSession:
                 custom.append(self.emit(event)["id"])
                 self.open_calls[custom[-1]] = call.name
             await self._pause()
-        usage = step.usage or (0, 0)
-        self.usage["input_tokens"] += usage[0]
-        self.usage["output_tokens"] += usage[1]
-        end: dict[str, Any] = {
-            "type": "span.model_request_end",
-            "model_request_start_id": start["id"],
-            "is_error": False,
-            "model_usage": {
-                "input_tokens": usage[0],
-                "output_tokens": usage[1],
-                "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": 0,
-            },
-        }
-        self.emit(end)
+        self._model_request_end(start["id"], step.usage)
         await self._pause()
+        if self._over_budget() and not custom:
+            self._idle({"type": "budget_reached"})
+            return False
         if custom:
             self.batch = list(custom)
             blocking = custom[:1] if self.faults.split_requires_action else custom
             self.status = "idle"
             self.run_task = None
+            self._stopped()
             self.emit(
                 {
                     "type": "session.status_idle",
@@ -507,6 +576,58 @@ class EmuSession:
             return await self._grade(Grade(result="satisfied", explanation="auto-graded"))
         self._idle({"type": step.stop_reason or "end_turn"})
         return False
+
+    async def _preview(self, message_id: str, text: str) -> None:
+        """Stream ``text`` word by word to the streams that asked for previews."""
+        if not self.preview_subscribers:
+            return
+        start = {"type": "event_start", "event": {"type": "agent.message", "id": message_id}}
+        for queue in self.preview_subscribers:
+            queue.put_nowait(start)
+        words = text.split(" ")
+        for i, word in enumerate(words):
+            piece = word if i == len(words) - 1 else word + " "
+            delta = {
+                "type": "event_delta",
+                "event_id": message_id,
+                "delta": {
+                    "type": "content_delta",
+                    "index": 0,
+                    "content": {"type": "text", "text": piece},
+                },
+            }
+            for queue in self.preview_subscribers:
+                queue.put_nowait(delta)
+            await self._pause()
+
+    def _model_request_end(self, start_id: str, usage: tuple[int, int] | None) -> None:
+        """``span.model_request_end`` of one model request and the ``session.usage``
+        snapshot after it (cache writes on the session's first request, reads after)."""
+        inp, out = usage or (0, 0)
+        first = self.usage["cache_creation_input_tokens"] == 0
+        write = self.cache_tokens if first else 0
+        read = 0 if first else self.cache_tokens
+        for key, value in (
+            ("input_tokens", inp),
+            ("output_tokens", out),
+            ("cache_read_input_tokens", read),
+            ("cache_creation_input_tokens", write),
+        ):
+            self.usage[key] += value
+        self.emit(
+            {
+                "type": "span.model_request_end",
+                "model_request_start_id": start_id,
+                "is_error": False,
+                "model_usage": {
+                    "input_tokens": inp,
+                    "output_tokens": out,
+                    "cache_creation_input_tokens": write,
+                    "cache_read_input_tokens": read,
+                },
+            }
+        )
+        self.emit({"type": "session.usage", "usage": self.usage_snapshot(), "budget": self.budget})
 
     async def _grade(self, step: Grade) -> bool:
         """Emit one outcome evaluation; ``True`` when another revision cycle follows."""
@@ -553,7 +674,17 @@ class EmuSession:
         self._idle({"type": "end_turn"})
         return False
 
+    def _stopped(self) -> None:
+        """The run stops (an idle or termination): active time stops counting."""
+        since, self._running_since = self._running_since, None
+        if since is not None:
+            self.active_seconds += time.monotonic() - since
+
     def _idle(self, stop_reason: dict[str, Any]) -> None:
         self.status = "idle"
         self.run_task = None
-        self.emit({"type": "session.status_idle", "stop_reason": stop_reason})
+        self._stopped()
+        idle: dict[str, Any] = {"type": "session.status_idle", "stop_reason": stop_reason}
+        if stop_reason.get("type") == "refusal":
+            idle["stop_details"] = dict(REFUSAL_DETAILS)
+        self.emit(idle)
