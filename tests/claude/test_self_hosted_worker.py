@@ -238,7 +238,7 @@ def test_the_worker_command_fails_on_a_refused_key(
         )
         monkeypatch.setenv("ANTHROPIC_ENVIRONMENT_KEY", "envkey-wrong-0123456789")
         argv = ["worker", env["id"], "--workdir", str(tmp_path), "--base-url", emu.base_url]
-        assert main(argv) == 1
+        assert main(argv) == 2  # refused credentials: exit 2 on every host (cli.exits)
     err = capsys.readouterr().err
     assert "invalid_environment_key" in err
     assert "envkey-wrong-0123456789" not in err
