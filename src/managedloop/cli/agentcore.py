@@ -25,16 +25,23 @@ __all__ = ["LABEL", "add_run_arguments", "demo", "emulate", "provider_for_run"]
 
 LABEL = "Bedrock AgentCore"
 DEMO_PROVISION_TIMEOUT = 30.0  # seconds; the emulator's harness is READY in ~50 ms
+DEMO_MODEL = "us.anthropic.claude-sonnet-4-6"
+"""The demo's model on Bedrock: the demo agent names a Claude API id, which Bedrock (and
+so its emulator) refuses; Bedrock names the same model by its own id."""
 
 
 def demo(agent: AgentSpec, prompt: str, script: Sequence[Step] | None = None) -> SessionResult:
     """Provision ``agent`` on a fresh emulator playing ``script`` (default: the emulator's
     own), run it once, tear it down."""
+    import dataclasses
+
     from managedloop import provision_sync, teardown_sync
     from managedloop.providers.agentcore import BedrockAgentCore
     from managedloop.session import run_sync
     from managedloop.testing.agentcore import AgentCoreEmulator
 
+    if agent.model is not None and agent.model.startswith("claude-"):
+        agent = dataclasses.replace(agent, model=DEMO_MODEL)
     with AgentCoreEmulator(script) as emu, BedrockAgentCore(**emu.client_kwargs) as provider:
         handle = provision_sync(
             provider,
