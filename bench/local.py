@@ -567,11 +567,17 @@ def main_c() -> None:
     _print_c(rows)
     by = {row["client"]: row for row in rows}
     if "raw" in by and "managedloop" in by:
+        ours, raw = by["managedloop"], by["raw"]
+        wall = ours["wall_s"] / raw["wall_s"]
+        kib = ours["kib_per_session"] / raw["kib_per_session"]
         print(
-            f"    managedloop / raw wall time: "
-            f"{by['managedloop']['wall_s'] / by['raw']['wall_s']:.2f}, CPU time: "
-            f"{by['managedloop']['cpu_s'] / by['raw']['cpu_s']:.2f} "
-            f"(target: <= 2 wall, 0 failed, <= 25 KiB/session; {_load()})"
+            f"    managedloop / raw: wall {ours['wall_s']:.2f} vs {raw['wall_s']:.2f} s = "
+            f"{wall:.2f}x, KiB/session {ours['kib_per_session']:.1f} vs "
+            f"{raw['kib_per_session']:.1f} = {kib:.2f}x, CPU "
+            f"{ours['cpu_s'] / raw['cpu_s']:.2f}x, failed {ours['failed']} (target: 0 failed, "
+            f"<= 1.5x wall and KiB: "
+            + ("met" if ours["failed"] == 0 and wall <= 1.5 and kib <= 1.5 else "NOT met")
+            + f"; {_load()})"
         )
 
 
