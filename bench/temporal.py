@@ -11,7 +11,8 @@ same four activities (open, turn, tool, turn) with the same arguments and timeou
 no workflow logic of ours. The baseline runs before and after the managedloop run (its
 figure is the mean of the two, so a drift in the machine's speed or the server's growing
 history hits both sides alike); the headline is managedloop over that baseline (target
-<= 1.3). The Temporal server, the workers, the emulator and this client share the
+<= 1.3). Each timed phase fails after ``PHASE_TIMEOUT`` seconds rather than hang. The
+Temporal server, the workers, the emulator and this client share the
 machine's cores, so on 2 cores the figure is a floor on what a cluster gives, not a
 cluster's figure.
 """
@@ -40,6 +41,7 @@ from managedloop.providers import Local
 SESSIONS = int(os.environ.get("BENCH_TEMPORAL_SESSIONS", "1000"))
 WORKERS = int(os.environ.get("BENCH_TEMPORAL_WORKERS", "4"))
 START_CONCURRENCY = 200  # workflow starts in flight at once (a client's sensible bound)
+PHASE_TIMEOUT = 1200.0  # seconds per timed phase: a stuck run fails instead of hanging
 
 
 @ml.tool  # the default: a sync tool runs in a worker thread
@@ -103,7 +105,9 @@ async def _durable(
 
         async def timed(one: Callable[[], Awaitable[bool]], n: int = SESSIONS) -> tuple[float, int]:
             start = time.perf_counter()
-            ok = await asyncio.gather(*(one() for _ in range(n)))
+            ok = await asyncio.wait_for(
+                asyncio.gather(*(one() for _ in range(n))), timeout=PHASE_TIMEOUT
+            )
             return time.perf_counter() - start, ok.count(False)
 
         # untimed: every worker's first workflows of each kind (sandbox, imports, sticky
