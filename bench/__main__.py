@@ -18,8 +18,11 @@ SUITES: list[str] = [
     "bench.local_transports",
     "bench.claude",
     "bench.agentcore",
+    "bench.selfhosted",
     "bench.otel",
     "bench.temporal",
+    "bench.console",
+    "bench.output",
 ]
 
 

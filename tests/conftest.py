@@ -3,24 +3,77 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-# Property tests (marked ``fuzz``): a few hundred examples in `make test`, at least 10,000
-# in `make fuzz`. No deadline: a loaded two-core CI machine must not fail a property on time.
+# Property tests (marked ``fuzz``): 1,000 examples each in `make test` (the "ci" profile),
+# 10,000 in `make fuzz`. No deadline: a loaded two-core CI machine must not fail a property
+# on time. The session ends with the count each property really ran (see below).
+CI_EXAMPLES = 1_000
 settings.register_profile(
-    "ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "ci", max_examples=CI_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+# `make test-oldest` reruns the whole suite on the SDK floors to catch an API that moved, not
+# to fuzz again: the properties there run as many examples as hypothesis's default.
+settings.register_profile(
+    "floors", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile(
     "fuzz", max_examples=10_000, deadline=None, suppress_health_check=list(HealthCheck)
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+settings.load_profile(PROFILE)
+
+FUZZ_TIMEOUT = 600
+"""Seconds a property may run before pytest-timeout calls it hung (the suite's 60 s is
+for one example's worth of work): 1,000 examples of the slowest properties take over a
+minute on a loaded two-core machine. A property that sets its own timeout keeps it, and
+`make fuzz` (10,000 examples) runs with no timeout at all."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if PROFILE != "ci":
+        return
+    for item in items:
+        if item.get_closest_marker("fuzz") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(FUZZ_TIMEOUT))
+
+
+_PASSING = re.compile(r"(\d+) passing, (\d+) failing, and (\d+) invalid")
+_examples: dict[str, int] = {}
+"""Per property (pytest node id): the examples it ran, from Hypothesis's own statistics."""
+
+
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
+    stats = getattr(item, "hypothesis_statistics", None)  # set by Hypothesis's plugin
+    if call.when == "call" and call.excinfo is None and isinstance(stats, str):
+        _examples[item.nodeid] = sum(int(passing) for passing, _, _ in _PASSING.findall(stats))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line for the whole run: how many examples every passing property ran, at the
+    fewest; any below the target is listed with its count (Hypothesis stops early when it
+    has run out of distinct inputs, or when most of the rest are rejected)."""
+    if not _examples:
+        return
+    target = settings.default.max_examples
+    fewest = min(_examples.values())
+    terminalreporter.write_sep(
+        "-",
+        f"hypothesis profile {PROFILE!r}: {len(_examples)} properties, "
+        f"{sum(_examples.values())} examples, at least {fewest} each (target {target})",
+    )
+    for nodeid, count in sorted(_examples.items(), key=lambda kv: kv[1]):
+        if count < target:
+            terminalreporter.write_line(f"  {count:>6} examples: {nodeid} (stopped early)")
 
 
 @pytest.fixture

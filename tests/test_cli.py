@@ -6,6 +6,7 @@ import argparse
 import io
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ import pytest
 
 import managedloop as ml
 from managedloop import cli
+from managedloop.cli import render
 from managedloop.providers import Local
 from managedloop.testing import ChatEmulator, ChatFaults, EmulatorStartError, call, say
 from managedloop.tools import Toolset, tool
@@ -257,7 +259,8 @@ def test_bad_usage_exits_2_with_a_named_error(
     assert "Traceback" not in err
 
 
-def test_run_failure_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+def test_refused_credentials_are_configuration_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """Missing or refused credentials exit 2 on every host (AgentCore: tests/agentcore)."""
     with ChatEmulator([say("x")]) as emu:
         code, _ = run_main(
             [
@@ -272,8 +275,21 @@ def test_run_failure_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
                 "q",
             ]
         )
+    assert code == 2
+    assert "managedloop: error: authentication_error" in capsys.readouterr().err
+
+
+def test_run_failure_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as sock:  # a port nothing listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    argv = ["run", "--base-url", url, "--api-key", "k", "--model", "m", "--prompt", "q"]
+    code, _ = run_main([*argv, "--max-retries", "0"])
     assert code == 1
-    assert "authentication_error" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("managedloop: failed: ")
+    assert len(err.splitlines()) == 1
 
 
 def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
@@ -286,7 +302,7 @@ def test_render_table_wraps_long_cells() -> None:
     table = cli.render_table(["", "A"], [["text", "word " * 20]])
     lines = table.splitlines()
     assert len(lines) > 3
-    assert all(len(line) <= len("text | ") + cli._CELL for line in lines)
+    assert all(len(line) <= len("text | ") + render.CELL for line in lines)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT semantics")
@@ -461,7 +477,7 @@ def test_emulate_that_fails_to_start_is_a_failure_not_a_traceback(
     code, _ = run_main(["emulate", "local", "--port", "0"])
     err = capsys.readouterr().err
     assert code == 1
-    assert "the emulator did not start: emulator_start_failed" in err
+    assert "failed: emulator_start_failed: emulate local: the emulator did not start" in err
     assert "no sockets left" in err
     assert "Traceback" not in err
 
@@ -593,3 +609,43 @@ def test_max_turns_defaults_to_the_librarys() -> None:
 
     args = cli.build_parser(local_cli).parse_args(["run", "--model", "m", "--prompt", "q"])
     assert args.max_turns == DEFAULTS["max_turns"] == 50
+
+
+def test_a_local_emulator_with_a_model_list_answers_an_unknown_model_as_openai_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+    import urllib.error
+    import urllib.request
+
+    with ChatEmulator([say("served")], models=["gpt-4o"]) as emu:
+        code, _ = run_local_model(emu, "gpt-4o-mnii", "--no-stream")
+        request = urllib.request.Request(
+            f"{emu.base_url}/chat/completions",
+            data=json.dumps({"model": "gpt-4", "messages": []}).encode(),
+            headers={"Authorization": f"Bearer {emu.api_key}"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(request, timeout=30)
+        body = json.loads(info.value.read())
+        listed = json.loads(urllib.request.urlopen(f"{emu.base_url}/models", timeout=30).read())
+        good, text = run_local_model(emu, "gpt-4o")
+    assert code == 1
+    assert "The model `gpt-4o-mnii` does not exist" in capsys.readouterr().err
+    assert info.value.code == 404
+    assert body == {
+        "error": {
+            "message": "The model `gpt-4` does not exist or you do not have access to it.",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "model_not_found",
+        }
+    }
+    assert [m["id"] for m in listed["data"]] == ["gpt-4o"]
+    assert good == 0
+    assert "served" in text
+
+
+def run_local_model(emu: ChatEmulator, model: str, *extra: str) -> tuple[int, str]:
+    base = ["run", "--base-url", emu.base_url, "--api-key", emu.api_key or ""]
+    return run_main([*base, "--model", model, "--prompt", "q", *extra])

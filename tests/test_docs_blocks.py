@@ -135,7 +135,9 @@ def run_chain(chain: list[Block]) -> dict[str, Any]:
             continue
         # Padded so a traceback's line numbers are the page's own.
         source = "\n" * (block.line - 1) + block.code
-        code = compile(source, _shown(block.path), "exec")
+        # dont_inherit: a block runs as a user's script would, not under this module's
+        # `from __future__ import annotations` (pydantic models defined in it need that).
+        code = compile(source, _shown(block.path), "exec", dont_inherit=True)
         with contextlib.ExitStack() as stack:
             if "claude-emulator" in block.marks:
                 stack.enter_context(_claude_emulator())
@@ -301,3 +303,26 @@ def test_docstring_examples_run(name: str) -> None:
     results = doctest.testmod(module, optionflags=doctest.ELLIPSIS, report=False)
     assert results.attempted > 0, f"{name}: no example found"
     assert results.failed == 0, f"{name}: {results.failed} of its examples failed"
+
+
+def test_the_command_line_page_covers_every_command_key_and_exit_code() -> None:
+    """docs/cli.md: in the site's nav, run by ``make docs`` (docs/run_examples.py), with a
+    runnable example of every command, every spec-file key and the whole exit-code table."""
+    from managedloop.cli import HOSTS, exits
+    from managedloop.cli.opsargs import COMMANDS
+    from managedloop.cli.specfile import _AGENT_FIELDS, _CREDENTIALS, _SETTINGS
+
+    page = ROOT / "docs" / "cli.md"
+    text = page.read_text()
+    assert "cli.md" in (ROOT / "mkdocs.yml").read_text()
+    assert '"cli.md"' in (ROOT / "docs" / "run_examples.py").read_text()
+    code = "".join(b.code for b in blocks(page) if b.lang == "python")
+    for command in ("demo", "run", "emulate", *COMMANDS):
+        assert f'"{command}"' in code, f"no runnable example of {command}"
+    for exit_code, _ in exits.TABLE:
+        assert f"| `{exit_code}` |" in text
+    keys = {"store", "kind", *_AGENT_FIELDS}
+    for host in HOSTS[1:]:
+        keys |= set(_SETTINGS[host]) | {f"{c}_env" for c in _CREDENTIALS[host]}
+    missing = sorted(k for k in keys if f"`{k}`" not in text)
+    assert missing == [], f"docs/cli.md does not document {missing}"

@@ -3,6 +3,7 @@
 Imports point down only, and there is no import circle::
 
     cli                        the ``managedloop`` command (``cli/``: one module per host)
+    console                    the web console (``managedloop console``)
     contrib                    optional integrations (``contrib.temporal``)
     managedloop (the root)     the curated public API
     testing                    the public test kit (loopback emulators, scripted models)
@@ -44,6 +45,7 @@ ROOT = "managedloop"
 # ``providers`` is split further in ``layer``. Anything not listed is core (rank 10).
 _RANKS: dict[str, tuple[int, str]] = {
     "cli": (110, "cli"),
+    "console": (107, "console"),  # the web console: reads the record, webhooks, temporal
     "contrib": (105, "contrib"),  # optional integrations: above the root, imported by none
     "__main__": (120, "entry point"),  # `python -m managedloop`: runs the cli
     "webhooks": (85, "webhooks"),  # above session (it runs ml.run) and testing, as DESIGN.md

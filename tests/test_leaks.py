@@ -20,13 +20,30 @@ Everything observable is captured while they run:
 Then every secret is searched for in all of it, whole and by its distinctive core: zero
 findings. (What the emulators themselves record is not searched: they are the server the
 secret is meant for.)
+
+Beyond the library calls (issue 25), the same search runs over:
+
+* **the command line's output**, stdout and stderr, of every command — ``demo``, ``run``,
+  ``emulate``, ``provision``, ``tag``, ``resolve``, ``ls``, ``prune`` — on its success path
+  and its error paths (a wrong key, an unknown tag, a bad argument), plain and ``--json``,
+  with the secrets in the environment the commands read;
+* **webhook deliveries and the receiver**: a signing secret of its own, every delivery the
+  Claude emulator made (body and headers) and every answer, good and bad signatures, a
+  stale one, a failed run, the receiver's ``repr`` and outcomes;
+* **store files on disk**: the SQLite database (and its WAL) the commands wrote and the
+  webhook ledger's JSON file, as bytes;
+* the stdout of ``managedloop demo`` (in process) and of ``python -m managedloop emulate``.
 """
 
 from __future__ import annotations
 
 import base64
+import io
 import json
 import logging
+import os
+import subprocess
+import sys
 import time
 import traceback
 from collections.abc import Iterator
@@ -68,6 +85,9 @@ AWS_SECRET = "LEAKTESTawssecretKEY0123456789abcdefghij"
 AWS_TOKEN = "IQoJLEAKTESTawssessiontoken0123456789abcdef"
 PROXY_PASSWORD = "pxLEAKTESTproxypass2468"
 PROXY_WRONG = "pxLEAKTESTwrongpass1357"
+ENV_KEY = "envkey-LEAKTESTenvironmentkey0123456789"
+WEBHOOK_KEY = b"LEAKTESTwebhooksigningkey0123456789"
+WEBHOOK_SECRET = "whsec_" + base64.b64encode(WEBHOOK_KEY).decode()
 SECRETS = {
     "proxy password": PROXY_PASSWORD,
     "wrong proxy password": PROXY_WRONG,
@@ -80,6 +100,9 @@ SECRETS = {
     "aws access key id": AWS_KEY_ID,
     "aws secret access key": AWS_SECRET,
     "aws session token": AWS_TOKEN,
+    "claude environment key": ENV_KEY,
+    "webhook signing secret": WEBHOOK_SECRET,
+    "webhook signing key": WEBHOOK_KEY.decode(),
 }
 
 
@@ -460,6 +483,54 @@ async def test_claude_leaks_nothing(capture: Capture, tmp_path: Path) -> None:
     ]
 
 
+async def test_self_hosted_leaks_nothing(capture: Capture, tmp_path: Path) -> None:
+    """The environment key of a self-hosted sandbox (and the API key beside it): a run
+    with a built-in and a custom tool, a failing heartbeat and a hanging poll, a refused
+    key; the worker's own objects; and the tool's environment (``env``)."""
+    from managedloop.providers.claude import SandboxWorker, SelfHostedEnvironment
+    from managedloop.testing.script import Reply, ToolCall
+
+    script = [
+        Reply(
+            tool_calls=[
+                ToolCall(name="bash", input={"command": "env"}, server=True),
+                ToolCall(name="lookup", input={"city": "Paris"}),
+            ]
+        ),
+        say("done"),
+    ]
+    with ClaudeEmulator(script, api_key=CLAUDE_KEY) as emu:
+        async with anthropic.AsyncAnthropic(
+            base_url=emu.base_url, api_key=CLAUDE_KEY, max_retries=0
+        ) as client:
+            env = await client.beta.environments.create(name="s", config={"type": "self_hosted"})
+            emu.work.keys[env.id] = ENV_KEY
+            sandbox = SelfHostedEnvironment(
+                environment_id=env.id, environment_key=ENV_KEY, workdir=tmp_path, poll_timeout=0.2
+            )
+            capture.see("self-hosted options", sandbox)
+            capture.see("self-hosted worker", SandboxWorker(client, sandbox))
+            provider = ClaudeManagedAgents(client=client, environment=sandbox)
+            emu.work.fail_heartbeats = 1  # a transient failure: the worker retries
+            emu.work.hang_polls = 1
+            result = await _success(capture, "self-hosted", provider)
+            (env_result,) = [
+                e for e in emu.events(result.session_id) if e["type"] == "user.tool_result"
+            ]
+            capture.see("self-hosted tool environment", env_result)
+            emu.agent.script = list(script)
+            wrong = SelfHostedEnvironment(
+                environment_id=env.id, environment_key=ENV_KEY + "x", workdir=tmp_path
+            )
+            error = await _expect_failure(
+                capture,
+                "self-hosted wrong key",
+                ml.run(ClaudeManagedAgents(client=client, environment=wrong), agent=AGENT),
+            )
+            assert error.code == "invalid_environment_key"
+    assert [c for _, c in capture.failures] == ["invalid_environment_key"]
+
+
 def _wrong(tmp_path: Path) -> Path:
     return _token_file(tmp_path / "wrong-token", BEARER + "-not-accepted")
 
@@ -565,3 +636,260 @@ def test_configured_secrets_are_held_wrapped() -> None:
         assert config.resolve("base_url") == "http://127.0.0.1:9"  # not a secret: as given
     finally:
         ml.configure()
+
+
+# -- the command line, webhooks, store files (issue 25) -----------------------------------
+
+
+def _file_texts(*paths: Path) -> list[tuple[str, str]]:
+    """Every file at ``paths`` (and an SQLite database's -wal/-shm), as text of its bytes."""
+    out = []
+    for path in paths:
+        for each in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+            if each.exists():
+                out.append((f"file {each.name}", each.read_bytes().decode("utf-8", "replace")))
+    return out
+
+
+def _cli(capsys: pytest.CaptureFixture[str], texts: list[tuple[str, str]], argv: list[str]) -> int:
+    from managedloop.cli import main
+
+    out = io.StringIO()
+    code = main(argv, out=out)
+    seen = capsys.readouterr()
+    texts.append((f"cli {' '.join(argv[:2])} -> {code}", out.getvalue() + seen.out + seen.err))
+    return code
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_cli_output_and_store_files_leak_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from managedloop.cli import ops
+
+    texts: list[tuple[str, str]] = []
+    codes: dict[str, int] = {}
+    empty = tmp_path / "aws-empty"
+    empty.touch()
+    for name, value in {
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": str(empty),
+        "AWS_SHARED_CREDENTIALS_FILE": str(empty),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_PROFILE", "ANTHROPIC_BEARER_TOKEN_FILE", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    database = tmp_path / "state.sqlite3"
+    store = ["--store", f"sqlite:{database}"]
+    claude_spec = str(EXAMPLES / "claude.toml")
+    with ClaudeEmulator(api_key=CLAUDE_KEY) as emu:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", CLAUDE_KEY)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", emu.base_url)
+        for json_flag in ([], ["--json"]):
+            for command in (
+                ["provision", claude_spec, "--tag", "prod"],
+                ["tag", claude_spec, "canary"],
+                ["resolve", "support-bot:prod"],
+                ["ls", claude_spec, "--keep", "1"],
+                ["prune", claude_spec, "--keep", "1", "--dry-run"],
+                ["prune", claude_spec, "--keep", "1"],
+                ["resolve", "support-bot:nope"],  # unknown tag: exit 3
+                ["tag", claude_spec, "x", "--digest", "nothex"],  # usage error: exit 2
+            ):
+                code = _cli(capsys, texts, [*command, *store, *json_flag])
+                codes[f"{command[0]} {command[-1]}"] = code
+        monkeypatch.setenv("ANTHROPIC_API_KEY", CLAUDE_KEY + "x")  # a wrong key: exit 1
+        codes["provision wrong key"] = _cli(capsys, texts, ["provision", claude_spec, *store])
+        codes["ls wrong key"] = _cli(capsys, texts, ["ls", claude_spec, *store, "--json"])
+    with AgentCoreEmulator() as emu:
+        kw = emu.client_kwargs
+        emu.access_key_id = AWS_KEY_ID
+        emu._secret = AWS_SECRET
+        monkeypatch.setenv("MANAGEDLOOP_AGENTCORE_ENDPOINT_URL", kw["endpoint_url"])
+        monkeypatch.setenv("AWS_REGION", kw["region_name"])
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", AWS_KEY_ID)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
+        monkeypatch.setenv("AWS_SESSION_TOKEN", AWS_TOKEN)
+        monkeypatch.setenv("MANAGEDLOOP_EXECUTION_ROLE_ARN", emu.execution_role_arn)
+        spec = str(EXAMPLES / "agentcore.toml")
+        try:
+            codes["agentcore provision"] = _cli(capsys, texts, ["provision", spec, *store])
+            codes["agentcore ls"] = _cli(capsys, texts, ["ls", spec, *store, "--json"])
+            monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET + "x")
+            codes["agentcore wrong secret"] = _cli(capsys, texts, ["ls", spec, *store])
+        finally:
+            ops.set_testing()
+    with ChatEmulator(SCRIPT, api_key=LOCAL_KEY) as emu:
+        run = ["run", "--base-url", emu.base_url, "--model", "m1", "--prompt", "Paris?"]
+        codes["run"] = _cli(capsys, texts, [*run, "--api-key", LOCAL_KEY])
+        codes["run wrong key"] = _cli(capsys, texts, [*run, "--api-key", LOCAL_KEY + "x"])
+        password = ["run", "--base-url", _with_password(emu.base_url), "--model", "m1"]
+        codes["run password"] = _cli(capsys, texts, [*password, "--prompt", "q"])
+    codes["demo"] = _cli(capsys, texts, ["demo"])
+    texts += _file_texts(database)
+    assert findings(texts) == []
+    assert codes == {
+        **{
+            f"{c} {last}": 0
+            for c, last in [
+                ("provision", "prod"),
+                ("tag", "canary"),
+                ("resolve", "support-bot:prod"),
+                ("ls", "1"),
+                ("prune", "--dry-run"),
+                ("prune", "1"),
+            ]
+        },
+        "resolve support-bot:nope": 3,
+        "tag nothex": 2,
+        "provision wrong key": 1,
+        "ls wrong key": 1,
+        "agentcore provision": 0,
+        "agentcore ls": 0,
+        "agentcore wrong secret": 1,
+        "run": 0,
+        "run wrong key": 1,
+        "run password": 1,
+        "demo": 0,
+    }
+    assert database.stat().st_size > 0  # the commands did write the store searched above
+
+
+def test_emulate_prints_no_secret_of_the_environment(tmp_path: Path) -> None:
+    """``emulate`` prints the emulator's own URL and key, never a credential the
+    environment holds (the demo's stdout is searched in-process above)."""
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "ANTHROPIC_API_KEY": CLAUDE_KEY,
+        "OPENAI_API_KEY": LOCAL_KEY,
+        "AWS_ACCESS_KEY_ID": AWS_KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
+        "AWS_SESSION_TOKEN": AWS_TOKEN,
+        "XDG_CACHE_HOME": str(tmp_path),
+    }
+    emulate = subprocess.Popen(
+        [sys.executable, "-m", "managedloop", "emulate", "claude", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert emulate.stdout is not None
+        lines = [emulate.stdout.readline() for _ in range(2)]  # base_url=..., api_key=...
+    finally:
+        emulate.terminate()
+        rest, errors = emulate.communicate(timeout=30)
+    assert any(line.startswith("base_url=") for line in lines), lines
+    texts = [("emulate", "".join(lines) + rest + errors)]
+    assert findings(texts) == []
+
+
+async def test_webhooks_leak_nothing(capture: Capture, tmp_path: Path) -> None:
+    import managedloop.webhooks as mw
+    from managedloop.stores import FileStore
+    from webhooks.conftest import (
+        Calls,
+        asgi_bridge,
+        deployment,
+        run_deployment,
+        serve,
+        weather_spec,
+    )
+
+    ledger = tmp_path / "hooks.json"
+    with ClaudeEmulator(SCRIPT, api_key=CLAUDE_KEY) as emu:
+        async with anthropic.AsyncAnthropic(
+            base_url=emu.base_url, api_key=CLAUDE_KEY, max_retries=0
+        ) as client:
+            calls = Calls()
+            dep_id, spec = await deployment(client, weather_spec(calls))
+            emu.agent.script = [call("get_weather", {"city": "Paris"}), say("Sunny.")]
+            provider = ClaudeManagedAgents(client=client)
+            hooks = mw.app(
+                provider,
+                agent=spec,
+                secret=WEBHOOK_SECRET,
+                store=FileStore(ledger),
+                background=False,
+            )
+            capture.see("webhooks receiver", hooks)
+            answers: list[tuple[int, bytes]] = []
+            bridge = asgi_bridge(hooks)
+
+            async def answered(body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+                answer = await bridge(body, headers)
+                answers.append(answer)
+                return answer
+
+            async with serve(answered) as url:
+                emu.webhooks.subscribe(url, secret=WEBHOOK_SECRET)
+                sid = await run_deployment(client, dep_id)
+                deliveries = await emu.webhooks.delivered(3)
+                emu.webhooks.redeliver(deliveries[0])  # a duplicate
+                await emu.webhooks.delivered(4)
+                first = deliveries[0]
+                now = int(time.time())
+                forged = {
+                    **first.headers,
+                    "webhook-signature": mw.sign(b"other", first.webhook_id, now, first.body),
+                }
+                stale = {**first.headers, "webhook-timestamp": "1"}
+                for headers in (forged, stale, {"webhook-id": "x"}):
+                    answers.append(await bridge(first.body, headers))
+                missing = json.dumps(
+                    {
+                        "id": "evt_1",
+                        "type": "event",
+                        "data": {"id": "sesn_missing", "type": "session.requires_action"},
+                    }
+                ).encode()
+                signed = {
+                    "webhook-id": "wh_missing",
+                    "webhook-timestamp": str(now),
+                    "webhook-signature": mw.sign(WEBHOOK_SECRET, "wh_missing", now, missing),
+                }
+                answers.append(await bridge(missing, signed))  # its run fails: a 500
+                with pytest.raises(ml.ManagedLoopError) as failed:
+                    await hooks.handle(
+                        missing,
+                        {
+                            **signed,
+                            "webhook-id": "wh_missing2",
+                            "webhook-signature": mw.sign(
+                                WEBHOOK_SECRET, "wh_missing2", now, missing
+                            ),
+                        },
+                    )
+                capture.see("webhooks failed run", failed.value)
+                with pytest.raises(ml.WebhookVerificationError) as refused:
+                    await hooks.handle(first.body, forged)
+                capture.see("webhooks refused", refused.value)
+            for d in emu.webhooks.deliveries:
+                capture.see(
+                    f"webhook delivery {d.event_type}", f"{d.body!r} {d.headers!r} {d.answer!r}"
+                )
+    for status, body in answers:
+        capture.see(f"webhook answer {status}", body)
+    capture.texts += _file_texts(ledger)
+    assert sid
+    assert calls.log == ["Paris"]
+    assert sorted(status for status, _ in answers) == [200, 200, 200, 200, 400, 401, 401, 500]
+    assert ledger.stat().st_size > 0
+
+
+def test_the_file_search_reads_what_an_sqlite_store_wrote(tmp_path: Path) -> None:
+    """The store-file scan above can fail: a secret written into an SQLite store (still in
+    its WAL, not yet checkpointed into the main file) or a JSON store is found."""
+    from managedloop.stores import FileStore, SQLiteStore
+
+    db = SQLiteStore(tmp_path / "s.sqlite3")
+    db.put("k", {"leaked": CLAUDE_KEY})
+    assert ("file s.sqlite3-wal", "claude api key") in findings(_file_texts(tmp_path / "s.sqlite3"))
+    db.close()
+    FileStore(tmp_path / "s.json").put("k", {"leaked": WEBHOOK_SECRET})
+    assert findings(_file_texts(tmp_path / "s.json")) == [("file s.json", "webhook signing secret")]

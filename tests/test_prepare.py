@@ -77,7 +77,7 @@ def test_the_records_equal_the_dataclass_constructors() -> None:
         info_metadata={"k": "v"},
         approvals={},
         confirm=None,
-        model="m",
+        model=None,  # the spec's (none): the host reports the model it sends itself
         agent_meta={"agent": None, "agent_id": None},
     )
     assert prepared == expected

@@ -28,6 +28,8 @@ PUBLIC = [
     "resolve_sync",  # issue 10 lifecycle
     "tag",  # issue 10 lifecycle
     "tag_sync",  # issue 10 lifecycle
+    "untag",  # issue 25: the atomic inverse of tag
+    "untag_sync",  # issue 25
     "APIStatusError",
     "AgentSpec",
     "ApprovalRequest",
@@ -49,12 +51,15 @@ PUBLIC = [
     "MalformedResponseError",
     "ManagedLoopError",
     "McpError",
+    "ModelRetry",  # issue 24 typed results
     "Outcome",
+    "OutputFailure",  # issue 24 typed results
     "Pending",
     "ProviderError",
     "ProvisioningError",
     "Secret",
     "SessionInfo",
+    "SessionRecord",  # issue 28 session record
     "SessionResult",
     "SessionTimeoutError",
     "StoreError",
@@ -73,6 +78,7 @@ PUBLIC = [
     "WebhookVerificationError",
     "__version__",
     "configure",
+    "output_tool",  # issue 24 typed results
     "provision",
     "provision_sync",
     "run",
@@ -156,6 +162,7 @@ NOT_ON_IMPORT = (
     # the session loop and the host contract: the first run/start
     "managedloop.session",
     "managedloop.session.driver",
+    "managedloop.session.live",
     "managedloop.hosts",
     # the provisioning lifecycle and the stores it keeps handles in: first use
     "managedloop.provisioning.lifecycle",
@@ -186,10 +193,11 @@ def test_import_does_not_load_provider_sdks_or_what_loads_on_first_use() -> None
 
 SESSION = {
     "GuardInput": "managedloop.session.machine",
-    "LiveSession": "managedloop.session.driver",
+    "LiveSession": "managedloop.session.live",
     "run": "managedloop.session.driver",
     "run_sync": "managedloop.session.driver",
-    "start": "managedloop.session.driver",
+    "start": "managedloop.session.live",
+    "output_tool": "managedloop.session.output",
 }
 LIFECYCLE = {
     "AgentHandle": "managedloop.provisioning.handles",
@@ -203,6 +211,7 @@ LIFECYCLE = {
     "prune_environments": "managedloop.provisioning.lifecycle",
     "resolve": "managedloop.provisioning.lifecycle",
     "tag": "managedloop.provisioning.lifecycle",
+    "untag": "managedloop.provisioning.lifecycle",
     "provision": "managedloop.provisioning.facade",
     "teardown": "managedloop.provisioning.facade",
 }

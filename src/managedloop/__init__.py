@@ -26,6 +26,7 @@ from managedloop.errors import (
     MalformedResponseError,
     ManagedLoopError,
     McpError,
+    ModelRetry,
     ProviderError,
     ProvisioningError,
     SessionTimeoutError,
@@ -45,6 +46,7 @@ from managedloop.results import (
     Artifact,
     CommandResult,
     Deny,
+    OutputFailure,
     Pending,
     SessionInfo,
     SessionResult,
@@ -68,15 +70,19 @@ if TYPE_CHECKING:  # what type checkers see; at run time these load on first use
         prune_environments,
         resolve,
         tag,
+        untag,
     )
     from managedloop.provisioning.runtimes import Bootstrap
     from managedloop.session import GuardInput, LiveSession, run, run_sync, start
+    from managedloop.session.output import output_tool
+    from managedloop.session.record import SessionRecord
 
     provision_sync = syncify(provision)
     teardown_sync = syncify(teardown)
     ensure_agent_sync = syncify(ensure_agent)
     ensure_environment_sync = syncify(ensure_environment)
     tag_sync = syncify(tag)
+    untag_sync = syncify(untag)
     resolve_sync = syncify(resolve)
     prune_agents_sync = syncify(prune_agents)
     prune_environments_sync = syncify(prune_environments)
@@ -91,6 +97,8 @@ else:
 
     _LAZY = {
         "managedloop.session": ("GuardInput", "LiveSession", "run", "run_sync", "start"),
+        "managedloop.session.record": ("SessionRecord",),
+        "managedloop.session.output": ("output_tool",),
         "managedloop.provisioning.handles": ("AgentHandle", "EnvironmentHandle", "HarnessHandle"),
         "managedloop.provisioning.runtimes": ("Bootstrap",),
         "managedloop.provisioning.lifecycle": (
@@ -101,6 +109,7 @@ else:
             "prune_environments",
             "resolve",
             "tag",
+            "untag",
         ),
         "managedloop.provisioning.facade": ("provision", "teardown"),
     }
@@ -120,6 +129,7 @@ else:
             "ensure_agent_sync",
             "ensure_environment_sync",
             "tag_sync",
+            "untag_sync",
             "resolve_sync",
             "prune_agents_sync",
             "prune_environments_sync",
@@ -157,7 +167,9 @@ __all__ = [
     "MalformedResponseError",
     "ManagedLoopError",
     "McpError",
+    "ModelRetry",
     "Outcome",
+    "OutputFailure",
     "Pending",
     "ProviderError",
     "ProvisioningError",
@@ -165,6 +177,7 @@ __all__ = [
     "Runtime",
     "Secret",
     "SessionInfo",
+    "SessionRecord",
     "SessionResult",
     "SessionTimeoutError",
     "StoreError",
@@ -187,6 +200,7 @@ __all__ = [
     "ensure_agent_sync",
     "ensure_environment",
     "ensure_environment_sync",
+    "output_tool",
     "provision",
     "provision_sync",
     "prune_agents",
@@ -203,4 +217,6 @@ __all__ = [
     "teardown",
     "teardown_sync",
     "tool",
+    "untag",
+    "untag_sync",
 ]

@@ -87,7 +87,7 @@ Claude     a dropped stream (``max_reconnects``  yes       backoff before each r
 Outside this module's loop, and so outside the table: the anthropic SDK retries Claude's
 other API calls itself (its ``max_retries``; its rule also retries 409), and AgentCore's
 provisioning retries its control-plane reads at once within its wait budget, classified by
-:func:`retryable` (``_provision._call``), while ``CreateHarness`` gets one attempt (a retry
+:func:`retryable` (``_waits.call``), while ``CreateHarness`` gets one attempt (a retry
 could create twice).
 
 **The loop** (:class:`Attempts`): ``await attempts.failed(exc)`` inside a call's ``except``

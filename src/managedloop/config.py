@@ -92,6 +92,9 @@ KEYS: Final[Mapping[str, ConfigKey]] = {
         # Local (any OpenAI-compatible endpoint)
         ConfigKey(name="openai_base_url", env=("OPENAI_BASE_URL",)),
         ConfigKey(name="openai_api_key", env=("OPENAI_API_KEY",), secret=True),
+        # The session record every run and live session writes to (a Store or an
+        # ml.SessionRecord; managedloop.session.record), unless given record=
+        ConfigKey(name="record"),
     )
 }
 

@@ -11,6 +11,7 @@ exception the library raises derives from :class:`ManagedLoopError` and carries 
     │                                     invalid_session_id, invalid_name, ...
     ├── ToolDefinitionError (TypeError)   invalid_tool_definition
     ├── ToolError                         raised *by a tool* to return an error result
+    ├── ModelRetry                        raised *by an output validator*: re-ask the model
     ├── McpError                          mcp_unavailable, mcp_protocol (an MCP server's tools)
     ├── SessionTimeoutError (TimeoutError) timeout   (carries .partial_result)
     ├── UnsupportedError                  unsupported, not_supported
@@ -46,6 +47,7 @@ __all__ = [
     "MalformedResponseError",
     "ManagedLoopError",
     "McpError",
+    "ModelRetry",
     "ProviderError",
     "ProvisioningError",
     "SessionTimeoutError",
@@ -111,6 +113,14 @@ class ToolError(ManagedLoopError):
     """Raise from a tool to hand the model an error result (``is_error=True``) with this text."""
 
     default_code = "tool_error"
+
+
+class ModelRetry(ManagedLoopError):  # noqa: N818 (the name pydantic-ai users know)
+    """Raise from an ``output_validator=`` function to reject a typed output the model
+    produced: the message goes back to the model, which is asked again (``output_retries``
+    bounds how often); ``ml.ModelRetry("the date must be in the future")``."""
+
+    default_code = "model_retry"
 
 
 class McpError(ManagedLoopError):

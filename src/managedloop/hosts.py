@@ -251,6 +251,9 @@ class ConnectionBase:
       every open tool call in its history). Otherwise ``interrupt()`` asks the host.
     * ``pending_state() -> dict | None``: what the host needs, besides the session id, to
       answer its tool uses from another process (kept in ``Pending.host_state``).
+    * ``model -> str | None``: the model id the connection's turns ask for, as the host
+      sends it (``None``: the host does not say, e.g. a server-side agent's own model).
+      Telemetry reports it (``gen_ai.request.model``); the loop works it out nowhere else.
     """
 
     session_id: str | None = None
@@ -262,6 +265,11 @@ class ConnectionBase:
         self.pending_tool_uses = []
 
     def transcript(self) -> list[dict[str, Any]] | None:
+        return None
+
+    @property
+    def model(self) -> str | None:
+        """The model id this connection's turns send (``None``: the host does not say)."""
         return None
 
     async def interrupt(self) -> None:

@@ -436,8 +436,13 @@ class _Bridge:
         session_id = meta.get("session_id")
         if session_id is not None:
             attrs[_CONVERSATION] = session_id
+        metric = node[3]
+        model = meta.get("model")  # a run learns the model the host sends after its start
+        if isinstance(model, str) and metric.get(_MODEL) != model:
+            attrs[_MODEL] = model
+            metric = {**metric, _MODEL: model}
         _end(node[1], attrs, None)
-        self.duration.record(_seconds(m), node[3], node[5])
+        self.duration.record(_seconds(m), metric, node[5])
 
     # The turn and tool stops run for every model call and tool call: they end the span
     # and record inline (no tuple of records to build and walk).

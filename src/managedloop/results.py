@@ -23,6 +23,7 @@ __all__ = [
     "Artifact",
     "CommandResult",
     "Deny",
+    "OutputFailure",
     "Pending",
     "SessionInfo",
     "SessionResult",
@@ -58,9 +59,14 @@ class _Json:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Self:
-        names = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        kwargs = {k: _load(names[k].type, v) for k, v in data.items() if k in names}
-        return cls(**kwargs)
+        result: Self = _from_fields(cls, data)
+        return result
+
+
+def _from_fields(cls: Any, data: Mapping[str, Any]) -> Any:
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {k: _load(names[k].type, v) for k, v in data.items() if k in names}
+    return cls(**kwargs)
 
 
 def _dump(value: Any) -> Any:
@@ -227,6 +233,48 @@ class SessionResult(_Json):
     pending: Pending | None = None
     """With ``reason="approval_required"``: the decisions the session waits on and what
     it needs to carry on (``resume=result, approvals={...}``), else ``None``."""
+    output: Any = None
+    """With ``output=``: the validated instance of the output type the model produced
+    (``None`` unless it produced one). ``to_dict`` keeps it as JSON; ``from_dict(data,
+    output=Type)`` validates it again."""
+    output_strategy: str | None = None
+    """With ``output=``: how the typed output was asked for: ``"tool"`` (an output tool),
+    ``"native"`` (the server's structured output) or ``"text"`` (JSON text), else ``None``."""
+    output_failure: OutputFailure | None = None
+    """With ``reason="output_invalid"`` (or on a partial result): the model's last invalid
+    output and why it was refused, else ``None``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = _Json.to_dict(self)
+        if self.output is not None:  # an instance of the user's type: as JSON
+            import pydantic_core  # output= loaded pydantic already
+
+            data["output"] = pydantic_core.to_jsonable_python(self.output)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], output: Any = None) -> Self:
+        """A result from its ``to_dict()``; with ``output`` (the type given to ``output=``)
+        the JSON output is validated into an instance of it again (a ``ValidationError``
+        if it no longer fits the type)."""
+        result: Self = _from_fields(cls, data)
+        if output is not None and result.output is not None:
+            import pydantic
+
+            value = pydantic.TypeAdapter(output).validate_python(result.output)
+            object.__setattr__(result, "output", value)
+        return result
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OutputFailure(_Json):
+    """The typed output the model last produced that could not be accepted."""
+
+    payload: Any = None
+    """What the model produced: the output tool's input, or the text it answered with."""
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    """Why it was refused: ``{"loc": [...], "msg": ..., "type": ...}`` each (pydantic's
+    validation errors, ``model_retry`` for an ``output_validator``'s ``ModelRetry``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -351,6 +399,7 @@ _NESTED.update(
         "Usage": Usage,
         "ApprovalRequest": ApprovalRequest,
         "Pending": Pending,
+        "OutputFailure": OutputFailure,
     }
 )
 
@@ -434,6 +483,9 @@ _SessionResultB = fast_builder(
         "events",
         "transcript",
         "pending",
+        "output",
+        "output_strategy",
+        "output_failure",
     ),
 )
 
@@ -466,6 +518,9 @@ def make_session_result(  # noqa: PLR0917 (positional: every field, in field ord
     result.events = events
     result.transcript = transcript
     result.pending = pending
+    result.output = None
+    result.output_strategy = None
+    result.output_failure = None
     result.__class__ = SessionResult
     return result  # type: ignore[no-any-return]
 

@@ -9,6 +9,7 @@ The event tree (names are dotted, prefixed ``managedloop.``)::
     tool.start|stop|exception                 each custom tool call (tool, session_id, is_error)
     session.tool_uses                         every turn (turn, tool_use_ids, session_id, ...)
     session.terminal                          every terminal (terminal, reason)
+    session.output                            each typed output checked (strategy, valid)
     session.request.start|stop|exception      each request of a session, open to terminal
     session.turn.start|stop|exception         each host turn (one model call on Local)
 
@@ -87,6 +88,7 @@ EVENTS: tuple[str, ...] = tuple(
         "tool.exception",
         "session.tool_uses",
         "session.terminal",
+        "session.output",
         "session.request.start",
         "session.request.stop",
         "session.request.exception",
@@ -125,10 +127,20 @@ TABLE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "tool.exception": (("duration",), ("tool", "tool_use_id", *_SESSION, "kind")),
     "session.tool_uses": (("tool_use_count",), ("turn", "tool_use_ids", *_SESSION)),
     "session.terminal": ((), ("terminal", "reason", *_SESSION)),
+    "session.output": (("error_count",), ("strategy", "valid", "turn", *_SESSION)),
     "session.request.start": (("system_time",), ("agent", "agent_id", "model", *_SESSION)),
     "session.request.stop": (
         ("duration",),
-        (*_AGENT, *_SESSION, "terminal", "stop_reason", "reason", "turns", *_TOKENS),
+        (
+            *_AGENT,
+            *_SESSION,
+            "terminal",
+            "stop_reason",
+            "reason",
+            "turns",
+            *_TOKENS,
+            "output_strategy",
+        ),
     ),
     "session.request.exception": (
         ("duration",),

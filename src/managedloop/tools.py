@@ -153,9 +153,7 @@ class Tool(Generic[P, R]):
         try:
             schema = self._model.model_json_schema(schema_generator=_schema_without_titles())
         except pydantic.PydanticUserError as exc:
-            raise ToolDefinitionError(
-                f"tool {tool_name!r}: cannot derive a JSON schema: {exc}", tool=tool_name
-            ) from exc
+            raise _no_schema(tool_name, function) from exc
         schema.pop("title", None)
         self.definition = ToolDefinition(
             name=tool_name,
@@ -266,10 +264,38 @@ def _input_model(
             **fields,
         )
     except (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError, TypeError) as exc:
-        raise ToolDefinitionError(
-            f"tool {tool_name!r}: a parameter type has no JSON schema: {exc}", tool=tool_name
-        ) from exc
+        raise _no_schema(tool_name, function, fields) from exc
     return model, tuple(fields), info_param
+
+
+def _no_schema(
+    tool_name: str, function: Callable[..., Any], fields: dict[str, Any] | None = None
+) -> ToolDefinitionError:
+    """The error for a parameter whose type has no JSON Schema, naming that parameter.
+    Pydantic's own text is left out: its advice (``arbitrary_types_allowed``, a core-schema
+    hook) is about pydantic models and cannot help a tool, whose schema goes to a model."""
+    import pydantic
+
+    if fields is None:
+        fields = {
+            name: (hint, ...)
+            for name, hint in get_type_hints(function).items()
+            if name != "return" and hint is not SessionInfo
+        }
+    for name, spec in fields.items():
+        try:
+            alone = pydantic.create_model("probe", **{name: spec})
+            alone.model_json_schema(schema_generator=_schema_without_titles())
+        except (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError, TypeError):
+            shown = inspect.formatannotation(spec[0])
+            return ToolDefinitionError(
+                f"tool {tool_name!r}: parameter {name!r} ({shown}) has no JSON Schema; give "
+                "it a type a model can be told about (str, int, float, bool, Literal, an "
+                "Enum, a list or dict of those, a dataclass, a TypedDict, a pydantic model)",
+                tool=tool_name,
+                param=name,
+            )
+    return ToolDefinitionError(f"tool {tool_name!r}: its input has no JSON Schema", tool=tool_name)
 
 
 _SECTION_RE = re.compile(r"^(Args|Arguments|Parameters|Params):\s*$", re.MULTILINE)

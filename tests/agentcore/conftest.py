@@ -1,6 +1,9 @@
 """Fixtures for the AgentCore tests: an isolated AWS environment and a running emulator.
 
 botocore must never reach real AWS here: no IMDS probe, no profile files, no ambient keys.
+The one exception is a test marked ``live`` (``test_live.py``): it exists to use the
+caller's real credentials and endpoint, so the isolation leaves it alone and the test
+decides at run time whether it can run (printing why not).
 """
 
 from __future__ import annotations
@@ -31,8 +34,12 @@ _AMBIENT = (
 
 @pytest.fixture(autouse=True)
 def _isolated_aws(
-    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
+    if request.node.get_closest_marker("live") is not None:
+        return  # a live test runs on the caller's own AWS environment
     for name in _AMBIENT:
         monkeypatch.delenv(name, raising=False)
     empty = tmp_path_factory.getbasetemp() / "aws-empty"

@@ -186,4 +186,10 @@ def test_every_frame_the_emulator_sends_decodes(emu: Any, sid: str) -> None:
     assert kinds[0] == "messageStart"
     assert kinds[-2:] == ["messageStop", "metadata"]
     starts = [e["contentBlockStart"] for e in events if "contentBlockStart" in e]
-    assert [s["contentBlockIndex"] for s in starts] == [0, 0, 0]
+    assert [s["contentBlockIndex"] for s in starts if "toolUse" in s["start"]] == [0, 0, 0]
+    # the server tool's result block (start, one toolResult delta) decodes too
+    (result,) = [s["start"]["toolResult"] for s in starts if "toolResult" in s["start"]]
+    assert result["status"] == "success"
+    assert any(
+        "toolResult" in e["contentBlockDelta"]["delta"] for e in events if "contentBlockDelta" in e
+    )

@@ -181,7 +181,7 @@ async def test_request_carries_qualifier_budgets_model_and_system_prompt(
         timeout_seconds=120,
         max_iterations=5,
         max_tokens=1000,
-        model="us.anthropic.claude-test",
+        model="us.anthropic.claude-sonnet-4-6",
         actor_id="user-1",
     ) as provider:
         await ml.run(provider, agent=ml.AgentSpec(system_prompt="Be brief."), prompt="x")
@@ -190,11 +190,13 @@ async def test_request_carries_qualifier_budgets_model_and_system_prompt(
     assert req.body["timeoutSeconds"] == 120
     assert req.body["maxIterations"] == 5
     assert req.body["maxTokens"] == 1000
-    assert req.body["model"] == {"bedrockModelConfig": {"modelId": "us.anthropic.claude-test"}}
+    assert req.body["model"] == {
+        "bedrockModelConfig": {"modelId": "us.anthropic.claude-sonnet-4-6"}
+    }
     assert req.body["systemPrompt"] == [{"text": "Be brief."}]
     assert req.body["actorId"] == "user-1"
     assert "tools" not in req.body  # no client tools: the harness's own tools stand
-    assert emu.agent.requests[0].model == "us.anthropic.claude-test"
+    assert emu.agent.requests[0].model == "us.anthropic.claude-sonnet-4-6"
 
 
 async def test_budgets_and_qualifier_absent_when_not_given(emu: AgentCoreEmulator) -> None:

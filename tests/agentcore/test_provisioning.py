@@ -32,12 +32,8 @@ from emitted import emitted
 from managedloop.config import MISSING
 from managedloop.providers import BedrockAgentCore
 from managedloop.providers.agentcore import AgentCoreHandle
-from managedloop.providers.agentcore._provision import (
-    WaitBudget,
-    classify,
-    create_body,
-    harness_name,
-)
+from managedloop.providers.agentcore._harness_body import create_body, harness_name
+from managedloop.providers.agentcore._waits import WaitBudget, classify
 from managedloop.testing import AgentCoreEmulator, AgentCoreFaults
 from managedloop.testing.agentcore import ManualClock
 
@@ -126,7 +122,11 @@ async def test_the_provisioned_harness_runs_the_same_agent(emu: AgentCoreEmulato
         report = await ml.teardown(provider, handle)
     assert result.text.startswith("Done.")
     assert len(emu.operations("CreateHarness")) == 1
-    assert report == {"harness_id": handle.harness_id, "status": "DELETING"}
+    assert report == {
+        "harness_id": handle.harness_id,
+        "status": "DELETING",
+        "managed_memory": "kept",
+    }
 
 
 async def test_model_union_and_plain_model_id() -> None:
@@ -786,14 +786,24 @@ async def test_a_failed_wait_emits_stop_with_its_tag(caplog: pytest.LogCaptureFi
 async def test_teardown_forms(emu: AgentCoreEmulator) -> None:
     with make_provider(emu) as provider:
         handle = await provision(emu, provider)
-        assert (await provider.teardown(handle.to_dict()))["status"] == "DELETING"
+        report = await provider.teardown(handle.to_dict())
+        assert (report["status"], report["managed_memory"]) == ("DELETING", "kept")
+        (delete,) = emu.operations("DeleteHarness")
+        assert delete.query["deleteManagedMemory"] == "false"  # explicit: keep
         await _wait_gone(emu, handle.harness_id)
         assert await provider.teardown(handle.harness_arn) == {
             "harness_id": handle.harness_id,
             "status": "absent",
+            "managed_memory": "absent",
         }
         with pytest.raises(ml.InvalidOptionsError):
             await provider.teardown(42)
+        with pytest.raises(ml.InvalidOptionsError):
+            await provider.teardown(handle, delete_managed_memory="yes")
+        other = await provision(emu, provider, name_prefix="second")
+        report = await provider.teardown(other, delete_managed_memory=True)
+        assert report["managed_memory"] == "deleted"
+        assert emu.operations("DeleteHarness")[-1].query["deleteManagedMemory"] == "true"
 
 
 async def _wait_gone(emu: AgentCoreEmulator, hid: str) -> None:

@@ -154,7 +154,8 @@ def test_every_route_answers_within_its_botocore_output_shape(emu: AgentCoreEmul
 
     def capture(http_response: Any = None, operation_model: Any = None, **_: Any) -> None:
         if http_response is not None and operation_model is not None:
-            body = http_response.content
+            # a 204 (TagResource) has no body for botocore to read
+            body = http_response.content if http_response.raw is not None else b""
             problems = body_problems(operation_model, body)
             bodies.setdefault(operation_model.name, []).extend(problems)
 
@@ -168,6 +169,14 @@ def test_every_route_answers_within_its_botocore_output_shape(emu: AgentCoreEmul
         control.list_harness_endpoints(harnessId=emu.harness_id)
         control.create_harness_endpoint(harnessId=emu.harness_id, endpointName="live")
         control.get_harness_endpoint(harnessId=emu.harness_id, endpointName="DEFAULT")
+        control.update_harness(harnessId=emu.harness_id, maxIterations=5)
+        control.list_harness_versions(harnessId=emu.harness_id)
+        control.get_harness(harnessId=emu.harness_id, harnessVersion="1")
+        control.update_harness_endpoint(
+            harnessId=emu.harness_id, endpointName="live", targetVersion="2"
+        )
+        control.tag_resource(resourceArn=emu.harness_arn, tags={"k": "v"})
+        control.list_tags_for_resource(resourceArn=emu.harness_arn)
         control.delete_harness_endpoint(harnessId=emu.harness_id, endpointName="live")
         control.delete_harness(harnessId=created["harnessId"])
 
@@ -193,6 +202,9 @@ def test_every_route_answers_within_its_botocore_output_shape(emu: AgentCoreEmul
             },
         )
         bodies["InvokeAgentRuntimeCommand"] = frame_problems(command, raw)
+        data.meta.events.register("after-call.bedrock-agentcore", _after_call(capture))
+        stopped = data.stop_runtime_session(agentRuntimeArn=emu.harness_arn, runtimeSessionId=SID)
+        assert stopped["runtimeSessionId"] == SID
     finally:
         control.close()
         data.close()

@@ -169,6 +169,18 @@ async def test_send_5xx_before_accept_is_resent_once() -> None:
         faults = ClaudeFaults(server_errors=1, fault_path="/events", fault_method="POST")
         result, session = await _run_once(emu, faults)
         _check(emu, result, session)
+        posts = [r for r in emu.requests if r.method == "POST" and r.path.endswith("/events")]
+        statuses = [r.status for r in posts]
+        assert statuses.count(500) == 1, statuses
+        failed = statuses.index(500)
+        assert not posts[failed].applied  # refused before anything was delivered
+        # Resent once: the very next send is the same body, accepted; and no send, that
+        # one included, went out twice after it was accepted.
+        assert posts[failed + 1].status == 200
+        assert posts[failed + 1].json == posts[failed].json
+        accepted = [repr(r.json) for r in posts if r.status == 200]
+        assert len(accepted) == len(set(accepted)), statuses
+        assert len(posts) == len(accepted) + 1
 
 
 async def test_event_send_uses_no_sdk_retry() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import anthropic
 import pytest
 from anthropic.types import ErrorResponse
+from tests.claude.test_self_hosted_queue import strict_work_round_trip
 from tests.webhooks.test_deployments import strict_deployment_round_trip
 
 from managedloop.testing import ClaudeEmulator, ClaudeFaults, call, say
@@ -34,7 +35,7 @@ TOOL = {
 
 def _template(method: str, path: str, routes: list[tuple[str, str]]) -> tuple[str, str] | None:
     for route_method, template in routes:
-        pattern = re.escape(template).replace(re.escape("{id}"), "[^/]+")
+        pattern = re.sub(r"\\\{[a-z_]+\\\}", "[^/]+", re.escape(template))  # any {name}
         if route_method == method and re.fullmatch(pattern, path):
             return route_method, template
     return None
@@ -119,6 +120,7 @@ async def test_every_route_passes_strict_sdk_validation() -> None:
             assert (await sessions.archive(session.id)).archived_at is not None
             assert (await sessions.delete(session.id)).type == "session_deleted"
             await strict_deployment_round_trip(strict, emu, agent.id, env.id)
+            await strict_work_round_trip(strict, emu, agent.id)  # self_hosted work queue
             assert (await agents.archive(agent.id)).archived_at is not None
             assert (await envs.archive(env.id)).archived_at is not None
             assert (await envs.delete(env.id)).type == "environment_deleted"

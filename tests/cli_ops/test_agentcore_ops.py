@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from managedloop.cli import main, ops
+from managedloop.cli import main, render
 from managedloop.testing import AgentCoreEmulator
 
 from .conftest import EXAMPLES
@@ -89,7 +89,7 @@ def test_the_live_display_on_a_terminal(
     def terminal(file: Any) -> Console:
         return Console(file=screen, force_terminal=True, width=100, color_system=None)
 
-    monkeypatch.setattr(ops, "make_console", terminal)
+    monkeypatch.setattr(render, "make_console", terminal)
     code, _ = run(["provision", SPEC, *store_arg])
     assert code == 0
     shown = screen.getvalue()
@@ -132,11 +132,17 @@ def test_ls_and_prune_delete_old_harnesses(
 
 
 def test_a_missing_execution_role_is_usage_before_any_create(
-    agentcore_emu: AgentCoreEmulator, store_arg: list[str], monkeypatch: pytest.MonkeyPatch
+    agentcore_emu: AgentCoreEmulator,
+    store_arg: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.delenv("MANAGEDLOOP_EXECUTION_ROLE_ARN")
     assert run(["provision", SPEC, *store_arg])[0] == 2
     assert not agentcore_emu.operations("CreateHarness")
+    err = capsys.readouterr().err  # the message names the variable to set, not the option
+    assert "the environment variable MANAGEDLOOP_EXECUTION_ROLE_ARN" in err
+    assert "(host.execution_role_arn_env) is not set" in err
 
 
 def test_flag_misuse_is_usage_and_an_unusable_store_is_a_failure(

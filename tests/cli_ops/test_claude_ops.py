@@ -126,6 +126,7 @@ def test_unknown_tag_and_bad_reference_exit_codes(
     assert code == 3
     assert doc == {
         "ok": False,
+        "command": "resolve",
         "exit": 3,
         "error": {"code": "unknown_tag", "message": "no tag 'support-bot:nope'"},
     }

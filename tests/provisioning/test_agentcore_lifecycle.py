@@ -34,7 +34,8 @@ from tests.agentcore.test_shapes import walk
 
 import managedloop as ml
 from managedloop.providers.agentcore import BedrockAgentCore
-from managedloop.providers.agentcore._provision import WaitContext, create_body
+from managedloop.providers.agentcore._harness_body import create_body
+from managedloop.providers.agentcore._waits import WaitContext
 from managedloop.stores import MemoryStore, Store
 from managedloop.testing import AgentCoreEmulator, AgentCoreFaults
 from managedloop.testing.agentcore import ManualClock

@@ -1,32 +1,53 @@
-"""A process SIGKILLed mid-write leaves the previous state readable (issue 10's acceptance).
+"""A process SIGKILLed mid-write leaves a readable store, on both sides of the commit
+(issue 10's acceptance, both sides by issue 25).
 
-Deterministic, no timing: the child arms the backend's seam — ``FileStore`` after the new
-file is written and fsync-ed, right before ``os.replace``; ``SQLiteStore`` inside the
-write transaction, right before ``COMMIT``; ``RedisStore`` with the ``MULTI`` transaction
-queued, right before ``EXEC`` is sent — to write one byte to its stdout and hang. The
-parent reads that byte and SIGKILLs it. Then a fresh store in this process must read
-exactly the state before the write; the lock the child held must be free again (FileStore
-and SQLite are asked with a zero wait); and the next write must work (and, for FileStore,
-remove the temporary file the dead writer left).
+Deterministic, no timing: the child arms one of the backend's seams to write one byte to
+its stdout and hang, and the parent SIGKILLs it when the byte arrives:
+
+* **before** the commit — ``FileStore`` after the new file is written and fsync-ed, right
+  before ``os.replace``; ``SQLiteStore`` inside the write transaction, right before
+  ``COMMIT``; ``RedisStore`` with the ``MULTI`` transaction queued, right before ``EXEC`` is
+  sent. A fresh store must read exactly the state before the write.
+* **after** the commit — after the replace and the directory fsync, after ``COMMIT``,
+  after ``EXEC`` answered — but before the call returned to its caller. A fresh store must
+  read exactly the new state: a write the backend committed is never lost because its
+  writer died before it could say so.
+
+For every ``put``, ``update`` and ``delete``. The lock the child held must be free again
+(FileStore and SQLite are asked with a zero wait); the next write must work (and, for
+FileStore, remove the temporary file a writer killed before its replace left).
+
+And ``test_sqlite_writer_killed_at_random_points``: a writer committing updates in a loop,
+SIGKILLed at a random moment twenty times (after a random number of acknowledged writes),
+keeps every write it acknowledged and at most the one in flight.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from managedloop.stores import FileStore, RedisStore, SQLiteStore, Store
 
+from ._worker import CRASH_VALUE
 from .conftest import PERSISTENT, RedisServer
 
 WORKER = Path(__file__).with_name("_worker.py")
 BEFORE = {"a": {"v": 1}, "b": {"w": [1, 2]}}
+AFTER: dict[str, dict[str, dict[str, Any]]] = {
+    "put": {"a": CRASH_VALUE, "b": {"w": [1, 2]}},
+    "update": {"a": {"v": 2, "pad": CRASH_VALUE["pad"]}, "b": {"w": [1, 2]}},
+    "delete": {"b": {"w": [1, 2]}},
+}
 
 
 def _open(backend: str, target: str, namespace: str) -> Store:
@@ -37,10 +58,16 @@ def _open(backend: str, target: str, namespace: str) -> Store:
     return RedisStore(target, namespace=namespace)
 
 
-@pytest.mark.parametrize("op", ["put", "delete"])
+def _env() -> dict[str, str]:
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    return {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+@pytest.mark.parametrize("side", ["before", "after"])
+@pytest.mark.parametrize("op", ["put", "update", "delete"])
 @pytest.mark.parametrize("backend", PERSISTENT)
-def test_sigkill_mid_write_keeps_the_previous_state(
-    backend: str, op: str, tmp_path: Path, request: pytest.FixtureRequest
+def test_sigkill_on_either_side_of_the_commit(
+    backend: str, op: str, side: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     namespace = ""
     if backend == "redis":
@@ -53,15 +80,14 @@ def test_sigkill_mid_write_keeps_the_previous_state(
         first.put(key, value)
     first.close()
 
-    src = str(Path(__file__).resolve().parents[2] / "src")
     child = subprocess.Popen(
-        [sys.executable, str(WORKER), "crash", backend, target, namespace, op],
+        [sys.executable, str(WORKER), "crash", backend, target, namespace, op, side],
         stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": src},
+        env=_env(),
     )
     try:
         assert child.stdout is not None
-        assert child.stdout.read(1) == b"!"  # the new state is written, not committed
+        assert child.stdout.read(1) == b"!"  # at the seam: killed right there
         child.send_signal(signal.SIGKILL)
         assert child.wait(timeout=30) == -signal.SIGKILL
     finally:
@@ -71,18 +97,67 @@ def test_sigkill_mid_write_keeps_the_previous_state(
         if child.stdout is not None:
             child.stdout.close()
 
-    if backend == "file":  # the dead writer's fsync-ed temporary file is still there
-        assert len(list(tmp_path.glob(".store.json.*.tmp"))) == 1
+    temps = list(tmp_path.glob(".store.json.*.tmp"))
+    if backend == "file":  # a writer killed before its replace leaves its temporary file
+        assert len(temps) == (1 if side == "before" else 0)
+    expected = BEFORE if side == "before" else AFTER[op]
     after = _open(backend, target, namespace)  # zero lock wait: the child's lock is gone
     try:
-        assert after.scan("") == BEFORE
-        assert after.get("a") == {"v": 1}
+        assert after.scan("") == expected
         after.put("c", {"v": 3})
-        assert after.scan("") == {**BEFORE, "c": {"v": 3}}
+        assert after.scan("") == {**expected, "c": {"v": 3}}
         if backend == "file":
             assert list(tmp_path.glob(".store.json.*.tmp")) == []
+        if backend == "sqlite":
+            with sqlite3.connect(target) as db:
+                assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     finally:
         after.close()
+
+
+def test_sqlite_writer_killed_at_random_points(tmp_path: Path) -> None:
+    """Twenty SIGKILLs of a writer bumping a counter in a loop, each after a random number
+    of acknowledged updates (the child prints each count after ``update`` returned): the
+    count a killed writer leaves is what it acknowledged, or one more (the update in flight
+    had committed; its acknowledgement had not been printed). Random points land anywhere
+    in the write: before, inside and after the commit."""
+    target = str(tmp_path / "store.sqlite3")
+    rng = random.Random(25)  # seeded: the same kill points every run
+    acknowledged = 0
+    for _kill in range(20):
+        child = subprocess.Popen(
+            [sys.executable, str(WORKER), "count", "sqlite", target, "", "100000"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=_env(),
+        )
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline() == "ready\n"
+            for _ in range(rng.randrange(1, 40)):  # then killed mid-way through the next
+                line = child.stdout.readline()
+                assert line.strip().isdigit(), line
+                acknowledged = int(line)
+            child.send_signal(signal.SIGKILL)
+            rest = child.stdout.read()  # acknowledged between the kill and its delivery
+            for line in rest.split():
+                acknowledged = int(line)
+            assert child.wait(timeout=30) == -signal.SIGKILL
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            if child.stdout is not None:
+                child.stdout.close()
+        store = SQLiteStore(target, busy_timeout=0)
+        try:
+            counter = (store.get("counter") or {"n": 0})["n"]
+            assert acknowledged <= counter <= acknowledged + 1
+            acknowledged = counter  # the next writer goes on from what is there
+        finally:
+            store.close()
+        with sqlite3.connect(target) as db:
+            assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
 
 def test_redis_discards_a_transaction_whose_client_died(redis_server: RedisServer) -> None:

@@ -1,4 +1,8 @@
-"""Property: any sequence of put, delete, get and scan on a backend behaves as a dict.
+"""Property: any sequence of put, update, delete, get and scan on a backend behaves as a dict.
+
+``update`` comes in four shapes: set a value, merge one into the current value, delete
+(``fn`` returns ``None``), and fail (``fn`` raises: nothing changes, the exception comes
+out unchanged); its return value is checked against the model too.
 
 Keys come from a small alphabet that holds what breaks stores — SQL ``LIKE`` and Redis glob
 characters, a character past the Basic Multilingual Plane, the largest code point — so
@@ -36,6 +40,8 @@ ops = st.lists(
     st.one_of(
         st.tuples(st.just("put"), keys, values),
         st.tuples(st.just("delete"), keys, st.none()),
+        st.tuples(st.sampled_from(["update-set", "update-merge"]), keys, values),
+        st.tuples(st.sampled_from(["update-delete", "update-fail"]), keys, st.none()),
         st.tuples(st.just("get"), keys, st.none()),
         st.tuples(st.just("scan"), st.text(ALPHABET, max_size=2), st.none()),
     ),
@@ -74,6 +80,19 @@ def test_operations_match_a_dict(
             model[full] = value
         elif op == "delete":
             assert store.delete(full) is (model.pop(full, None) is not None)
+        elif op == "update-set":
+            assert store.update(full, lambda _current, v=value: v) == value
+            model[full] = value
+        elif op == "update-merge":
+            merged = {**model.get(full, {}), **value}
+            assert store.update(full, lambda current, v=value: {**(current or {}), **v}) == merged
+            model[full] = merged
+        elif op == "update-delete":
+            assert store.update(full, lambda _current: None) is None
+            model.pop(full, None)
+        elif op == "update-fail":
+            with pytest.raises(_Refused):
+                store.update(full, _refuse)
         elif op == "get":
             assert store.get(full) == model.get(full)
         else:
@@ -81,3 +100,11 @@ def test_operations_match_a_dict(
                 k: v for k, v in sorted(model.items()) if k.startswith(full)
             }
     assert store.scan(root) == model
+
+
+class _Refused(Exception):
+    pass
+
+
+def _refuse(current: dict[str, Any] | None) -> dict[str, Any] | None:
+    raise _Refused(current)

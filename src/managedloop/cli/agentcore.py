@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from managedloop.provisioning.specs import AgentSpec
@@ -92,28 +93,40 @@ def provider_for_run(args: argparse.Namespace) -> object:
     role = getattr(args, "execution_role_arn", None)
     if provider.harness_arn is None and role:
         from managedloop import provision_sync
+        from managedloop.cli.render import Out, Progress
 
         spec = AgentSpec(name=args.name, system_prompt=args.system)
-        handle = provision_sync(
-            provider, spec, execution_role_arn=role, endpoint_name=provider.endpoint_name
-        )
+        # the harness and its endpoint becoming READY, on stderr (JSON lines with --json)
+        progress = Progress(Out(out=sys.stdout, json=bool(getattr(args, "json", False))))
+        try:
+            handle = provision_sync(
+                provider,
+                spec,
+                execution_role_arn=role,
+                endpoint_name=provider.endpoint_name,
+                progress=progress,
+            )
+        finally:
+            progress.close()
         provider.harness_arn = handle.harness_arn
     return provider
 
 
-def emulate(host: str, port: int) -> None:
+def emulate(host: str, port: int, *, json: bool = False) -> None:
     """Serve the AgentCore emulator on ``127.0.0.1:port`` until interrupted (Ctrl-C)."""
+    from managedloop.cli.local import announce
     from managedloop.testing.agentcore import AgentCoreEmulator
 
     del host  # the emulator always binds loopback
     emu = AgentCoreEmulator(port=port).start()  # EmulatorStartError: the caller reports it
     try:
-        print(f"{LABEL} emulator (botocore: endpoint_url + keys; both planes)", flush=True)
-        for key, value in emu.client_kwargs.items():
-            print(f"{key}={value}", flush=True)
-        print(f"harness_arn={emu.harness_arn}", flush=True)
-        print(f"execution_role_arn={emu.execution_role_arn}", flush=True)
-        print("Ctrl-C to stop.", flush=True)
+        info = {
+            **emu.client_kwargs,
+            "harness_arn": emu.harness_arn,
+            "execution_role_arn": emu.execution_role_arn,
+        }
+        title = f"{LABEL} emulator (botocore: endpoint_url + keys; both planes)"
+        announce(title, info, json=json)
         emu.serve_forever()
     finally:
         emu.stop()

@@ -52,7 +52,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--base-url", help="API base URL (default: https://api.anthropic.com)")
     group.add_argument(
-        "--bearer-token-file", help="JSON {access_token, expires_at} (default: $ANTHROPIC_...)"
+        "--bearer-token-file",
+        help="a JSON file {access_token, expires_at} (default: $ANTHROPIC_BEARER_TOKEN_FILE)",
     )
 
 
@@ -67,17 +68,16 @@ def provider_for_run(args: argparse.Namespace) -> ClaudeManagedAgents:
     )
 
 
-def emulate(host: str, port: int) -> None:
+def emulate(host: str, port: int, *, json: bool = False) -> None:
     """Serve the Claude emulator on ``127.0.0.1:port`` until interrupted (Ctrl-C)."""
+    from managedloop.cli.local import announce
     from managedloop.testing.claude import ClaudeEmulator
 
     del host  # the host's name; the emulator always binds loopback
     emu = ClaudeEmulator(port=port).start()  # EmulatorStartError: the caller reports it
     try:
-        print(f"{LABEL} emulator (anthropic SDK: base_url + api_key)", flush=True)
-        print(f"base_url={emu.base_url}", flush=True)
-        print(f"api_key={emu.api_key}", flush=True)
-        print("Ctrl-C to stop.", flush=True)
+        title = f"{LABEL} emulator (anthropic SDK: base_url + api_key)"
+        announce(title, {"base_url": emu.base_url, "api_key": emu.api_key}, json=json)
         emu.serve_forever()
     finally:
         emu.stop()

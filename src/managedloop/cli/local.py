@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import json as _json  # emulate()'s keyword json= would shadow the module
 import math
+import os
 import re
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from managedloop.config import MISSING
 from managedloop.errors import InvalidOptionsError
-from managedloop.providers.local import PROFILES, LlamaCppChat, Local
+from managedloop.providers.local import PROFILES, LlamaCppChat, Local, redact_url
 from managedloop.provisioning.specs import AgentSpec
 from managedloop.results import SessionResult
 
@@ -33,6 +36,7 @@ __all__ = [
     "LABEL",
     "MODEL_LABEL",
     "add_run_arguments",
+    "announce",
     "demo",
     "demo_model",
     "emulate",
@@ -213,7 +217,42 @@ def model_config_for_run(args: argparse.Namespace) -> dict[str, Any]:
     return config
 
 
+def announce(title: str, info: dict[str, Any], *, json: bool) -> None:
+    """An emulator's connection settings on stdout: ``key=value`` lines, or one JSON line
+    (``{"ok": true, "command": "emulate", "emulator": ..., ...}``) with ``--json``."""
+    if json:
+        doc = {"ok": True, "command": "emulate", "emulator": title, **info}
+        print(_json.dumps(doc), flush=True)
+        return
+    print(title, flush=True)
+    for key, value in info.items():
+        print(f"{key}={value}", flush=True)
+    print("Ctrl-C to stop.", flush=True)
+
+
+OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+def _where(args: argparse.Namespace, environ: Mapping[str, str]) -> None:
+    """With no ``--base-url``: say on stderr where the run goes, and refuse a ``--api-key``
+    for a host nobody named (only OpenAI's own ``OPENAI_API_KEY`` goes to OpenAI unasked)."""
+    if args.base_url is not None or getattr(args, "model", "").startswith("anthropic:"):
+        return
+    from_env = environ.get("OPENAI_BASE_URL")
+    url = from_env or OPENAI_DEFAULT_BASE_URL
+    if args.api_key is not None and not from_env:
+        raise InvalidOptionsError(
+            f"--api-key without --base-url would send that key to {url}, a host this run "
+            "was not pointed at: give --base-url (or $OPENAI_BASE_URL), or put an OpenAI "
+            "key in $OPENAI_API_KEY",
+            option="api_key",
+        )
+    source = "$OPENAI_BASE_URL" if from_env else "the default; --base-url to change it"
+    sys.stderr.write(f"managedloop: run: no --base-url: sending to {redact_url(url)} ({source})\n")
+
+
 def provider_for_run(args: argparse.Namespace) -> Local:
+    _where(args, os.environ)
     return Local(
         model=args.model,
         base_url=args.base_url if args.base_url is not None else MISSING,
@@ -225,17 +264,22 @@ def provider_for_run(args: argparse.Namespace) -> Local:
     )
 
 
-def emulate(host: str, port: int) -> None:
-    """Serve the chat emulator on ``127.0.0.1:port`` until interrupted."""
+def emulate(host: str, port: int, *, json: bool = False) -> None:
+    """Serve the chat emulator on ``127.0.0.1:port`` until interrupted; ``json``: what a
+    client needs as one JSON line instead of ``key=value`` lines."""
     from managedloop.testing.chat import ChatEmulator
 
     emu = ChatEmulator(port=port).start()
     try:
-        print(f"{LABEL} chat emulator (OpenAI Chat Completions)", flush=True)
-        print(f"base_url={emu.base_url}", flush=True)
-        print(f"anthropic_base_url={emu.anthropic_base_url}", flush=True)
-        print(f"api_key={emu.api_key}", flush=True)
-        print("Ctrl-C to stop.", flush=True)
+        announce(
+            f"{LABEL} chat emulator (OpenAI Chat Completions)",
+            {
+                "base_url": emu.base_url,
+                "anthropic_base_url": emu.anthropic_base_url,
+                "api_key": emu.api_key,
+            },
+            json=json,
+        )
         emu.serve_forever()
     finally:
         emu.stop()

@@ -74,9 +74,8 @@ before any request (the commands exit 2).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
-import sys
+import re
 import tomllib
 import urllib.parse
 from collections.abc import Mapping
@@ -84,12 +83,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from managedloop.cli.toolrefs import ToolRefError, load_tools
+from managedloop.config import MISSING
 from managedloop.errors import ConfigError, InvalidOptionsError, ManagedLoopError
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
-from managedloop.stores import FileStore, SQLiteStore, Store, open_store
-from managedloop.tools import ToolDefinition, Toolset
+from managedloop.stores import (
+    FileStore,
+    MemoryStore,
+    SQLiteStore,
+    Store,
+    default_store_path,
+    open_store,
+)
+from managedloop.tools import ToolDefinition
 
-__all__ = ["HOST_KINDS", "SpecError", "SpecFile", "load", "open_spec_store", "store_label"]
+__all__ = [
+    "HOST_KINDS",
+    "SpecError",
+    "SpecFile",
+    "agent_digest",
+    "execution_role_arn",
+    "load",
+    "make_provider",
+    "open_spec_store",
+    "store_label",
+]
 
 HOST_KINDS = ("claude", "agentcore")
 _TOP = ("store", "host", "agent", "environment")
@@ -121,7 +139,12 @@ _NUMBERS = ("max_retries", "timeout", "poll_interval")
 
 
 class SpecError(Exception):
-    """A spec file that cannot be used (the commands exit 2, before any request)."""
+    """A spec file that cannot be used (the commands exit 2, before any request); ``code``
+    is ``invalid_spec``, or ``invalid_store`` for a store URL or path that names no store."""
+
+    def __init__(self, message: str, code: str = "invalid_spec") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -274,7 +297,10 @@ def _agent(path: Path, table: Mapping[str, Any]) -> AgentSpec:
     if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
         raise _fail(path, 'agent.tools is a list of "module:attr" import paths')
     if refs:
-        tools += _import_tools(path, refs)
+        try:  # importable from the spec file's directory or the current one
+            tools += load_tools(refs, folders=(str(path.resolve().parent), os.getcwd()))
+        except ToolRefError as exc:
+            raise _fail(path, f"agent.tools: {exc}") from None
     defs = table.get("tool_definitions", [])
     if not isinstance(defs, list) or not all(isinstance(d, dict) for d in defs):
         raise _fail(path, "agent.tool_definitions is a list of tables ([[agent.tool_definitions]])")
@@ -296,35 +322,6 @@ def _agent(path: Path, table: Mapping[str, Any]) -> AgentSpec:
         raise _fail(path, f"[agent]: {exc}") from None
 
 
-def _import_tools(path: Path, refs: list[str]) -> list[Any]:
-    """``module:attr`` -> tools, as ``managedloop run --tools`` reads them: a tool, a
-    function, or a list/``Toolset`` of them, importable from the spec file's directory or
-    the current one."""
-    for folder in (str(path.resolve().parent), os.getcwd()):
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
-    tools: list[Any] = []
-    for ref in refs:
-        module_name, _, attr = ref.partition(":")
-        if not module_name or not attr:
-            raise _fail(path, f"agent.tools: {ref!r} is not module:attr")
-        try:
-            value: Any = importlib.import_module(module_name)
-            for part in attr.split("."):
-                value = getattr(value, part)
-        except (ImportError, AttributeError) as exc:
-            raise _fail(path, f"agent.tools: {ref}: {exc}") from None
-        items = list(value) if isinstance(value, Toolset | list | tuple) else [value]
-        for item in items:
-            if not callable(item) or isinstance(item, type):
-                raise _fail(
-                    path,
-                    f"agent.tools: {ref}: {item!r} is not a tool, a function, a list or a Toolset",
-                )
-        tools.extend(items)
-    return tools
-
-
 def _environment(path: Path, value: Any) -> EnvironmentSpec | None:
     if value is None:
         return None
@@ -341,35 +338,65 @@ def _environment(path: Path, value: Any) -> EnvironmentSpec | None:
 # ---------------------------------------------------------------------------- stores
 
 
-def open_spec_store(spec: SpecFile | None, override: str | None) -> tuple[Store, str]:
+STORE_SCHEMES = ("sqlite:", "file:", "memory:", "redis://", "rediss://", "unix://")
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")  # two letters or more: C:\ is a path
+
+
+def open_spec_store(
+    spec: SpecFile | None, override: str | None, *, create: bool = True
+) -> tuple[Store, str]:
     """The store the command uses and a label for it (a Redis password never shown):
     ``override`` (``--store``, relative to the current directory), else the spec file's
-    ``store`` (relative to the spec file), else the default SQLite file."""
+    ``store`` (relative to the spec file), else the default SQLite file.
+
+    An unknown scheme (``bogus://x``) is a :class:`SpecError` naming the known ones, before
+    anything is created. With ``create=False`` (a read-only command) a store file that does
+    not exist is not created: it reads as empty (an in-memory store)."""
     if override:
-        return _open(override, Path.cwd()), store_label(override)
+        return _open(override, Path.cwd(), create), store_label(override)
     if spec is not None and spec.store:
-        return _open(spec.store, spec.path.parent), store_label(spec.store)
+        return _open(spec.store, spec.path.parent, create), store_label(spec.store)
+    path = default_store_path()
+    if not create and not path.exists():
+        return MemoryStore(), f"sqlite:{path}"
     store = open_store()
     return store, f"sqlite:{getattr(store, 'path', '(default)')}"
 
 
-def _open(where: str, relative_to: Path) -> Store:
+def _open(where: str, relative_to: Path, create: bool) -> Store:
     def at(text: str) -> Path:
         p = Path(text).expanduser()
         return p if p.is_absolute() else relative_to / p
 
+    scheme = _SCHEME.match(where)
+    if scheme is not None and not where.startswith(STORE_SCHEMES):
+        raise SpecError(
+            f"store {store_label(where)}: unknown scheme {scheme.group(1)!r}; a store is "
+            "PATH, sqlite:PATH, file:PATH, memory:, redis://..., rediss://... or unix://...",
+            code="invalid_store",
+        )
+    path: Path | None = None
+    if where.startswith("sqlite:"):
+        path = at(where.removeprefix("sqlite:"))
+    elif where.startswith("file:"):
+        path = at(where.removeprefix("file:"))
+    elif where != "memory:" and not where.startswith(("redis://", "rediss://", "unix://")):
+        path = at(where)
+    if path is not None and not create and not path.exists():
+        return MemoryStore()  # nothing stored yet, and a read must not create the file
     try:
         if where.startswith("sqlite:"):
             return SQLiteStore(at(where.removeprefix("sqlite:")))
         if where.startswith("file:"):
             return FileStore(at(where.removeprefix("file:")))
-        if where == "memory:" or where.startswith(("redis://", "rediss://", "unix://")):
+        if path is None:
             return open_store(where)
-        return open_store(at(where))
+        return open_store(path)
     except (InvalidOptionsError, ConfigError) as exc:  # a bad name; a StoreError is a failure
-        raise SpecError(f"store {store_label(where)}: {exc.code}: {exc.message}") from None
+        message = f"store {store_label(where)}: {exc.code}: {exc.message}"
+        raise SpecError(message, code="invalid_store") from None
     except ImportError as exc:
-        raise SpecError(f"store {store_label(where)}: {exc}") from None
+        raise SpecError(f"store {store_label(where)}: {exc}", code="invalid_store") from None
 
 
 def store_label(where: str) -> str:
@@ -383,3 +410,84 @@ def store_label(where: str) -> str:
     port = f":{parts.port}" if parts.port else ""
     user = f"{parts.username}:" if parts.username else ":"
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}***@{host}{port}"))
+
+
+# ---------------------------------------------------------------------------- hosts
+
+
+def make_provider(spec: SpecFile, environ: Mapping[str, str] | None = None) -> Any:
+    """The host's provider from the spec's settings; credentials from the environment."""
+    env = os.environ if environ is None else environ
+    s = spec.host_settings
+    if spec.host == "claude":
+        from managedloop.providers.claude import ClaudeManagedAgents
+
+        variable = spec.credential_env["api_key"]
+        bearer = s.get("bearer_token_file")
+        key = env.get(variable) or None
+        if key is None and not bearer:
+            raise SpecError(
+                f"{spec.path}: the environment variable {variable} (host.api_key_env) is not "
+                "set: it holds the API key"
+            )
+        kwargs: dict[str, Any] = {
+            "api_key": None if bearer else key,
+            "bearer_token_file": bearer or None,
+            "base_url": s.get("base_url", MISSING),
+        }
+        if "max_retries" in s:
+            kwargs["max_retries"] = s["max_retries"]
+        return ClaudeManagedAgents(**kwargs)
+    from managedloop.providers.agentcore import BedrockAgentCore
+
+    creds: dict[str, Any] = {}
+    for name, variable in spec.credential_env.items():
+        if not env.get(variable):
+            raise SpecError(
+                f"{spec.path}: the environment variable {variable} (host.{name}_env) is not set"
+            )
+        creds[f"aws_{name}"] = env[variable]
+    session = None
+    if s.get("profile"):
+        import botocore.session
+
+        session = botocore.session.Session(profile=s["profile"])
+    return BedrockAgentCore(
+        region_name=s.get("region"),
+        endpoint_url=s.get("endpoint_url"),
+        control_endpoint_url=s.get("control_endpoint_url"),
+        session=session,
+        **creds,
+    )
+
+
+def execution_role_arn(spec: SpecFile) -> str:
+    """The IAM role an AgentCore harness runs as, or a :class:`SpecError` naming where the
+    spec file says to read it from (its variable, when it names one)."""
+    role = spec.host_settings.get("execution_role_arn")
+    if isinstance(role, str) and role.strip():
+        return role
+    variable = spec.env_names.get("execution_role_arn")
+    if variable:
+        raise SpecError(
+            f"{spec.path}: the environment variable {variable} (host.execution_role_arn_env) "
+            "is not set: it holds the IAM role the harness runs as "
+            "(arn:aws:iam::<account>:role/<name>)"
+        )
+    raise SpecError(
+        f"{spec.path}: host.execution_role_arn is required to provision a harness (the IAM "
+        "role it runs as); or name a variable: execution_role_arn_env = "
+        '"MANAGEDLOOP_EXECUTION_ROLE_ARN"'
+    )
+
+
+async def agent_digest(spec: SpecFile) -> str:
+    """The digest of the spec's agent on its host, without credentials or a request (on
+    AgentCore the harness digest folds the environment in: the host's own rule)."""
+    if spec.host == "claude":
+        return spec.agent.digest
+    from managedloop.providers.agentcore import BedrockAgentCore
+
+    with BedrockAgentCore(region_name="us-east-1") as offline:  # never sends: digest only
+        async with offline.lifecycle() as host:
+            return host.agent_digest(spec.agent, spec.environment)

@@ -1,5 +1,5 @@
 """Provisioning: specs and digests, host-side names, handles, the lifecycle verbs
-(ensure, tag, resolve, prune) and provision/teardown.
+(ensure, tag, untag, resolve, prune) and provision/teardown.
 
 The submodules load on first use: ``managedloop.provisioning.specs`` (``AgentSpec``, which
 every session uses) must not pull in the lifecycle, its handles and its stores.
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         prune_environments,
         resolve,
         tag,
+        untag,
     )
     from managedloop.provisioning.runtimes import Bootstrap
     from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec, Runtime
@@ -42,6 +43,7 @@ __all__ = [
     "resolve",
     "tag",
     "teardown",
+    "untag",
 ]
 
 if not TYPE_CHECKING:  # type checkers see the names above, not a catch-all __getattr__
@@ -58,6 +60,7 @@ if not TYPE_CHECKING:  # type checkers see the names above, not a catch-all __ge
             "prune_environments",
             "resolve",
             "tag",
+            "untag",
         ),
         "managedloop.provisioning.runtimes": ("Bootstrap",),
         "managedloop.provisioning.specs": ("AgentSpec", "EnvironmentSpec", "Runtime"),

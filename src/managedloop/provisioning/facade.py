@@ -99,10 +99,6 @@ def _load(entry: dict[str, Any]) -> Any:
         return None
 
 
-def _store(store: Any) -> Store:
-    return lifecycle._store(store)
-
-
 async def provision(
     provider: Any,
     spec: AgentSpec,
@@ -118,7 +114,7 @@ async def provision(
             f"the {getattr(provider, 'name', provider)!r} host has nothing to provision",
             code="not_supported",
         )
-    st = _store(store)
+    st = lifecycle.as_store(store)
     key = _key(provider, spec, environment, options)
     try:
         entry = await anyio.to_thread.run_sync(st.get, key)
@@ -154,13 +150,18 @@ async def teardown(
             code="not_supported",
         )
     report = await do(handle, **options)
-    st = _store(store)
+    st = lifecycle.as_store(store)
     wanted = (_entry(handle) or {}).get("handle")
+
+    def unless_replaced(entry: dict[str, Any] | None) -> dict[str, Any] | None:
+        # Dropped only if it still holds this handle: another process may have stored a
+        # new one under the key since the scan.
+        return None if entry is None or entry.get("handle") == wanted else entry
 
     def evict() -> None:
         for key, entry in st.scan(_PREFIX).items():
             if entry.get("handle") == wanted:
-                st.delete(key)
+                st.update(key, unless_replaced)
 
     try:
         await anyio.to_thread.run_sync(evict)

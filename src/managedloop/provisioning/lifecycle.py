@@ -26,7 +26,9 @@ What each verb guarantees:
   ``provision`` does, under one deadline, with the same rollback; a DELETING namesake is
   waited out and re-created (AgentCore has no archive). A store entry of the wrong shape
   or for another account is a miss and is overwritten.
-* **tag** — ``base:tag -> digest8`` for one kind (read-modify-write of one store key).
+* **tag** — ``base:tag -> digest8`` for one kind; **untag** removes it. Both change one
+  store key through ``Store.update``, so concurrent tags and untags of one base, from any
+  number of processes sharing the store, all land (none overwrites another's).
 * **resolve** — ``"base:tag"`` to the handle; never a fallback: a reference without
   ``:`` (or with an empty side) is ``invalid_reference`` at once, an unknown tag is
   ``unknown_tag``, a tag whose digest has no stored handle is ``untracked_digest``.
@@ -49,7 +51,9 @@ secret): ``ensure`` serves an entry only to the account that stored it. ``resolv
 provider to check against, so keep one store per account when tags matter.
 
 Every verb is async with a ``*_sync`` twin (``managedloop.ensure_agent_sync`` ...). Store
-calls run in a worker thread (a file lock may block).
+calls run in a worker thread (a file lock may block). What the command line shows reads
+the store through the public helpers here too (:func:`index_key`, :func:`tags_key`,
+:func:`tags`, :func:`is_tracked`, :func:`as_store`), never through private names.
 """
 
 from __future__ import annotations
@@ -81,13 +85,19 @@ __all__ = [
     "LifecycleHost",
     "Listed",
     "PruneReport",
+    "as_store",
     "default_store",
     "ensure_agent",
     "ensure_environment",
+    "index_key",
+    "is_tracked",
     "prune_agents",
     "prune_environments",
     "resolve",
     "tag",
+    "tags",
+    "tags_key",
+    "untag",
 ]
 
 logger = logging.getLogger("managedloop.provisioning")
@@ -181,23 +191,30 @@ async def _s(fn: Callable[..., T], *args: Any) -> T:
     return await anyio.to_thread.run_sync(lambda: fn(*args))
 
 
-def _index_key(kind: str, base: str, digest8: str) -> str:
+def index_key(kind: str, base: str, digest8: str) -> str:
+    """The store key of one version's handle (see "Store layout" above)."""
     return f"ml:{kind}:{base}:{digest8}"
 
 
-def _tags_key(kind: str, base: str) -> str:
+def tags_key(kind: str, base: str) -> str:
+    """The store key of a base's tags (see "Store layout" above)."""
     return f"ml:tags:{kind}:{base}"
 
 
-def _store(store: Any) -> Store:
+def as_store(store: Any) -> Store:
+    """``store`` checked to be a :class:`~managedloop.stores.Store`; ``None``: the default
+    in-process store. What every verb taking ``store=`` does first."""
     if store is None:
         return _default_store
     if not isinstance(store, Store):
         raise InvalidOptionsError(
-            "store= must implement managedloop.stores.Store (get/put/delete/scan/close)",
+            "store= must implement managedloop.stores.Store (get/put/update/delete/scan/close)",
             option="store",
         )
     return store
+
+
+_store = as_store  # the verbs' short name for it
 
 
 async def _cached(store: Store, key: str, kind: str, account: str) -> Handle | None:
@@ -261,7 +278,7 @@ async def ensure_agent(
             )
         digest = host.agent_digest(agent, env)
         host_name = compose(base, digest, host.policy, kind="agent")
-        key = _index_key(host.agent_kind, base, digest[:8])
+        key = index_key(host.agent_kind, base, digest[:8])
         hit = await _cached(st, key, host.agent_kind, host.account)
         if isinstance(hit, AgentHandle | HarnessHandle):
             return hit
@@ -299,7 +316,7 @@ async def ensure_environment(
             )
         digest = env.digest
         host_name = compose(base, digest, host.policy, kind="environment")
-        key = _index_key("environment", base, digest[:8])
+        key = index_key("environment", base, digest[:8])
         hit = await _cached(st, key, "environment", host.account)
         if not isinstance(hit, EnvironmentHandle):
             hit = await host.build_environment(env, name=host_name, digest=digest)
@@ -356,20 +373,87 @@ def _check_part(what: str, value: Any, *, allow_colon: bool = False) -> str:
     return value
 
 
+def _tags_of(entry: Mapping[str, Any] | None) -> dict[str, str]:
+    """The ``{tag: digest8}`` of a tags entry (a damaged one reads as no tags)."""
+    found = (entry or {}).get("tags")
+    if not isinstance(found, Mapping):
+        return {}
+    return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)}
+
+
 async def tag(
     base: str, tag: str, handle: Any, *, store: Store | None = None, kind: str | None = None
-) -> None:
-    """Point ``base:tag`` at ``handle``'s digest (movable: retagging moves it)."""
+) -> str | None:
+    """Point ``base:tag`` at ``handle``'s digest (movable: retagging moves it); returns the
+    digest8 it pointed at before (``None``: a new tag). Atomic (``Store.update``): a
+    concurrent tag or untag of another tag of this base is never lost."""
     _check_part("base", base)
     _check_part("tag", tag, allow_colon=True)
     which, digest8 = _kind_of(handle, kind)
     st = _store(store)
-    key = _tags_key(which, base)
-    entry = await _s(st.get, key) or {}
-    found = entry.get("tags")
-    tags = dict(found) if isinstance(found, Mapping) else {}
-    tags[tag] = digest8
-    await _s(st.put, key, {"tags": tags})
+    before: list[str | None] = []
+
+    def point(entry: dict[str, Any] | None) -> dict[str, Any]:
+        current = _tags_of(entry)
+        before[:] = [current.get(tag)]  # the last run is the one that landed (Redis retries)
+        return {"tags": {**current, tag: digest8}}
+
+    await _s(st.update, tags_key(which, base), point)
+    return before[0] if before else None
+
+
+async def untag(
+    base: str, tag: str, *, store: Store | None = None, kind: str | None = None
+) -> str | None:
+    """Remove ``base:tag``; returns the digest8 it pointed at (``None``: there was no such
+    tag, which is not an error). ``kind`` picks among kinds when one base has the tag
+    under several (else ``ambiguous_tag``, as :func:`resolve`). Atomic, as :func:`tag`."""
+    _check_part("base", base)
+    _check_part("tag", tag, allow_colon=True)
+    if kind is not None and kind not in _KINDS:
+        raise InvalidOptionsError(f"kind must be one of {', '.join(_KINDS)}", option="kind")
+    st = _store(store)
+    if kind is None:
+        having = [k for k in _KINDS if tag in await tags(base, kind=k, store=st)]
+        if len(having) > 1:
+            raise InvalidOptionsError(
+                f"{base}:{tag} is tagged for {', '.join(having)}: pass kind=",
+                code="ambiguous_tag",
+                option="kind",
+            )
+        if not having:
+            return None
+        kind = having[0]
+    removed: list[str | None] = []
+
+    def drop(entry: dict[str, Any] | None) -> dict[str, Any] | None:
+        current = _tags_of(entry)
+        removed[:] = [current.pop(tag, None)]
+        if entry is not None and removed[0] is None:
+            return entry  # nothing to remove: leave the entry as it is
+        return {"tags": current} if current else None  # the last tag gone: the key too
+
+    await _s(st.update, tags_key(kind, base), drop)
+    return removed[0] if removed else None
+
+
+async def tags(base: str, *, kind: str, store: Store | None = None) -> dict[str, str]:
+    """Every tag of ``base`` for ``kind`` (``agent``/``environment``/``harness``), as
+    ``{tag: digest8}`` in tag order."""
+    _check_part("base", base)
+    if kind not in _KINDS:
+        raise InvalidOptionsError(f"kind must be one of {', '.join(_KINDS)}", option="kind")
+    entry = await _s(_store(store).get, tags_key(kind, base))
+    return dict(sorted(_tags_of(entry).items()))
+
+
+async def is_tracked(base: str, digest8: str, *, kind: str, store: Store | None = None) -> bool:
+    """Whether the store holds the handle of version ``digest8`` of ``base`` (what
+    ``ensure`` stored, and what a tag must point at to resolve)."""
+    _check_part("base", base)
+    if kind not in _KINDS:
+        raise InvalidOptionsError(f"kind must be one of {', '.join(_KINDS)}", option="kind")
+    return await _s(_store(store).get, index_key(kind, base, digest8)) is not None
 
 
 def parse_reference(ref: Any) -> tuple[str, str]:
@@ -392,10 +476,9 @@ async def resolve(ref: str, *, store: Store | None = None, kind: str | None = No
     st = _store(store)
     found: list[tuple[str, str]] = []
     for which in (kind,) if kind else _KINDS:
-        entry = await _s(st.get, _tags_key(which, base))
-        tags = entry.get("tags") if entry else None
-        if isinstance(tags, Mapping) and isinstance(tags.get(name), str):
-            found.append((which, tags[name]))
+        pointed = _tags_of(await _s(st.get, tags_key(which, base))).get(name)
+        if pointed is not None:
+            found.append((which, pointed))
     if not found:
         raise ProvisioningError(f"no tag {ref!r}", code="unknown_tag", ref=ref)
     if len(found) > 1:
@@ -405,7 +488,7 @@ async def resolve(ref: str, *, store: Store | None = None, kind: str | None = No
             option="kind",
         )
     ((which, digest8),) = found
-    entry = await _s(st.get, _index_key(which, base, digest8))
+    entry = await _s(st.get, index_key(which, base, digest8))
     try:
         return handle_from_dict(which, (entry or {}).get("handle") or {})
     except (InvalidOptionsError, TypeError):
@@ -485,9 +568,7 @@ async def _prune(
                 code="not_supported",
                 option="provider",
             )
-        entry = await _s(st.get, _tags_key(which, base))
-        tags = entry.get("tags") if entry else None
-        tagged = set(tags.values()) if isinstance(tags, Mapping) else set()
+        tagged = set(_tags_of(await _s(st.get, tags_key(which, base))).values())
         live = versions(await host.listing(which), base, host.policy)
         digest8 = {i.name: version_of(i.name, base, host.policy) for i in live}
         kept = [i.name for i in live[:count]]
@@ -499,6 +580,9 @@ async def _prune(
             )
         archived: list[str] = []
         for item in doomed:
+            if digest8[item.name] in _tags_of(await _s(st.get, tags_key(which, base))).values():
+                kept.append(item.name)  # tagged since the listing (another process): spared
+                continue
             try:
                 await host.retire(which, item)
             except Exception as exc:
@@ -522,7 +606,7 @@ async def _prune(
                 ) from exc
             archived.append(item.name)
             try:
-                await _s(st.delete, _index_key(which, base, str(digest8[item.name])))
+                await _s(st.delete, index_key(which, base, str(digest8[item.name])))
             except StoreError as exc:
                 logger.warning("prune could not drop the store entry of %s (%s)", item.name, exc)
         return PruneReport(base=base, kind=which, archived=archived, kept=kept)

@@ -38,7 +38,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,7 @@ __all__ = [
     "Runtime",
     "canonical_json",
     "digest_of",
+    "refuse_fields",
 ]
 
 CANONICAL_VERSION = 1
@@ -129,7 +130,9 @@ class AgentSpec:
 
     Host-specific fields (each digest-covered; a host that has no such setting refuses a
     spec that sets it, rather than dropping it): ``effort`` and ``execution_identity``
-    (Claude), ``timeout_seconds`` (the AgentCore harness's per-invocation wall-clock cap).
+    (Claude), ``timeout_seconds`` (the AgentCore harness's per-invocation wall-clock cap)
+    and ``harness_config`` (AgentCore). Which host takes which field is tabled in
+    docs/agentcore.md and pinned by ``tests/agentcore/test_spec_fields.py``.
     """
 
     name: str | None = None
@@ -146,7 +149,9 @@ class AgentSpec:
     metadata: dict[str, str] = field(default_factory=dict)
     host_tools: Sequence[dict[str, Any]] = ()
     """Host-run toolsets with their permission policies, sent to the host verbatim (Claude:
-    ``managedloop.providers.claude.agent_toolset(...)`` / ``mcp_toolset(...)``)."""
+    ``managedloop.providers.claude.agent_toolset(...)`` / ``mcp_toolset(...)``; AgentCore:
+    the harness's server tool configs, ``managedloop.providers.agentcore.remote_mcp(...)``,
+    ``gateway(...)``, ``browser()``, ``code_interpreter()``)."""
     effort: str | None = None
     """Claude: how hard the model works per call (``low`` ... ``max``)."""
     execution_identity: Mapping[str, Any] | None = None
@@ -154,6 +159,11 @@ class AgentSpec:
     ``{"type": "aws_role", "role_arn": ...}``)."""
     timeout_seconds: int | None = None
     """AgentCore: the harness's wall-clock cap for one invocation (``timeoutSeconds``)."""
+    harness_config: Mapping[str, Any] = field(default_factory=dict)
+    """AgentCore: harness settings in CreateHarness's own member names (``skills``,
+    ``memory``, ``truncation``, ``hooks``, ``maxIterations``, ``maxTokens``,
+    ``allowedTools``, ``environmentArtifact``, ``authorizerConfiguration``), checked
+    against botocore's shapes before any request; other hosts refuse it."""
 
     def __post_init__(self) -> None:
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
@@ -164,6 +174,13 @@ class AgentSpec:
                 "AgentSpec.host_tools takes toolset dicts with a 'type'", option="host_tools"
             )
         object.__setattr__(self, "host_tools", tuple(self.host_tools))
+        if not isinstance(self.harness_config, Mapping):
+            raise InvalidOptionsError(
+                "AgentSpec.harness_config must be a mapping", option="harness_config"
+            )
+        object.__setattr__(
+            self, "harness_config", _plain(dict(self.harness_config), "harness_config")
+        )
         defs = definitions_of(self._tools)  # fails early on bad or duplicate tools
         if self.terminal_tool is not None and self.terminal_tool not in {d.name for d in defs}:
             raise InvalidOptionsError(
@@ -218,6 +235,7 @@ class AgentSpec:
                 "execution_identity": self.execution_identity,
                 "timeout_seconds": self.timeout_seconds,
                 "host_tools": [dict(t) for t in self.host_tools],
+                "harness_config": dict(self.harness_config),
             },
         )
 
@@ -263,6 +281,22 @@ class AgentSpec:
             code="invalid_agent_spec",
             option="spec",
         )
+
+
+def refuse_fields(spec: AgentSpec | EnvironmentSpec, host: str, why: Mapping[str, str]) -> None:
+    """Refuse, before any request, the first field of ``why`` (``{field: reason}``) that
+    ``spec`` sets: ``InvalidOptionsError(code="unsupported_spec_field")`` naming the
+    field, the host and the reason (refuse or honour, never drop)."""
+    for name, reason in why.items():
+        value = getattr(spec, name)
+        if value is not None and not (isinstance(value, Sized) and len(value) == 0):
+            raise InvalidOptionsError(
+                f"{type(spec).__name__}.{name} is set, and the {host} host cannot take it "
+                f"({reason})",
+                code="unsupported_spec_field",
+                option=name,
+                host=host,
+            )
 
 
 def _execution_identity(value: Any) -> dict[str, Any]:

@@ -1,7 +1,9 @@
-"""The async driver: runs the sans-IO :class:`Machine` against a host :class:`Connection`.
+"""The turn driver: runs the sans-IO :class:`Machine` against a host :class:`Connection`.
 
-``run`` drives one request to its terminal; ``start`` opens a live session that takes
-follow-up messages; ``run_sync`` is ``run`` behind ``anyio.run`` (no hand-written twin).
+This module holds the driver of one connection's requests (:class:`Driver`: turns, the
+at-most-once tool ledger, the telemetry wrapping) and ``run``, which drives one request to
+its terminal; ``run_sync`` is ``run`` behind ``anyio.run`` (no hand-written twin). Live
+sessions (``start``) drive the same :class:`Driver` from :mod:`managedloop.session.live`.
 
 Teardown: whatever ends a session (a result, an error, ``close()``, a timeout) the
 in-flight turn is cancelled and the connection closed, under a shield so the close
@@ -52,21 +54,19 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import anyio
 
-from managedloop import _validate, telemetry
+from managedloop import telemetry
 from managedloop._log import fields
 from managedloop._loops import syncify
 from managedloop.errors import (
     ManagedLoopError,
     ProviderError,
     SessionTimeoutError,
-    UnsupportedError,
 )
 from managedloop.handler import FLAT_TYPES, MAX_INPUT_DEPTH, run_one_call, run_tool_calls, too_deep
 from managedloop.hosts import (
     Connection,
     DefineOutcome,
     Provider,
-    RawInput,
     TextDelta,
     ToolResults,
     TurnInput,
@@ -87,23 +87,40 @@ from managedloop.results import (
     TurnResult,
 )
 from managedloop.session import approvals as _approvals
-from managedloop.session.machine import Finish, Machine, RunTools
-from managedloop.session.options import Prepared, SessionOptions, coerce_outcome, prepare
+from managedloop.session import output as _output
+from managedloop.session.machine import CheckOutput, Finish, Machine, RunTools, Send
+from managedloop.session.options import Prepared, SessionOptions, prepare
 
 if TYPE_CHECKING:  # annotations only: anyio loads these with the first session (~5 ms)
-    from anyio.abc import TaskGroup
-    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+    from anyio.streams.memory import MemoryObjectSendStream
 
-__all__ = ["TEXT_DELTA", "LiveSession", "run", "run_sync", "start"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "NOTHING",
+    "OUTPUT_PARTIAL",
+    "TEXT_DELTA",
+    "Driver",
+    "close_driver",
+    "deadline",
+    "enter_lifespan",
+    "kickoff",
+    "open_driver",
+    "run",
+    "run_sync",
+    "timed_out",
+]
 
 TEXT_DELTA = "managedloop.text_delta"
+OUTPUT_PARTIAL = "managedloop.output_partial"
+"""``handle_event`` gets ``{"type": OUTPUT_PARTIAL, "output": instance}`` as a typed
+output (text or native strategy) streams: the output so far, validated leniently."""
 DEFAULT_PROMPT = "Begin."
 DEFAULT_TIMEOUT = 600.0  # seconds; a run is bounded by default so a stuck host cannot hang a caller
 
 logger = logging.getLogger("managedloop.session")
 
 _TOO_DEEP = f"arguments are nested deeper than {MAX_INPUT_DEPTH} levels"
-_NOTHING: Any = object()  # no kickoff input: a live session waits for send()
+NOTHING: Any = object()  # no kickoff input: a live session waits for send()
 _NONE: frozenset[str] = frozenset()
 
 
@@ -116,7 +133,7 @@ def _event_type(event: Any) -> str | None:
     return None
 
 
-class _Driver:
+class Driver:
     """Drives requests on one open connection."""
 
     def __init__(self, prepared: Prepared, conn: Connection) -> None:
@@ -136,12 +153,29 @@ class _Driver:
         # events() subscribers; a list from the first subscription on (an in-flight run
         # holds one GC-tracked container less: see bench/README.md on the collector)
         self.subscribers: Sequence[MemoryObjectSendStream[RawEvent]] = ()
+        # partial_outputs() subscribers, and the text of the turn so far: partial typed
+        # outputs stream only where the answer's text is the output (text, native)
+        self.partial_subscribers: Sequence[MemoryObjectSendStream[Any]] = ()
+        plan = prepared.output
+        self._streams_output = plan is not None and plan.strategy != "tool"
+        self._output_text = ""
+        self._last_partial: Any = None
         # Interrupts by cancellation (hosts with ``interrupts_by_cancel``): the scope of
         # the request in flight; only interrupt() cancels it.
         self._scope: anyio.CancelScope | None = None
         handler = prepared.handler
         self._on_event: Callable[..., Any] | None = getattr(handler, "handle_event", None)
         self._info = self._make_info()
+        # What telemetry names as the model: what the host says it sends, else the spec's.
+        sent = getattr(conn, "model", None)
+        self.model: str | None = sent if isinstance(sent, str) else prepared.model
+        # The session record (opt-in, managedloop.session.record): events through the hook
+        rec = prepared.record
+        self.rec = (
+            rec.recorder(prepared.provider.name, prepared.agent_meta, self.model) if rec else None
+        )
+        if self.rec is not None:
+            self._on_event = self.rec.wrap(self._on_event)
 
     def _make_info(self) -> SessionInfo:
         return SessionInfo(
@@ -206,7 +240,7 @@ class _Driver:
         content = telemetry.capture_content()
         meta = {
             "turn": self.machine.turns,
-            "model": self.p.model,
+            "model": self.model,
             "provider": self.p.provider.name,
             "session_id": self.conn.session_id,
         }
@@ -233,6 +267,8 @@ class _Driver:
         """Drive one ``turn()`` to its end; its :class:`TurnResult` (invariants 1-4 of
         :mod:`managedloop.hosts` are checked here)."""
         self.buffer = []
+        if self._streams_output:
+            self._output_text, self._last_partial = "", None
         stream = self.conn.turn(input)
         step = stream.__anext__  # what anext() calls, bound once per turn
         finished = False
@@ -262,8 +298,11 @@ class _Driver:
                 elif isinstance(item, TextDelta):
                     if item.text and self._on_event is not None:
                         await self._deliver({"type": TEXT_DELTA, "text": item.text}, raw=False)
+                    if self._streams_output and item.text:
+                        await self._partial(item.text)
                 elif isinstance(item, TurnRestart):
                     self.buffer = []
+                    self._output_text, self._last_partial = "", None
                 else:
                     await self._event(item)
         finally:
@@ -282,6 +321,23 @@ class _Driver:
             )
         self.buffer = []
         return result
+
+    async def _partial(self, text: str) -> None:
+        """The typed output as far as the streamed text gives it, to ``handle_event`` and
+        the ``partial_outputs()`` subscribers, each time it grows (validated leniently)."""
+        if self._on_event is None and not self.partial_subscribers:
+            return
+        self._output_text += text
+        plan = self.p.output
+        assert plan is not None
+        value = _output.partial_output(plan, self._output_text)
+        if value is None or value == self._last_partial:
+            return
+        self._last_partial = value
+        if self._on_event is not None:
+            await self._deliver({"type": OUTPUT_PARTIAL, "output": value}, raw=False)
+        for sub in self.partial_subscribers:
+            sub.send_nowait(value)
 
     async def _run_tools(self, uses: Sequence[ToolUse]) -> ToolResults:
         """Results for ``uses``, in order: a use whose id already has a result in this
@@ -418,7 +474,7 @@ class _Driver:
         try:
             if not telemetry.span_enabled("session.request"):
                 return await self._within(first, timeout)
-            meta = {**self.p.agent_meta, "model": self.p.model, **self._ids()}
+            meta = {**self.p.agent_meta, "model": self.model, **self._ids()}
             with telemetry.span("session.request", meta) as extra:
                 result = await self._within(first, timeout)
                 extra.update(_request_stop(result))
@@ -432,14 +488,14 @@ class _Driver:
         """A live session's request under its deadline: a timeout raises
         :class:`SessionTimeoutError` here, inside the ``session.request`` span, so the span
         ends with the timeout rather than with the cancel the deadline used."""
-        with _deadline(timeout) as scope:
+        with deadline(timeout) as scope:
             return await self._request(first)
         assert scope.cancelled_caught
         message = (
             f"the live session's request did not reach a terminal within {timeout}s;"
             " it was cancelled, the connection closed and the session ended"
         )
-        raise _timed_out(timeout, self.partial(), message)
+        raise timed_out(timeout, self.partial(), message)
 
     async def _request(
         self, first: TurnInput | Pending | None, *, interruptible: bool = True
@@ -452,6 +508,8 @@ class _Driver:
         cancels (entering and leaving one costs more than a turn)."""
         self.machine.begin_request()
         self._ran, self._resent = set(), _NONE
+        if self.rec is not None:
+            await self.rec.begin(self.info)
         try:
             if not interruptible:
                 return await self._drive(first)
@@ -465,14 +523,19 @@ class _Driver:
             repair = getattr(self.conn, "interrupted", None)
             if repair is not None:
                 repair()  # the host makes its state consistent (Local: answers open calls)
-            return self._finish(
-                dataclasses.replace(
-                    self.partial(), terminal=Terminal.TERMINATED, reason="interrupted"
-                )
+            stopped = dataclasses.replace(
+                self.partial(), terminal=Terminal.TERMINATED, reason="interrupted"
             )
+            return self._finish(stopped) if self.rec is None else await self._recorded(stopped)
         except ManagedLoopError as exc:
             if exc.partial_result is None:
                 exc.partial_result = self.partial()
+            if self.rec is not None:
+                await self.rec.failed(self.info, exc)
+            raise
+        except anyio.get_cancelled_exc_class():
+            if self.rec is not None:  # a timeout or the caller's cancel: not "running" on
+                await self.rec.cancelled(self.info)
             raise
 
     def interrupt(self) -> bool:
@@ -491,8 +554,16 @@ class _Driver:
         elif first is None:
             pending = list(self.conn.pending_tool_uses)
             self.conn.pending_tool_uses = []
-            self.machine.add_tool_uses(pending)
-            step = await self._answer(pending)
+            tool = self.machine.options.output_tool
+            outs = [u for u in pending if u.name == tool] if tool is not None else []
+            if outs:  # a resumed session waits on its output call: check it, never run it
+                others = [u for u in pending if u.name != tool]
+                self.machine.add_tool_uses(others)
+                check = CheckOutput(outs[0].input, others, outs, input_error=outs[0].input_error)
+                step = await self._check_output(check)
+            else:
+                self.machine.add_tool_uses(pending)
+                step = await self._answer(pending)
         else:
             step = first
         # Chosen once per request: an uninstrumented turn pays no telemetry check, and a
@@ -501,9 +572,13 @@ class _Driver:
         may_hold = _approvals.may_hold(self.p.handler)
         while True:
             if isinstance(step, SessionResult):
-                return self._finish(step)
+                return self._finish(step) if self.rec is None else await self._recorded(step)
             step = self.machine.before_turn(step)
+            if self.rec is not None:
+                await self.rec.sent(self.info, step)
             turn = _bounded(await (self._traced_turn(step) if traced else self._turn(step)))
+            if self.rec is not None:
+                await self.rec.turn(self.info, turn)
             action = self.machine.on_turn(turn, self.conn.session_id)
             if isinstance(action, RunTools):
                 if not action.host_approvals and not may_hold:  # _answer's plain path, inline
@@ -511,11 +586,59 @@ class _Driver:
                 else:
                     step = await self._answer(action.tool_uses, action.host_approvals)
             elif isinstance(action, Finish):
-                return self._finish(action.result)
+                result = action.result
+                return self._finish(result) if self.rec is None else await self._recorded(result)
+            elif isinstance(action, CheckOutput):
+                step = await self._check_output(action)
             else:
                 step = action.input
                 if isinstance(step, UserMessage) and step.reprompt:
                     self._log_reprompt()
+
+    async def _recorded(self, result: SessionResult) -> SessionResult:
+        result = self._finish(result)
+        assert self.rec is not None
+        await self.rec.finish(result)
+        return result
+
+    async def _check_output(self, check: CheckOutput) -> ToolResults | SessionResult | TurnInput:
+        """The step after a typed output (:class:`CheckOutput`): the turn's other tool uses
+        run first; then the output is validated, and the machine finishes with it or asks
+        the model again (:meth:`Machine.on_output`)."""
+        answered: ToolResults | None = None
+        if check.tool_uses or check.host_approvals:
+            ran = await self._answer(check.tool_uses, check.host_approvals)
+            if isinstance(ran, SessionResult):
+                return ran  # parked on a decision: the output is checked on the way back
+            answered = ran
+        plan = self.p.output
+        assert plan is not None  # the machine checks outputs only with output=
+        value, errors = await plan.check(check.payload, check.input_error)
+        for later in check.output_uses[1:]:  # several output calls: the first valid one
+            if errors is None:
+                break
+            value, again = await plan.check(later.input, later.input_error)
+            if again is None:
+                errors = None
+        if telemetry.enabled("session.output"):
+            telemetry.emit(
+                "session.output",
+                {"error_count": len(errors or ())},
+                {
+                    "strategy": plan.strategy,
+                    "valid": errors is None,
+                    "turn": self.machine.turns,
+                    "session_id": self.conn.session_id,
+                },
+                caller=self.p.caller,
+            )
+        action = self.machine.on_output(check, value, errors, answered, self.conn.session_id)
+        if isinstance(action, Finish):
+            return action.result
+        assert isinstance(action, Send)
+        if isinstance(action.input, UserMessage):
+            self._log_reprompt()
+        return action.input
 
     def _log_reprompt(self) -> None:
         logger.info(
@@ -575,6 +698,7 @@ def _request_stop(result: SessionResult) -> dict[str, Any]:
         "input_tokens": usage.input_tokens if usage is not None else None,
         "output_tokens": usage.output_tokens if usage is not None else None,
         "session_id": result.session_id,
+        "output_strategy": result.output_strategy,
     }
 
 
@@ -630,11 +754,11 @@ def _bounded(turn: TurnResult) -> TurnResult:
     return dataclasses.replace(turn, custom_tool_uses=checked)
 
 
-def _deadline(timeout: float | None) -> anyio.CancelScope:
+def deadline(timeout: float | None) -> anyio.CancelScope:
     return anyio.move_on_after(timeout if timeout is not None else math.inf)
 
 
-def _timed_out(
+def timed_out(
     timeout: float | None, partial: SessionResult | None, message: str
 ) -> SessionTimeoutError:
     return SessionTimeoutError(message, partial_result=partial, timeout=timeout)
@@ -658,7 +782,7 @@ def _host_failure(exc: Exception) -> ManagedLoopError:
 # -- the handler's lifespan (MCP servers): a generic hook, kept apart ----------------------
 
 
-async def _lifespan(prepared: Prepared, stack: AsyncExitStack) -> Prepared:
+async def enter_lifespan(prepared: Prepared, stack: AsyncExitStack) -> Prepared:
     """``prepared`` with the handler that serves this session: a handler with ``lifespan()``
     (a Toolset, whose MCP servers connect there) is entered on ``stack`` here, when the
     session opens, and left when ``stack`` unwinds -- on every path out of the session."""
@@ -674,14 +798,14 @@ async def _lifespan(prepared: Prepared, stack: AsyncExitStack) -> Prepared:
 # ------------------------------------------------------------------------------------------
 
 
-async def _open(prepared: Prepared) -> _Driver:
+async def open_driver(prepared: Prepared) -> Driver:
     """Open the connection (the caller has set the telemetry scope: the host's open-time
     calls carry the session's tags)."""
     conn = await prepared.provider.open(prepared.open_request)
-    return _Driver(prepared, conn)
+    return Driver(prepared, conn)
 
 
-async def _aclose(driver: _Driver) -> None:
+async def close_driver(driver: Driver) -> None:
     # The whole close inside the shield: a close that enters cancel scopes of its own
     # (anyio-based clients) must run within one scope nesting, so it cannot be stepped
     # outside the shield first.
@@ -689,12 +813,12 @@ async def _aclose(driver: _Driver) -> None:
         await driver.conn.aclose()
 
 
-def _kickoff(
+def kickoff(
     conn: Connection, prompt: str | None, outcome: Outcome | None, pending: Pending | None = None
 ) -> Any:
     """The first request's input: the parked state of ``resume=`` when it has one (answered
     with ``approvals=``); ``None`` redrives the tool uses a resumed host is waiting on (the
-    prompt is not injected); :data:`_NOTHING` when neither prompt nor outcome."""
+    prompt is not injected); :data:`NOTHING` when neither prompt nor outcome."""
     if pending is not None:
         return pending
     if conn.resumed and conn.pending_tool_uses:
@@ -703,16 +827,16 @@ def _kickoff(
         return DefineOutcome(outcome)
     if prompt is not None:
         return UserMessage(prompt)
-    return _NOTHING
+    return NOTHING
 
 
 def _first_input(
-    driver: _Driver, prompt: str | None, outcome: Outcome | None
+    driver: Driver, prompt: str | None, outcome: Outcome | None
 ) -> TurnInput | Pending | None:
-    first: TurnInput | Pending | None = _kickoff(
+    first: TurnInput | Pending | None = kickoff(
         driver.conn, prompt, outcome, driver.p.open_request.pending
     )
-    if first is not _NOTHING:
+    if first is not NOTHING:
         return first
     if driver.conn.resumed:
         raise ManagedLoopError(
@@ -750,28 +874,34 @@ async def run(
     )
     token = telemetry.enter_scope(prepared.caller)  # open, request and close carry the tags
     try:
+        opened: list[Driver] = []
         if not telemetry.span_enabled("session.request"):
-            return await _run_within(prepared, prompt, coerced, timeout)
+            return await _run_within(prepared, prompt, coerced, timeout, opened)
         # The request's span covers the open too: a run's session create is part of it; and
         # the deadline, so a timeout ends it with the SessionTimeoutError, not a cancel.
+        # It starts before the host says which model it sends: the stop names that one.
         meta = {**prepared.agent_meta, "model": prepared.model}
         meta |= {"provider": prepared.provider.name, "session_id": None}
         with telemetry.span("session.request", meta) as extra:
-            result = await _run_within(prepared, prompt, coerced, timeout)
+            result = await _run_within(prepared, prompt, coerced, timeout, opened)
             extra.update(_request_stop(result))
+            extra["model"] = opened[0].model if opened else prepared.model
         return result
     finally:
         telemetry.exit_scope(token)
 
 
 async def _run_within(
-    prepared: Prepared, prompt: str | None, outcome: Outcome | None, timeout: float | None
+    prepared: Prepared,
+    prompt: str | None,
+    outcome: Outcome | None,
+    timeout: float | None,
+    opened: list[Driver],
 ) -> SessionResult:
-    opened: list[_Driver] = []
-    with _deadline(timeout) as scope:
+    with deadline(timeout) as scope:
         return await _run_one(prepared, prompt, outcome, opened)
     assert scope.cancelled_caught
-    raise _timed_out(
+    raise timed_out(
         timeout,
         opened[0].partial() if opened else None,
         f"session did not reach a terminal within {timeout}s; its request was cancelled",
@@ -779,266 +909,26 @@ async def _run_within(
 
 
 async def _run_one(
-    prepared: Prepared, prompt: str | None, outcome: Outcome | None, opened: list[_Driver]
+    prepared: Prepared, prompt: str | None, outcome: Outcome | None, opened: list[Driver]
 ) -> SessionResult:
-    # The handler's lifespan (see _lifespan), entered directly: one context, no exit stack.
+    # The handler's lifespan (see enter_lifespan), entered directly: one context, no exit stack.
     lifespan = getattr(prepared.handler, "lifespan", None)
     context = lifespan() if lifespan is not None else nullcontext(prepared.handler)
     lifespan = None  # not held for the whole run
     async with context as handler:  # left on every path
         if handler is not prepared.handler:
             prepared = dataclasses.replace(prepared, handler=handler)
-        driver = await _open(prepared)
+        driver = await open_driver(prepared)
         opened.append(driver)
         try:
             # run() set the telemetry scope and emits session.request (its span covers the
             # open); nothing can interrupt a run's driver
             return await driver._request(_first_input(driver, prompt, outcome), interruptible=False)
         finally:
-            await _aclose(driver)
+            await close_driver(driver)
 
 
 run_sync = syncify(run)
-
-
-class LiveSession:
-    """A live, multi-turn session (use ``async with managedloop.start(...) as session``).
-
-    ``send`` queues a follow-up user message, ``result`` waits for the next terminal,
-    ``events`` yields raw events as they arrive (from the moment it is called).
-
-    Every request (the kickoff, each ``send``, from the moment the session starts working
-    on it to its terminal) and the opening of the session are bounded by ``timeout``. On
-    expiry the in-flight request is cancelled, the connection is closed, and ``result()``
-    raises :class:`SessionTimeoutError` carrying the partial result; the session is over
-    (``send`` raises ``session_closed``). A ``KeyboardInterrupt``/``SystemExit`` from a tool
-    also ends the session: ``result()`` raises it, else leaving the ``async with`` does.
-    """
-
-    def __init__(
-        self,
-        prepared: Prepared,
-        first: str | None,
-        outcome: Outcome | None,
-        timeout: float | None = DEFAULT_TIMEOUT,
-    ) -> None:
-        self._prepared = prepared
-        self._first = first
-        self._outcome = outcome
-        self._timeout = timeout
-        self._stack = AsyncExitStack()
-        self._driver: _Driver | None = None
-        inbox: tuple[MemoryObjectSendStream[TurnInput], MemoryObjectReceiveStream[TurnInput]]
-        inbox = anyio.create_memory_object_stream[TurnInput](math.inf)
-        self._inbox_send, self._inbox = inbox
-        outbox = anyio.create_memory_object_stream[SessionResult | BaseException](math.inf)
-        self._outbox_send, self._outbox = outbox
-        self._closed = False
-        self._over = False  # ended by a timeout or a fatal BaseException; no more requests
-        self._conn_closed = False
-        self._fatal: BaseException | None = None
-        self._receivers: list[MemoryObjectReceiveStream[RawEvent]] = []
-
-    @property
-    def session_id(self) -> str | None:
-        return self._driver.conn.session_id if self._driver else None
-
-    @property
-    def resumed(self) -> bool:
-        return self._driver.conn.resumed if self._driver else False
-
-    async def __aenter__(self) -> LiveSession:
-        await self._stack.__aenter__()
-        try:
-            # Before the task group, so the handler's lifespan outlives every tool call.
-            self._prepared = await _lifespan(self._prepared, self._stack)
-            tg: TaskGroup = await self._stack.enter_async_context(anyio.create_task_group())
-            with _deadline(self._timeout) as scope, telemetry.session_scope(self._prepared.caller):
-                self._driver = await _open(self._prepared)
-            if self._driver is None:  # the open itself timed out
-                assert scope.cancelled_caught
-                raise _timed_out(
-                    self._timeout,
-                    None,
-                    f"the live session did not open within {self._timeout}s; the open was "
-                    "cancelled",
-                )
-            self._stack.push_async_callback(self._close_connection)
-            self._stack.callback(tg.cancel_scope.cancel)
-            first = _kickoff(
-                self._driver.conn, self._first, self._outcome, self._prepared.open_request.pending
-            )
-            tg.start_soon(self._serve, first)
-        except BaseException:
-            await self.close()  # unwinds what was entered and closes every stream
-            raise
-        return self
-
-    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
-        await self.close()
-        fatal, self._fatal = self._fatal, None
-        if fatal is not None and exc is not fatal:
-            raise fatal  # a tool's KeyboardInterrupt/SystemExit nobody has seen yet
-
-    async def close(self) -> None:
-        """Cancel any in-flight turn and close the connection."""
-        if self._closed:
-            return
-        self._closed = True
-        self._inbox_send.close()
-        try:
-            await self._stack.aclose()
-        finally:
-            streams: list[Any] = [self._inbox, self._outbox_send, self._outbox]
-            streams += self._driver.subscribers if self._driver else ()
-            for stream in (*streams, *self._receivers):
-                stream.close()
-
-    async def _close_connection(self) -> None:
-        if not self._conn_closed and self._driver is not None:
-            self._conn_closed = True
-            with telemetry.session_scope(self._prepared.caller):
-                await _aclose(self._driver)
-
-    async def _end(self, item: BaseException) -> None:
-        """The session is over: hand ``item`` to ``result()``, stop taking requests, end
-        ``events()`` iteration and close the connection."""
-        assert self._driver is not None
-        self._over = True
-        self._outbox_send.send_nowait(item)
-        self._outbox_send.close()  # a later result() says session_closed
-        self._inbox_send.close()
-        for sub in self._driver.subscribers:
-            sub.close()
-        await self._close_connection()
-
-    async def _serve(self, first: TurnInput | object | None) -> None:
-        assert self._driver is not None
-        driver = self._driver
-        try:
-            if first is not _NOTHING and not await self._one(driver, first):  # type: ignore[arg-type]
-                return
-            async for command in self._inbox:
-                if not await self._one(driver, command):
-                    return
-        except anyio.get_cancelled_exc_class():
-            raise
-        except BaseException as exc:
-            # A tool's KeyboardInterrupt/SystemExit: raised in the caller's task (result()
-            # or leaving the ``async with``), not in this one, where asyncio would stop the
-            # event loop with it and the caller would see a BaseExceptionGroup.
-            self._fatal = exc
-            await self._end(exc)
-
-    async def _one(self, driver: _Driver, command: TurnInput | Pending | None) -> bool:
-        """Serve one request; ``False`` when it timed out and the session is over."""
-        result: SessionResult | BaseException
-        try:
-            result = await driver.request(command, timeout=self._timeout)
-        except SessionTimeoutError as exc:  # raised inside the request's span
-            await self._end(exc)
-            return False
-        except Exception as exc:  # handed to result(); the session stays usable
-            result = exc
-        self._outbox_send.send_nowait(result)
-        return True
-
-    async def send(self, text: str) -> None:
-        """Queue a follow-up user message (a new request: turns and usage start at 0)."""
-        _validate.text("text", text)
-        self._check_open()
-        await self._inbox_send.send(UserMessage(text))
-
-    async def send_outcome(self, outcome: Outcome | Mapping[str, Any]) -> None:
-        """Queue an outcome to work towards (hosts with outcome support)."""
-        self._check_open()
-        coerced = coerce_outcome(outcome)
-        if not self._prepared.provider.supports_outcomes:
-            raise UnsupportedError(
-                "this host does not support outcomes", code="outcome_unsupported"
-            )
-        assert coerced is not None
-        await self._inbox_send.send(DefineOutcome(coerced))
-
-    async def send_event(self, event: dict[str, Any]) -> None:
-        """Send a pre-built raw host event verbatim (streaming hosts only)."""
-        self._check_open()
-        if not self._prepared.provider.supports_raw_events:
-            raise UnsupportedError(f"the {self._prepared.provider.name} host takes no raw events")
-        await self._inbox_send.send(RawInput([event]))
-
-    async def interrupt(self) -> None:
-        """Stop the agent's current work, on every host.
-
-        Claude: the host is asked (``user.interrupt``); its turn ends at the host's idle.
-        Local and AgentCore (the work is this process's own request): the in-flight model
-        call (AgentCore: the invoke stream) and tool calls are cancelled and the request
-        ends ``terminated`` with reason ``interrupted``; Local answers every open tool call
-        in its transcript, so the session takes a follow-up ``send``. With nothing in
-        flight there is nothing to stop (no error).
-        """
-        self._check_open()
-        assert self._driver is not None
-        conn = self._driver.conn
-        if getattr(conn, "interrupts_by_cancel", False):
-            self._driver.interrupt()
-            return
-        await conn.interrupt()
-
-    async def result(self) -> SessionResult:
-        """Wait for the next terminal; raises the error if that request failed.
-
-        Raises :class:`SessionTimeoutError` when the request outlived ``timeout`` (the
-        session is then over), and ``session_closed`` once the session is over or closed.
-        """
-        try:
-            item = await self._outbox.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            raise ManagedLoopError("the session is not open", code="session_closed") from None
-        if isinstance(item, BaseException):
-            if item is self._fatal:
-                self._fatal = None  # seen here: leaving the ``async with`` won't raise it again
-            raise item
-        return item
-
-    def events(self) -> MemoryObjectReceiveStream[RawEvent]:
-        """Raw events as they arrive from now on; iteration ends when the session closes."""
-        self._check_open()
-        assert self._driver is not None
-        send, receive = anyio.create_memory_object_stream[RawEvent](math.inf)
-        subscribers = list(self._driver.subscribers)  # a new list: never mutated mid-iteration
-        subscribers.append(send)
-        self._driver.subscribers = subscribers
-        self._receivers.append(receive)
-        return receive
-
-    def _check_open(self) -> None:
-        if self._closed or self._over or self._driver is None:
-            raise ManagedLoopError("the session is not open", code="session_closed")
-
-
-def start(
-    provider: Provider,
-    *,
-    agent: Any,
-    prompt: str | None = None,
-    timeout: float | None = DEFAULT_TIMEOUT,
-    **options: Unpack[SessionOptions],
-) -> LiveSession:
-    """Open a live session: ``async with managedloop.start(...) as session``.
-
-    Takes ``run``'s options. ``timeout`` (seconds, default 600 like ``run``; ``None`` for
-    no bound at all) bounds opening the session and each request, from the moment the
-    session starts working on it to its terminal; on expiry the request is cancelled, the
-    connection closed, and ``result()`` raises :class:`SessionTimeoutError` with the
-    partial result. Options are validated here, before anything is opened. ``prompt`` or
-    ``outcome`` kick the session off at once; a resumed session with pending tool uses
-    finishes them first.
-    """
-    prepared, coerced = prepare(
-        provider, agent=agent, options=options, timeout=timeout, prompt=prompt
-    )
-    return LiveSession(prepared, prompt, coerced, timeout)
 
 
 def _reused(use: ToolUse) -> ToolResult:

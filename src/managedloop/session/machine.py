@@ -5,7 +5,9 @@ normalised turn at a time (:meth:`Machine.on_turn`) and it answers with the next
 
 * :class:`RunTools` — run these custom tool uses, then resume with their results;
 * :class:`Send` — send this input next (a terminal-tool re-prompt);
-* :class:`Finish` — the request is over; here is its :class:`SessionResult`.
+* :class:`Finish` — the request is over; here is its :class:`SessionResult`;
+* :class:`CheckOutput` — with ``output=``: validate this typed output (after running the
+  turn's other tool uses), then tell the machine (:meth:`Machine.on_output`).
 
 Per-request state (turns, events, tool uses, usage, re-prompts) resets with
 :meth:`Machine.begin_request`, so a live session's follow-up message starts fresh.
@@ -36,7 +38,15 @@ Order of checks after each turn (the first that applies wins):
 5. ``end_turn`` while terminal-tool enforcement is on and the tool was not called: re-prompt
    (a :class:`UserMessage` with ``reprompt=True``) while re-prompts and turns remain, else
    finish with reason ``no_terminal_tool``;
-6. otherwise finish with the turn's terminal.
+6. with ``output=`` (:mod:`managedloop.session.output`): a turn that calls the output tool
+   → :class:`CheckOutput` (its other calls are listed and run first; the output call is
+   never a user tool); an ``end_turn`` under the text or native strategy → :class:`CheckOutput`
+   of its text; an ``end_turn`` without the output tool under the tool strategy → a
+   re-prompt to call it. An output that fails validation is sent back to the model (the
+   output tool's error result, or a corrective message) while ``output_retries`` and turns
+   remain, else the request finishes ``terminated``, reason ``output_invalid``, with the
+   last payload and its errors in ``output_failure``;
+7. otherwise finish with the turn's terminal.
 
 The budget is the loop's alone: no host is told ``max_turns``. The turn input that starts
 the last turn the budget allows is marked ``final_turn`` (:meth:`Machine.before_turn`), so
@@ -51,12 +61,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from managedloop.hosts import ToolResults, TurnInput, UserMessage
 from managedloop.results import (
     ApprovalRequest,
+    OutputFailure,
     RawEvent,
     SessionResult,
     Terminal,
@@ -65,10 +76,21 @@ from managedloop.results import (
     Usage,
     fast_builder,
     make_session_result,
+    make_tool_result,
     make_usage,
 )
 
-__all__ = ["Finish", "GuardInput", "LoopOptions", "Machine", "RunTools", "Send", "reprompt_text"]
+__all__ = [
+    "CheckOutput",
+    "Finish",
+    "GuardInput",
+    "LoopOptions",
+    "Machine",
+    "RunTools",
+    "Send",
+    "output_retry_text",
+    "reprompt_text",
+]
 
 
 # Read once: on Python 3.11 an Enum class attribute is read through EnumType.__getattr__'s
@@ -96,6 +118,12 @@ class LoopOptions:
     terminal_tool: str | None = None
     require_terminal_tool: bool = False
     max_reprompts: int = 2
+    output_strategy: str | None = None
+    """With ``output=``: ``"tool"``, ``"native"`` or ``"text"``; ``None``: no typed output."""
+    output_tool: str | None = None
+    """The output tool's name under the tool strategy."""
+    output_retries: int = 2
+    """How often an invalid output is sent back to the model before ``output_invalid``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +143,46 @@ class Finish:
     result: SessionResult
 
 
-Action = RunTools | Send | Finish
+@dataclass(frozen=True, slots=True)
+class CheckOutput:
+    """Validate ``payload`` (the output tool's input, or the turn's text); run
+    ``tool_uses`` (the turn's other custom calls) first."""
+
+    payload: Any
+    tool_uses: Sequence[ToolUse] = ()
+    output_uses: Sequence[ToolUse] = ()
+    """The calls of the output tool (tool strategy): answered only when the output is
+    sent back as invalid."""
+    host_approvals: Sequence[ApprovalRequest] = ()
+    input_error: str | None = None
+    """The output call's arguments could not be decoded (it is invalid as it stands)."""
+
+
+Action = RunTools | Send | Finish | CheckOutput
+
+_CheckOutputB = fast_builder(
+    CheckOutput, ("payload", "tool_uses", "output_uses", "host_approvals", "input_error")
+)
+
+
+def _check_output(
+    payload: Any,
+    tool_uses: Sequence[ToolUse] = (),
+    output_uses: Sequence[ToolUse] = (),
+    host_approvals: Sequence[ApprovalRequest] = (),
+    input_error: str | None = None,
+) -> CheckOutput:
+    """``CheckOutput(...)``, faster (one per typed answer; see :mod:`managedloop.results`
+    on the fast constructors)."""
+    check: Any = _CheckOutputB()
+    check.payload = payload
+    check.tool_uses = tool_uses
+    check.output_uses = output_uses
+    check.host_approvals = host_approvals
+    check.input_error = input_error
+    check.__class__ = CheckOutput
+    return check  # type: ignore[no-any-return]
+
 
 _RunToolsB = fast_builder(RunTools, ("tool_uses", "host_approvals"))
 
@@ -128,6 +195,16 @@ def _run_tools(uses: Sequence[ToolUse], approvals: Sequence[ApprovalRequest]) ->
     action.host_approvals = approvals
     action.__class__ = RunTools
     return action  # type: ignore[no-any-return]
+
+
+def output_retry_text(errors: Sequence[dict[str, Any]], tool: str | None) -> str:
+    """What the model is told when its typed output was refused."""
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e.get('loc') or ()) or 'output'}: {e.get('msg')}"
+        for e in errors
+    )
+    again = f"call {tool} again with corrected input" if tool else "answer again with only JSON"
+    return f"Your output was not valid: {problems}. Fix these errors and {again}."
 
 
 def reprompt_text(tool: str) -> str:
@@ -147,16 +224,27 @@ class _Request:
     # Usage summed in place: adding frozen Usage values would copy ``raw`` every turn.
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
     usage_raw: list[Any] = field(default_factory=list)
     reprompts_left: int = 2
     terminal_tool_called: bool = False
     last: TurnResult | None = None
+    output_retries_left: int = 2
+    output_failure: OutputFailure | None = None
 
     def usage(self) -> Usage:
-        return make_usage(self.input_tokens, self.output_tokens, list(self.usage_raw))
+        usage = make_usage(self.input_tokens, self.output_tokens, list(self.usage_raw))
+        if self.cache_read or self.cache_write:  # hosts that report cache reads and writes
+            return replace(
+                usage,
+                cache_read_input_tokens=self.cache_read,
+                cache_creation_input_tokens=self.cache_write,
+            )
+        return usage
 
 
-def _fresh(reprompts_left: int) -> _Request:
+def _fresh(reprompts_left: int, output_retries: int = 2) -> _Request:
     """``_Request(reprompts_left=...)``, without the generated ``__init__``'s twelve
     keyword defaults and factories (one or two per request)."""
     req = object.__new__(_Request)
@@ -167,10 +255,14 @@ def _fresh(reprompts_left: int) -> _Request:
     req.server_tool_uses = []
     req.input_tokens = 0
     req.output_tokens = 0
+    req.cache_read = 0
+    req.cache_write = 0
     req.usage_raw = []
     req.reprompts_left = reprompts_left
     req.terminal_tool_called = False
     req.last = None
+    req.output_retries_left = output_retries
+    req.output_failure = None
     return req
 
 
@@ -181,14 +273,14 @@ class Machine:
 
     def __init__(self, options: LoopOptions, host: Any = None) -> None:
         self.options = options
-        self._req = _fresh(options.max_reprompts)
+        self._req = _fresh(options.max_reprompts, options.output_retries)
         # The connection whose transcript() (client-held history) a result carries when
         # built without one given: the request's result has it from the start. (The
         # connection, not its bound method: one object less held per session.)
         self._transcript = host
 
     def begin_request(self) -> None:
-        self._req = _fresh(self.options.max_reprompts)
+        self._req = _fresh(self.options.max_reprompts, self.options.output_retries)
 
     @property
     def turns(self) -> int:
@@ -232,6 +324,8 @@ class Machine:
         if usage is not None:
             req.input_tokens += usage.input_tokens
             req.output_tokens += usage.output_tokens
+            req.cache_read += usage.cache_read_input_tokens
+            req.cache_write += usage.cache_creation_input_tokens
             req.usage_raw.extend(usage.raw)
 
         if opts.turn_guard is not None:
@@ -240,6 +334,11 @@ class Machine:
             )
             if halt is not None:
                 return Finish(self.result(session_id, Terminal.TERMINATED, reason=str(halt)))
+
+        if opts.output_strategy is not None:
+            check = self._output_step(turn, session_id)
+            if check is not None:
+                return check
 
         if turn.terminal is _REQUIRES_ACTION:
             if turn.custom_tool_uses or turn.host_answered or turn.host_approvals:
@@ -275,6 +374,77 @@ class Machine:
 
         return Finish(self.result(session_id, turn.terminal, reason=turn.reason))
 
+    # -- typed output (output=) ---------------------------------------------------------
+
+    def _output_step(self, turn: TurnResult, session_id: str | None) -> Action | None:
+        """The typed-output step after ``turn`` (rule 6), or ``None``: the plain rules."""
+        opts, req = self.options, self._req
+        tool = opts.output_tool
+        if tool is not None and turn.terminal is _REQUIRES_ACTION:
+            outs = [u for u in turn.custom_tool_uses if u.name == tool]
+            if not outs:
+                return None
+            others = [u for u in turn.custom_tool_uses if u.name != tool]
+            self.add_tool_uses(others)  # the output call is never a user tool
+            first = outs[0]
+            return _check_output(first.input, others, outs, turn.host_approvals, first.input_error)
+        if turn.terminal is not _END_TURN or turn.reason is not None:
+            return None
+        if opts.require_terminal_tool and not req.terminal_tool_called:
+            return None  # the terminal tool's re-prompt comes first
+        if tool is None:  # text or native: the answer is the output
+            return _check_output(turn.text)
+        error = {"loc": [], "msg": f"the answer did not call {tool}", "type": "missing_output"}
+        return self._refused(CheckOutput(turn.text), [error], None, session_id)
+
+    def on_output(
+        self,
+        check: CheckOutput,
+        value: Any,
+        errors: Sequence[dict[str, Any]] | None,
+        answered: ToolResults | None,
+        session_id: str | None,
+    ) -> Action:
+        """After :class:`CheckOutput`: ``errors`` ``None`` means ``value`` is the validated
+        output (the request finishes with it); else the model is asked again while
+        ``output_retries`` and turns remain. ``answered``: the results of the check's other
+        tool uses (sent along with the output call's error result)."""
+        if errors is None:
+            self._req.output_failure = None  # refused earlier, accepted now
+            result = self.result(session_id, _END_TURN)
+            object.__setattr__(result, "output", value)
+            return Finish(result)
+        return self._refused(check, errors, answered, session_id)
+
+    def _refused(
+        self,
+        check: CheckOutput,
+        errors: Sequence[dict[str, Any]],
+        answered: ToolResults | None,
+        session_id: str | None,
+    ) -> Action:
+        opts, req = self.options, self._req
+        req.output_failure = OutputFailure(payload=check.payload, errors=list(errors))
+        if req.output_retries_left > 0 and req.turns < opts.max_turns:
+            req.output_retries_left -= 1
+            text = output_retry_text(errors, opts.output_tool)
+            if not check.output_uses:
+                return Send(UserMessage(text, reprompt=True))
+            uses = list(answered.tool_uses) if answered is not None else []
+            results = list(answered.results) if answered is not None else []
+            for i, use in enumerate(check.output_uses):
+                uses.append(use)
+                results.append(
+                    make_tool_result(
+                        use.id or "",
+                        text if i == 0 else "refused as well; see the first output call's errors",
+                        True,
+                    )
+                )
+            decisions = answered.decisions if answered is not None else {}
+            return Send(ToolResults(tool_uses=uses, results=results, decisions=decisions))
+        return Finish(self.result(session_id, Terminal.TERMINATED, reason="output_invalid"))
+
     def result(
         self,
         session_id: str | None,
@@ -289,7 +459,7 @@ class Machine:
         last = req.last
         if transcript is None and self._transcript is not None:
             transcript = self._transcript.transcript()
-        return make_session_result(
+        result = make_session_result(
             terminal if terminal is not None else Terminal.TERMINATED,
             last.stop_reason if last else None,
             reason,
@@ -302,3 +472,8 @@ class Machine:
             [*req.events, *pending_events],
             transcript,
         )
+        strategy = self.options.output_strategy
+        if strategy is not None:  # output=: how it was asked for, and what was refused
+            object.__setattr__(result, "output_strategy", strategy)
+            object.__setattr__(result, "output_failure", req.output_failure)
+        return result

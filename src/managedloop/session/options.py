@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, TypedDict
 
-from managedloop import _validate
+from managedloop import _validate, config
 from managedloop.errors import InvalidOptionsError
 from managedloop.hosts import OpenRequest, Provider
 from managedloop.outcome import Outcome
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
 from managedloop.results import Approve, Deny, Pending, SessionResult, fast_builder
+from managedloop.session import output as _output
 from managedloop.session.approvals import Confirm, check_approvals
 from managedloop.session.machine import GuardInput, LoopOptions, TurnGuard
+from managedloop.session.record import SessionRecord, as_record
 from managedloop.tools import ToolDefinition, Toolset
 
 __all__ = ["DEFAULTS", "Prepared", "SessionOptions", "prepare"]
@@ -33,9 +35,13 @@ class Prepared:
     info_metadata: dict[str, Any] = field(default_factory=dict)
     approvals: Mapping[str, Approve | Deny] = field(default_factory=dict)
     confirm: Confirm | None = None
-    # What the session telemetry events name (managedloop.otel's span attributes).
+    # The agent spec's model: what telemetry names until the host reports the model it
+    # sends (the connection's ``model``; see managedloop.hosts.ConnectionBase).
     model: str | None = None
     agent_meta: dict[str, Any] = field(default_factory=dict)
+    record: SessionRecord | None = None  # the session record (managedloop.session.record)
+    output: _output.OutputPlan | None = None
+    """With ``output=``: how the typed output is asked for and checked."""
 
 
 # What ``isinstance(x, Provider)`` checks, without a runtime-checkable Protocol's ~10 µs
@@ -112,6 +118,20 @@ class SessionOptions(TypedDict, total=False):
     max_concurrent_tools: int
     tool_timeout: float | None
     telemetry_metadata: Mapping[str, Any] | None
+    record: Any
+    """Keep this session in a session record (:mod:`managedloop.session.record`): a
+    :class:`~managedloop.stores.Store` or an ``ml.SessionRecord``; default
+    ``ml.configure(record=...)``, else none. ``None`` records nothing."""
+    output: Any
+    """The type of the typed result (``result.output``): a pydantic model, a dataclass, a
+    ``TypedDict``, a union or list of them, a scalar type (:mod:`managedloop.session.output`)."""
+    output_strategy: str | None
+    """``"tool"``, ``"native"`` (Local) or ``"text"``; ``None`` chooses per host."""
+    output_retries: int
+    """How often an invalid output goes back to the model before ``output_invalid``."""
+    output_validator: Callable[[Any], Any] | Sequence[Callable[[Any], Any]] | None
+    """Checks run on the validated output (sync or async); raise ``ml.ModelRetry("why")``
+    to send it back to the model; return a replacement or ``None`` to keep it."""
 
 
 DEFAULTS: SessionOptions = {
@@ -132,6 +152,11 @@ DEFAULTS: SessionOptions = {
     "max_concurrent_tools": 8,  # enough parallelism for a turn; bounds a runaway fan-out
     "tool_timeout": None,
     "telemetry_metadata": None,
+    "record": None,
+    "output": None,
+    "output_strategy": None,
+    "output_retries": 2,  # as max_reprompts: two chances to fix it, then output_invalid
+    "output_validator": None,
 }
 _DEFAULT_OPTIONS = SimpleNamespace(**DEFAULTS)  # prepare reads options, never writes them
 
@@ -258,6 +283,23 @@ def prepare(
     handler, tools = _handler_and_tools(o.handler, spec)
     session_id, transcript, pending = _check_resume(o.resume)
     approvals = check_approvals(o.approvals, o.confirm, pending)
+    record = as_record(o.record if "record" in options else config.resolve("record"))
+    plan = None
+    host_spec = spec
+    if o.output is not None:
+        plan = _output.cached_plan(
+            o.output,
+            strategy=o.output_strategy,
+            retries=o.output_retries,
+            validators=o.output_validator,
+            provider=provider,
+            spec=spec,
+            tools=tools,
+        )
+        if plan.tool is not None and plan.tool.name not in {t.name for t in tools}:
+            tools = [*tools, plan.tool]
+        if spec is not None:
+            host_spec = plan.host_spec(spec, provider)
 
     info_metadata = _info_metadata(o.telemetry_metadata, spec)
     # Built with their slots set directly (see managedloop.results on the builders): once
@@ -271,9 +313,12 @@ def prepare(
     loop.terminal_tool = terminal_tool
     loop.require_terminal_tool = o.require_terminal_tool
     loop.max_reprompts = o.max_reprompts
+    loop.output_strategy = plan.strategy if plan is not None else None
+    loop.output_tool = plan.tool.name if plan is not None and plan.tool is not None else None
+    loop.output_retries = plan.retries if plan is not None else 2
     loop.__class__ = LoopOptions
     request: Any = _OpenB()
-    request.spec = spec
+    request.spec = host_spec
     request.agent = agent
     request.tools = tools
     request.session_id = session_id
@@ -295,15 +340,26 @@ def prepare(
     prepared.info_metadata = info_metadata
     prepared.approvals = approvals
     prepared.confirm = o.confirm
-    prepared.model = _model_of(provider, spec)
+    prepared.model = spec.model if spec is not None else None
     prepared.agent_meta = _agent_meta(agent, spec, provider)
+    prepared.record = record
+    prepared.output = plan
     prepared.__class__ = Prepared
     return prepared, outcome
 
 
 _LoopB = fast_builder(
     LoopOptions,
-    ("max_turns", "turn_guard", "terminal_tool", "require_terminal_tool", "max_reprompts"),
+    (
+        "max_turns",
+        "turn_guard",
+        "terminal_tool",
+        "require_terminal_tool",
+        "max_reprompts",
+        "output_strategy",
+        "output_tool",
+        "output_retries",
+    ),
 )
 _OpenB = fast_builder(
     OpenRequest,
@@ -334,19 +390,10 @@ _PreparedB = fast_builder(
         "confirm",
         "model",
         "agent_meta",
+        "record",
+        "output",
     ),
 )
-
-
-def _model_of(provider: Any, spec: AgentSpec | None) -> str | None:
-    """The model the session asks for, when something says: the provider's ``model``
-    (Local, AgentCore) or the spec's."""
-    model = getattr(provider, "model", None)
-    if isinstance(model, Mapping):  # AgentCore's model configuration mapping
-        model = model.get("modelId")
-    if isinstance(model, str):
-        return model
-    return spec.model if spec is not None else None
 
 
 def _agent_meta(agent: Any, spec: AgentSpec | None, provider: Any) -> dict[str, Any]:

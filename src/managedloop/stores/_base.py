@@ -23,20 +23,57 @@ against each one):
 * ``scan(prefix)`` returns every key that starts with ``prefix`` with its value, in key
   order (code points, which is also UTF-8 byte order) — the index the provisioning verbs
   need (all versions of a base, all tags of a base). A prefix is text, never a pattern.
+
+**The atomic update** (``update(key, fn)``) is how every read-modify-write in the library
+is done (tags, the webhook ledger): ``get`` then ``put`` loses the other writer's change
+when two processes interleave, ``update`` never does. Its contract, which a third-party
+store must keep too:
+
+* ``fn(current)`` gets the value of ``key`` (a fresh copy, ``None`` when absent) and
+  returns the new value, or ``None`` to delete the key (or leave it absent); ``update``
+  returns what is now stored (a fresh copy, ``None`` when absent);
+* no other write to ``key`` lands between the read ``fn`` saw and the write of its result,
+  in this process or any other sharing the store (a lock, a file lock held across the read
+  and the write, a ``BEGIN IMMEDIATE`` transaction, or Redis ``WATCH``/``MULTI``);
+* ``fn`` runs under the store's own lock or transaction and **may be called more than
+  once** (Redis retries it when another client wrote the key in between), so it must be
+  pure: no I/O, no side effects, no calls on the store (which would deadlock on most
+  backends), and quick (other writers wait for it);
+* an exception from ``fn`` aborts the update and propagates unchanged (the same object):
+  nothing is written; a result that is not a JSON object is ``not_json``, nothing written;
+* a result equal to the current value need not be written again.
+
+:func:`managedloop.testing.stores.check_store` runs this whole contract against any store
+(the suite runs it against the four backends): a store written to the protocol can run it
+in its own tests.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, cast, runtime_checkable
 
-from managedloop.errors import StoreError
+from managedloop.errors import InvalidOptionsError, StoreError
 
-__all__ = ["MAX_KEY_LENGTH", "Store", "check_key", "decode_value", "encode_value"]
+__all__ = [
+    "MAX_KEY_LENGTH",
+    "Store",
+    "UpdateAborted",
+    "Updater",
+    "call_updater",
+    "check_key",
+    "check_updater",
+    "decode_value",
+    "encode_value",
+]
 
 MAX_KEY_LENGTH = 1024
 """Long enough for ``<kind>:<host>:<account>:<base>:<digest>``; short enough for any index."""
+
+Updater = Callable[[dict[str, Any] | None], dict[str, Any] | None]
+"""What :meth:`Store.update` applies: the current value (``None``: absent) to the new one
+(``None``: delete)."""
 
 
 @runtime_checkable
@@ -49,6 +86,14 @@ class Store(Protocol):
 
     def put(self, key: str, value: Mapping[str, Any]) -> None:
         """Store ``value`` under ``key``, replacing any previous value atomically."""
+        ...
+
+    def update(self, key: str, fn: Updater) -> dict[str, Any] | None:
+        """Atomically replace the value of ``key`` with ``fn(current)`` (current is ``None``
+        when absent; ``fn`` returning ``None`` deletes the key / leaves it absent) and return
+        the new value. ``fn`` runs under the store's own lock/transaction; it may be called
+        more than once (Redis retries on conflict), so it must be pure. An exception from
+        ``fn`` aborts the update and propagates unchanged; nothing is written."""
         ...
 
     def delete(self, key: str) -> bool:
@@ -119,3 +164,32 @@ def decode_value(text: str | bytes, *, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise StoreError(f"{where}: stored value is not a JSON object", code="store_corrupt")
     return value
+
+
+def check_updater(fn: object) -> Updater:
+    """``fn`` if it can be an update function (checked before any I/O)."""
+    if not callable(fn):
+        raise InvalidOptionsError(
+            f"update needs a function of the current value, got {fn!r}", option="fn"
+        )
+    return cast(Updater, fn)  # callable() cannot narrow to the signature
+
+
+class UpdateAborted(Exception):  # noqa: N818 - a carrier, not an error of its own
+    """Carries what an update function raised through a backend's own error mapping (a
+    backend turns ``OSError`` or ``sqlite3.Error`` into ``StoreError``; an ``fn`` that raised
+    one must still see it unchanged): ``call_updater`` wraps it, ``update`` unwraps it."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+
+
+def call_updater(fn: Updater, current: dict[str, Any] | None) -> str | None:
+    """The JSON text of ``fn(current)`` (``None``: delete); what ``fn`` raises comes out as
+    :class:`UpdateAborted`, a result that is not plain JSON as ``not_json``."""
+    try:
+        new = fn(current)
+    except BaseException as exc:
+        raise UpdateAborted(exc) from None
+    return None if new is None else encode_value(new)

@@ -5,7 +5,9 @@ Guarantees, and what they rest on:
 * **Many processes on one machine.** Every operation, reads included, runs under an
   exclusive cross-process lock on ``<path>.lock`` (the ``filelock`` package: ``flock`` on
   POSIX, ``LockFileEx`` on Windows), so a read-modify-write never races another
-  process's. The lock is the kernel's: a process that dies, even by SIGKILL, releases it.
+  process's: ``update`` reads, runs its function and writes with the lock held throughout,
+  so no other writer's change is lost. The lock is the kernel's: a process that dies, even
+  by SIGKILL, releases it.
   It is *not* safe on a network filesystem whose locks are advisory or absent (NFS
   without a lock manager, some FUSE mounts): use :class:`~managedloop.stores.SQLiteStore`
   on one machine or :class:`~managedloop.stores.RedisStore` across machines.
@@ -43,7 +45,14 @@ import filelock
 
 from managedloop import _validate
 from managedloop.errors import StoreError
-from managedloop.stores._base import check_key, encode_value
+from managedloop.stores._base import (
+    UpdateAborted,
+    Updater,
+    call_updater,
+    check_key,
+    check_updater,
+    encode_value,
+)
 
 __all__ = ["FileStore"]
 
@@ -76,9 +85,11 @@ class FileStore:
         self._lock_path = self._path.with_name(self._path.name + ".lock")
         self._temp_prefix = f".{self._path.name}."
         self._lock = filelock.FileLock(self._lock_path, timeout=timeout or 0.0)
-        # A test seam: called after the new file is written and fsync-ed, right before it
-        # replaces the store, so a test can kill the process at the worst moment.
+        # Test seams: called after the new file is written and fsync-ed, right before it
+        # replaces the store, and right after the replace is durable (the directory
+        # fsync-ed), so a test can kill the process on either side of the commit.
         self._before_replace: Callable[[], None] | None = None
+        self._after_replace: Callable[[], None] | None = None
         self._swept = False
 
     @property
@@ -102,6 +113,28 @@ class FileStore:
             entries = self._read()
             entries[key] = json.loads(text)
             self._write(entries)
+
+    def update(self, key: str, fn: Updater) -> dict[str, Any] | None:
+        check_key(key)
+        check_updater(fn)
+        try:
+            with self._locked():
+                entries = self._read()
+                old = entries.get(key)
+                before = None if old is None else encode_value(old)
+                new = call_updater(fn, None if before is None else json.loads(before))
+                if new == before:  # unchanged (absent and deleted, or the same value)
+                    return None if new is None else json.loads(new)
+                if new is None:
+                    del entries[key]
+                else:
+                    entries[key] = json.loads(new)
+                self._write(entries)
+        except UpdateAborted as aborted:
+            error = aborted.error
+        else:
+            return None if new is None else json.loads(new)
+        raise error
 
     def delete(self, key: str) -> bool:
         check_key(key)
@@ -204,6 +237,8 @@ class FileStore:
             _unlink(temp)
             raise
         _fsync_directory(directory)
+        if self._after_replace is not None:
+            self._after_replace()
 
     def _keep_mode(self, fd: int) -> None:
         """The new file gets the old one's permissions (``mkstemp`` makes it ``0o600``)."""

@@ -3,6 +3,9 @@
 Values are kept as their JSON text, so a ``MemoryStore`` refuses and returns exactly what
 a persistent store would (no shared references: mutating what ``get`` returned changes
 nothing stored), and tests written against it hold for the others.
+
+Concurrency: one lock serves every operation, so ``update`` is atomic for every thread of
+the process (its function runs under that lock, once). Nothing is shared between processes.
 """
 
 from __future__ import annotations
@@ -11,7 +14,15 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from managedloop.stores._base import check_key, decode_value, encode_value
+from managedloop.stores._base import (
+    UpdateAborted,
+    Updater,
+    call_updater,
+    check_key,
+    check_updater,
+    decode_value,
+    encode_value,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -37,6 +48,23 @@ class MemoryStore:
         text = encode_value(value)
         with self._lock:
             self._data[key] = text
+
+    def update(self, key: str, fn: Updater) -> dict[str, Any] | None:
+        check_key(key)
+        check_updater(fn)
+        try:
+            with self._lock:
+                old = self._data.get(key)
+                new = call_updater(fn, None if old is None else decode_value(old, where="memory"))
+                if new is None:
+                    self._data.pop(key, None)
+                else:
+                    self._data[key] = new
+        except UpdateAborted as aborted:
+            error = aborted.error
+        else:
+            return None if new is None else decode_value(new, where="memory")
+        raise error
 
     def delete(self, key: str) -> bool:
         check_key(key)

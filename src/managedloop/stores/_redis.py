@@ -7,7 +7,11 @@ Guarantees, and what they rest on:
   ``MULTI … EXEC`` transaction (the value and the index entry together), so a reader
   never sees a value without its index entry or half a value. A client killed before
   ``EXEC`` (pinned by ``tests/stores/test_crash.py``) leaves nothing of its write: Redis
-  discards a transaction whose connection closed.
+  discards a transaction whose connection closed. ``update`` is optimistic: it ``WATCH``-es
+  the value, reads it, runs its function and sends the write as ``MULTI … EXEC``, which
+  Redis refuses if any other client wrote the key since the ``WATCH``; it then reads and
+  runs the function again (so the function may run more than once), up to
+  :data:`MAX_CONFLICTS` times.
 * **Durability is the server's**: a write that returned is in the server's memory; whether
   it survives a restart of the server is its persistence configuration (``appendonly yes``
   with ``appendfsync everysec`` loses at most a second; RDB snapshots alone lose what came
@@ -40,7 +44,15 @@ from urllib.parse import unquote, urlsplit
 from managedloop import _validate
 from managedloop._urls import redact_url
 from managedloop.errors import ConfigError, InvalidOptionsError, StoreError
-from managedloop.stores._base import check_key, decode_value, encode_value
+from managedloop.stores._base import (
+    UpdateAborted,
+    Updater,
+    call_updater,
+    check_key,
+    check_updater,
+    decode_value,
+    encode_value,
+)
 from managedloop.stores._sqlite import prefix_successor
 
 __all__ = ["RedisStore"]
@@ -51,6 +63,11 @@ SOCKET_TIMEOUT = 10.0
 """Seconds to connect or to wait for one answer: a store command answers in
 milliseconds, so a silence this long is a server that is gone, reported rather than waited
 on forever (redis-py's default)."""
+
+MAX_CONFLICTS = 1000
+"""Tries of one ``update`` before it gives up: each failed try means another client's write
+to the same key landed (the store as a whole made progress), so a thousand in a row is a
+key far hotter than anything this store is for, reported rather than retried forever."""
 
 _MGET_BATCH = 500
 """Values fetched per ``MGET`` in a scan: bounded replies, few round trips."""
@@ -89,6 +106,7 @@ class RedisStore:
         self._namespace = namespace
         self._index = namespace + "index"
         self._errors: tuple[type[Exception], ...] = (redis.RedisError,)
+        self._conflict: type[Exception] = redis.WatchError
         try:
             self._client: Any = redis.Redis.from_url(
                 url, socket_timeout=timeout, socket_connect_timeout=timeout
@@ -98,9 +116,10 @@ class RedisStore:
                 f"url is not a Redis URL ({self._scrub(str(exc))}): {self._url}",
                 option="url",
             ) from None
-        # A test seam: called with the transaction queued, right before EXEC is sent, so
-        # a test can kill the process at the worst moment.
+        # Test seams: called with the transaction queued, right before EXEC is sent, and
+        # right after its answer came back, so a test can kill the process on either side.
         self._before_execute: Callable[[], None] | None = None
+        self._after_execute: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         return f"RedisStore({self._url!r}, namespace={self._namespace!r})"
@@ -119,6 +138,42 @@ class RedisStore:
             pipe.set(self._value_key(key), text.encode("utf-8"))
             pipe.zadd(self._index, {key.encode("utf-8"): 0})
             self._execute(pipe)
+
+    def update(self, key: str, fn: Updater) -> dict[str, Any] | None:
+        check_key(key)
+        check_updater(fn)
+        value_key, member = self._value_key(key), key.encode("utf-8")
+        try:
+            for _ in range(MAX_CONFLICTS):
+                with self._talking(), self._client.pipeline(transaction=True) as pipe:
+                    pipe.watch(value_key)  # immediate mode until multi(): GET answers now
+                    raw = pipe.get(value_key)
+                    old = None if raw is None else _bytes(raw)
+                    new = call_updater(fn, None if old is None else self._decode(key, old))
+                    if (new.encode("utf-8") if new is not None else None) == old:
+                        return None if new is None else self._decode(key, new)
+                    pipe.multi()
+                    if new is None:
+                        pipe.delete(value_key)
+                        pipe.zrem(self._index, member)
+                    else:
+                        pipe.set(value_key, new.encode("utf-8"))
+                        pipe.zadd(self._index, {member: 0})
+                    try:
+                        self._execute(pipe)
+                    except self._conflict:
+                        continue  # another client wrote the key since WATCH: read again
+                    return None if new is None else self._decode(key, new)
+        except UpdateAborted as aborted:
+            error = aborted.error
+        else:
+            raise StoreError(
+                f"{self._url}: gave up updating {key!r} after {MAX_CONFLICTS} tries, each "
+                "beaten by another client's write to it",
+                code="store_unavailable",
+                url=self._url,
+            )
+        raise error
 
     def delete(self, key: str) -> bool:
         check_key(key)
@@ -157,6 +212,8 @@ class RedisStore:
         if self._before_execute is not None:
             self._before_execute()
         result: list[Any] = pipe.execute()
+        if self._after_execute is not None:
+            self._after_execute()
         return result
 
     def _decode(self, key: str, raw: Any) -> dict[str, Any]:
@@ -175,6 +232,11 @@ class RedisStore:
             message = self._scrub(f"{type(exc).__name__}: {exc}")
             code = "store_corrupt" if "WRONGTYPE" in message else "store_unavailable"
             raise StoreError(f"{self._url}: {message}", code=code, url=self._url) from None
+
+
+def _bytes(raw: bytes | str) -> bytes:
+    """A value as bytes (``str`` already with ``?decode_responses=True``)."""
+    return raw.encode("utf-8") if isinstance(raw, str) else raw
 
 
 def _text(member: bytes | str) -> str:

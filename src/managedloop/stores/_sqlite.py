@@ -6,12 +6,17 @@ Guarantees, and what they rest on:
   never block the writer nor each other, and writers take turns, each waiting up to
   ``busy_timeout`` seconds for the one before (SQLite's own busy handler). Every write is
   one ``BEGIN IMMEDIATE … COMMIT`` transaction, so a write never fails half-way through a
-  lock upgrade. Within a process the connection is shared under a lock (``sqlite3``
-  connections are not safe to use from two threads at once); a process that forked
-  after opening the store gets a fresh connection of its own on first use, as SQLite
-  requires. WAL needs shared memory between the processes, so this is one machine and a
-  local filesystem, never a network share: use :class:`~managedloop.stores.RedisStore`
-  across machines.
+  lock upgrade; ``update`` reads, runs its function and writes inside one such transaction,
+  so no other writer's change lands in between (and it runs its function once). Within a
+  process the connection is shared under a lock (``sqlite3`` connections are not safe to
+  use from two threads at once); a process that forked after opening the store gets a
+  fresh connection of its own on first use, as SQLite requires. WAL needs shared memory
+  between the processes, so this is one machine and a local filesystem, never a network
+  share: use :class:`~managedloop.stores.RedisStore` across machines.
+* **Opening is safe under contention.** Switching a new database to WAL needs a lock SQLite
+  does not wait for (the busy handler does not run for it): the switch is retried until it
+  takes or ``busy_timeout`` has passed, and the error then says how long it waited and for
+  what.
 * **Atomic and durable.** ``synchronous=FULL``: a ``put`` or ``delete`` that returned is
   on disk, a power cut included. A process killed at any point, mid-transaction included
   (pinned right before ``COMMIT`` by ``tests/stores/test_crash.py``), leaves every
@@ -31,6 +36,7 @@ import os
 import sqlite3
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,13 +44,27 @@ from typing import Any
 
 from managedloop import _validate
 from managedloop.errors import StoreError
-from managedloop.stores._base import check_key, decode_value, encode_value
+from managedloop.stores._base import (
+    UpdateAborted,
+    Updater,
+    call_updater,
+    check_key,
+    check_updater,
+    decode_value,
+    encode_value,
+)
 
 __all__ = ["SQLiteStore", "default_store_path", "prefix_successor"]
 
 BUSY_TIMEOUT = 30.0
 """Seconds a write waits for other writers: each holds the lock for milliseconds, so a
 wait this long means a stuck process, which is better reported than waited on."""
+
+WAL_RETRY_FIRST = 0.001
+WAL_RETRY_MAX = 0.05
+"""Seconds between two tries of the WAL switch (doubling from the first to the most): the
+other opener holds its lock for milliseconds, so the first retries come quickly and a
+long wait polls twenty times a second."""
 
 SCHEMA_VERSION = 1
 """``PRAGMA user_version`` of this layout; a database with another is not ours."""
@@ -108,9 +128,10 @@ class SQLiteStore:
         self._connection: sqlite3.Connection | None = None
         self._inherited: list[sqlite3.Connection] = []
         self._pid = os.getpid()
-        # A test seam: called inside a write transaction right before COMMIT, so a test
-        # can kill the process at the worst moment.
+        # Test seams: called inside a write transaction right before COMMIT, and right
+        # after it, so a test can kill the process on either side of the commit.
         self._before_commit: Callable[[], None] | None = None
+        self._after_commit: Callable[[], None] | None = None
         with self._locked():  # open now: a bad path or a foreign file fails here, not later
             pass
 
@@ -133,6 +154,27 @@ class SQLiteStore:
         text = encode_value(value)
         with self._transaction() as db:
             db.execute("INSERT OR REPLACE INTO entries (key, value) VALUES (?, ?)", (key, text))
+
+    def update(self, key: str, fn: Updater) -> dict[str, Any] | None:
+        check_key(key)
+        check_updater(fn)
+        try:
+            with self._transaction() as db:
+                row = db.execute("SELECT value FROM entries WHERE key = ?", (key,)).fetchone()
+                old = None if row is None else self._decode(key, row[0])
+                new = call_updater(fn, old)
+                if new is None:
+                    if row is not None:
+                        db.execute("DELETE FROM entries WHERE key = ?", (key,))
+                elif row is None or new != row[0]:
+                    db.execute(
+                        "INSERT OR REPLACE INTO entries (key, value) VALUES (?, ?)", (key, new)
+                    )
+        except UpdateAborted as aborted:
+            error = aborted.error
+        else:
+            return None if new is None else self._decode(key, new)
+        raise error
 
     def delete(self, key: str) -> bool:
         check_key(key)
@@ -185,14 +227,17 @@ class SQLiteStore:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
+            if self._after_commit is not None:
+                self._after_commit()
 
     @contextmanager
     def _locked(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
+            started = time.monotonic()
             try:
                 yield self._connect()
             except sqlite3.DatabaseError as exc:
-                raise self._error(exc) from None
+                raise self._error(exc, time.monotonic() - started) from None
 
     def _connect(self) -> sqlite3.Connection:
         if self._connection is not None and self._pid == os.getpid():
@@ -220,7 +265,7 @@ class SQLiteStore:
             check_same_thread=False,  # shared across threads under self._lock
         )
         try:
-            db.execute("PRAGMA journal_mode=WAL")
+            self._enable_wal(db)
             db.execute("PRAGMA synchronous=FULL")
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version == 0:  # new (or not ours): decide under the write lock, once
@@ -244,6 +289,36 @@ class SQLiteStore:
         self._connection = db
         return db
 
+    def _enable_wal(self, db: sqlite3.Connection) -> None:
+        """Switch to WAL, retried within ``busy_timeout``: the switch needs the database to
+        itself, and SQLite answers ``SQLITE_BUSY`` (or keeps the old mode) at once, without
+        its busy handler, while another connection holds a lock — which is what two
+        processes opening a new store together do to each other."""
+        started = time.monotonic()
+        pause = WAL_RETRY_FIRST
+        while True:
+            try:
+                mode = str(db.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc):
+                    raise
+                mode = "busy"
+            if mode == "wal":
+                return
+            waited = time.monotonic() - started
+            if waited >= self._busy_timeout:
+                held = "was locked" if mode == "busy" else f"stayed in {mode!r} journal mode"
+                raise StoreError(
+                    f"{self._path}: could not switch the database to WAL mode: it {held} by "
+                    f"another connection for the whole busy_timeout (retried for {waited:.2f} s "
+                    f"of {self._busy_timeout:g} s)",
+                    code="store_unavailable",
+                    path=str(self._path),
+                    waited=round(waited, 3),
+                )
+            time.sleep(min(pause, max(self._busy_timeout - waited, 0.0)))
+            pause = min(pause * 2, WAL_RETRY_MAX)
+
     def _create(self, db: sqlite3.Connection) -> int:
         """Lay out a new database (inside a write transaction); the schema version."""
         version: int = db.execute("PRAGMA user_version").fetchone()[0]
@@ -259,7 +334,8 @@ class SQLiteStore:
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         return SCHEMA_VERSION
 
-    def _error(self, exc: sqlite3.DatabaseError) -> StoreError:
+    def _error(self, exc: sqlite3.DatabaseError, waited: float) -> StoreError:
+        """``exc`` as a ``StoreError``; ``waited``: seconds the failed operation took."""
         where = str(self._path)
         name = getattr(exc, "sqlite_errorname", "")
         if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or "not a database" in str(exc):
@@ -268,10 +344,17 @@ class SQLiteStore:
                 code="store_corrupt",
                 path=where,
             )
-        if name in ("SQLITE_BUSY", "SQLITE_LOCKED") or "locked" in str(exc):
+        if _busy(exc):
             return StoreError(
-                f"{where}: the store is locked by another process (waited {self._busy_timeout} s)",
+                f"{where}: the store is locked by another process (gave up after "
+                f"{waited:.2f} s; busy_timeout {self._busy_timeout:g} s)",
                 code="store_unavailable",
                 path=where,
+                waited=round(waited, 3),
             )
         return StoreError(f"{where}: {exc}", code="store_unavailable", path=where)
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    name = getattr(exc, "sqlite_errorname", "")
+    return name in ("SQLITE_BUSY", "SQLITE_LOCKED") or "locked" in str(exc)

@@ -258,6 +258,8 @@ class ChatEmulator(LoopbackServer):
         received: Every request body, as decoded JSON, in arrival order.
         errors: Exceptions raised by script steps (re-raised on exit).
         agent: The :class:`ScriptedAgent` playing the script.
+        models: The model ids served (``models=[...]``); ``None``, the default, serves
+            any. Another id is answered HTTP 404 ``model_not_found``, as OpenAI does.
 
     A start that fails raises :class:`~managedloop.testing.EmulatorStartError`.
     """
@@ -274,9 +276,13 @@ class ChatEmulator(LoopbackServer):
         port: int = 0,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         agent: ScriptedAgent | None = None,
+        models: Sequence[str] | None = None,
     ) -> None:
         super().__init__(host=host, port=port)
         self.agent = agent if agent is not None else ScriptedAgent(script)
+        # None: any model id is served (a local server's usual way). A list: any other id
+        # is answered as OpenAI answers one, HTTP 404 with code model_not_found.
+        self.models = None if models is None else tuple(models)
         self.faults = faults or ChatFaults()
         self.api_key: str | None = (
             "sk-emulator-" + secrets.token_hex(8) if api_key is _AUTO else api_key
@@ -325,7 +331,8 @@ class ChatEmulator(LoopbackServer):
         return bearer
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
-        return web.json_response({"object": "list", "data": [{"id": "emulator"}]})
+        ids = self.models if self.models is not None else ("emulator",)
+        return web.json_response({"object": "list", "data": [{"id": i} for i in ids]})
 
     async def _body(self, request: web.Request) -> dict[str, Any] | None:
         try:
@@ -348,6 +355,12 @@ class ChatEmulator(LoopbackServer):
         if body is None:
             return _error(400, "the request body is not a JSON object", "invalid_request_error")
         self.received.append(body)
+        if self.models is not None and body.get("model") not in self.models:
+            text = (
+                f"The model `{body.get('model')}` does not exist or you do not have access to it."
+            )
+            error = {"message": text, "type": "invalid_request_error", "param": None}
+            return web.json_response({"error": {**error, "code": "model_not_found"}}, status=404)
         if self._state.take("redirect"):
             return web.Response(status=307, headers={"Location": self.faults.redirect_to})
         if self.faults.reject_null_content and _null_content(body):

@@ -187,8 +187,8 @@ def example_args(schema: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _example(prop: Mapping[str, Any], defs: Mapping[str, Any]) -> Any:
-    if "$ref" in prop:
-        return example_args({**defs.get(prop["$ref"].rsplit("/", 1)[-1], {}), "$defs": defs})
+    if "$ref" in prop:  # the definition it names: an object, an enum, any schema
+        return _example(defs.get(prop["$ref"].rsplit("/", 1)[-1], {"type": "object"}), defs)
     if "enum" in prop:
         return prop["enum"][0]
     if "const" in prop:

@@ -46,6 +46,7 @@ from managedloop.errors import InvalidOptionsError, ProviderError
 from managedloop.hosts import Provider
 from managedloop.provisioning.specs import AgentSpec
 from managedloop.results import ApprovalRequest, Approve, Deny, SessionResult
+from managedloop.session import output as _output
 from managedloop.stores import Store
 from managedloop.tools import Toolset, as_tool
 
@@ -210,12 +211,21 @@ async def start(
     tool_timeout: float | None = None,
     turn_timeout: float = 1800.0,
     heartbeat_timeout: float = 10.0,
+    output: Any = None,
+    output_strategy: str | None = None,
+    output_retries: int = 2,
 ) -> str:
     """Start a durable session and return its workflow id (at once; nothing waits).
 
     Any process can then follow it by id: :func:`result`, :func:`pending`,
     :func:`decide`, :func:`events`, and for a ``live`` session :func:`send` and
     :func:`close`. Options are checked here, before anything reaches Temporal.
+
+    ``output`` (a type importable by name on the workers, or its ``"module:Type"``) asks
+    for a typed result as ``ml.run`` does (:mod:`managedloop.session.output`): the
+    strategy is ``"tool"`` unless ``output_strategy`` says otherwise, the workers validate
+    (``output_validator`` functions do not cross: validate the result), and
+    ``result(..., output=Type)`` reads ``result.output`` back as an instance.
     """
     opts = _options(
         provider=provider,
@@ -228,6 +238,7 @@ async def start(
         heartbeat_timeout=heartbeat_timeout,
         requests_per_run=requests_per_run,
     )
+    typed = _typed(output, output_strategy, output_retries)
     session = SessionStart(
         **opts,
         tool_queues=dict(tool_queues or {}),
@@ -235,6 +246,7 @@ async def start(
         terminal_tool=terminal_tool,
         require_terminal_tool=require_terminal_tool,
         live=live,
+        **typed,
     )
     wid = workflow_id or f"managedloop-{uuid.uuid4().hex}"
     # The memo is set at the start, not by the workflow's first task: `result` reads it to
@@ -249,10 +261,37 @@ async def start(
     return wid
 
 
-def _session_result(data: dict[str, Any], store: Store | None) -> SessionResult:
+def _typed(output: Any, strategy: Any, retries: Any) -> dict[str, Any]:
+    """The ``output*`` fields of a :class:`SessionStart`, checked."""
+    if output is None:
+        return {}
+    path = _output.type_path(output)
+    if strategy is None:
+        strategy = "tool"  # every host takes it; "native" (Local) must be asked for
+    if strategy not in _output.STRATEGIES:
+        raise InvalidOptionsError(
+            f"output_strategy must be one of {', '.join(_output.STRATEGIES)}, got {strategy!r}",
+            option="output_strategy",
+        )
+    _validate.integer("output_retries", retries, minimum=0)
+    return {"output": path, "output_strategy": strategy, "output_retries": retries}
+
+
+def _output_type(output: Any) -> Any:
+    """The type to validate a result's output with: ``output`` itself, or the type its
+    ``"module:Type"`` names when it imports here (else the output stays JSON)."""
+    if not isinstance(output, str):
+        return output
+    try:
+        return _output.import_type(output)
+    except (ImportError, AttributeError):
+        return None
+
+
+def _session_result(data: dict[str, Any], store: Store | None, output: Any = None) -> SessionResult:
     data = dict(data)
     key = data.pop("transcript_key", None)
-    result = SessionResult.from_dict(data)
+    result = SessionResult.from_dict(data, output=_output_type(output))
     if store is not None and key is not None:
         stored = store.get(key)
         if stored is not None:
@@ -261,13 +300,19 @@ def _session_result(data: dict[str, Any], store: Store | None) -> SessionResult:
 
 
 async def result(
-    client: Client, workflow_id: str, *, request: int = 1, store: Store | None = None
+    client: Client,
+    workflow_id: str,
+    *,
+    request: int = 1,
+    store: Store | None = None,
+    output: Any = None,
 ) -> SessionResult:
     """The result of request ``request`` of a session (1: its prompt's), once it is there —
     also after the session has ended (then from the workflow's own result: a one-request
     session's, or a live session's last request's).
 
-    With ``store`` (the workers' store), a Local result carries its transcript.
+    With ``store`` (the workers' store), a Local result carries its transcript; with
+    ``output`` (the session's output type), ``result.output`` is an instance of it.
     """
     _validate.integer("request", request, minimum=1)
     handle = client.get_workflow_handle(workflow_id)
@@ -280,7 +325,7 @@ async def result(
                 option="request",
             )
         data = await _workflow_result(handle)
-        return _session_result(data, store)
+        return _session_result(data, store, output)
     try:
         data = await handle.execute_update("managedloop.result", request, result_type=dict)
     except (WorkflowUpdateRPCTimeoutOrCancelledError, RPCError):
@@ -290,7 +335,7 @@ async def result(
         if described.status is WorkflowExecutionStatus.RUNNING or request != served:
             raise
         data = await _workflow_result(handle)
-    return _session_result(data, store)
+    return _session_result(data, store, output)
 
 
 async def _workflow_result(handle: Any) -> dict[str, Any]:
@@ -315,9 +360,10 @@ async def _workflow_result(handle: Any) -> dict[str, Any]:
 
 
 async def run(client: Client, *, store: Store | None = None, **options: Any) -> SessionResult:
-    """:func:`start` a session and wait for its first result (the options of :func:`start`)."""
+    """:func:`start` a session and wait for its first result (the options of :func:`start`;
+    with ``output=``, ``result.output`` is an instance of it)."""
     wid = await start(client, **options)
-    return await result(client, wid, store=store)
+    return await result(client, wid, store=store, output=options.get("output"))
 
 
 async def pending(client: Client, workflow_id: str) -> list[ApprovalRequest]:

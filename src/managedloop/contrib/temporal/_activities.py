@@ -5,7 +5,10 @@ Three activities, each one step the workflow cannot do itself:
 * ``managedloop.open`` — open a new host session (or reattach to ``resume``);
 * ``managedloop.turn`` — one host turn: reattach by session id (or by stored transcript on
   Local), send one input, read the turn to its :class:`~managedloop.TurnResult`, close;
-* ``managedloop.tool`` — run one custom tool call with the worker's own implementation.
+* ``managedloop.tool`` — run one custom tool call with the worker's own implementation;
+* ``managedloop.output`` — validate a typed output (``output=``) with the type the worker
+  imports by its path (:mod:`managedloop.session.output`; the host is told of the output
+  in every open and turn, as in ``ml.run``).
 
 Every activity heartbeats while it works, so a worker that dies (SIGKILL, a redeploy) has
 its activity retried on another worker after the workflow's ``heartbeat_timeout``.
@@ -41,6 +44,7 @@ from managedloop.handler import run_tool_calls
 from managedloop.hosts import OpenRequest, Provider
 from managedloop.provisioning.specs import AgentSpec
 from managedloop.results import SessionInfo, ToolUse, TurnResult
+from managedloop.session import output as _output
 from managedloop.session.approvals import hold_reason
 from managedloop.stores import Store
 from managedloop.tools import Toolset
@@ -49,6 +53,7 @@ from ._wire import (
     INLINE_LIMIT,
     OpenCall,
     Opened,
+    OutputCall,
     ToolCall,
     Transcript,
     TurnCall,
@@ -113,18 +118,41 @@ class SessionActivities:
             raise KeyError(f"this worker has no agent named {name!r}")
         return spec
 
-    def _request(
+    def _plan(
+        self, provider: str, agent: str, output: str | None, strategy: str | None
+    ) -> _output.OutputPlan | None:
+        if output is None:
+            return None
+        spec = self._agent(agent)
+        return _output.plan(
+            _output.import_type(output),
+            strategy=strategy,
+            retries=0,  # the workflow counts the retries
+            validators=None,
+            provider=self._provider(provider),
+            spec=spec,
+            tools=spec.tool_definitions(),
+        )
+
+    def _request(  # noqa: PLR0917 (the three callers pass what they have, in order)
         self,
         call_agent: str,
         session_id: str | None,
         transcript: Any,
         replay_from: str | None = None,
+        plan: _output.OutputPlan | None = None,
+        provider: str = "",
     ) -> OpenRequest:
         spec = self._agent(call_agent)
+        tools = spec.tool_definitions()
+        if plan is not None:
+            if plan.tool is not None and plan.tool.name not in {t.name for t in tools}:
+                tools.append(plan.tool)
+            spec = plan.host_spec(spec, self._provider(provider))
         return OpenRequest(
             spec=spec,
             agent=spec,
-            tools=spec.tool_definitions(),
+            tools=tools,
             session_id=session_id,
             transcript=transcript,
             replay_from=replay_from,
@@ -176,8 +204,10 @@ class SessionActivities:
     @activity.defn(name="managedloop.open")
     async def open(self, call: OpenCall) -> Opened:
         provider = self._provider(call.provider)
+        plan = self._plan(call.provider, call.agent, call.output, call.output_strategy)
+        request = self._request(call.agent, call.session_id, None, None, plan, call.provider)
         async with _heartbeating():
-            conn = await provider.open(self._request(call.agent, call.session_id, None))
+            conn = await provider.open(request)
             try:
                 key, inline = await anyio.to_thread.run_sync(
                     self._save, call.transcript_key, conn.transcript()
@@ -201,8 +231,14 @@ class SessionActivities:
         # follows a dead attempt, which may have sent the input and seen part of the turn:
         # the host replays what came after the last event the workflow holds.
         retry = activity.info().attempt > 1 and call.session_id is not None
+        plan = self._plan(call.provider, call.agent, call.output, call.output_strategy)
         request = self._request(
-            call.agent, call.session_id, transcript, call.last_event_id if retry else None
+            call.agent,
+            call.session_id,
+            transcript,
+            call.last_event_id if retry else None,
+            plan,
+            call.provider,
         )
         input = decode_input(call.input)
         async with _heartbeating():
@@ -245,6 +281,22 @@ class SessionActivities:
             [result] = await run_tool_calls(self._tools, [use], info, timeout=call.timeout)
         return {"result": result.to_dict()}
 
+    @activity.defn(name="managedloop.output")
+    async def output(self, call: OutputCall) -> dict[str, Any]:
+        """``{"value": JSON, "errors": None}`` for the first payload that validates, else
+        ``{"value": None, "errors": [...]}`` with the first payload's errors."""
+        import pydantic_core
+
+        plan = self._plan(call.provider, call.agent, call.output, call.output_strategy)
+        assert plan is not None
+        first: list[dict[str, Any]] | None = None
+        for item in call.payloads:
+            value, errors = await plan.check(item.get("payload"), item.get("input_error"))
+            if errors is None:
+                return {"value": pydantic_core.to_jsonable_python(value), "errors": None}
+            first = errors if first is None else first
+        return {"value": None, "errors": first or []}
+
     @contextlib.asynccontextmanager
     async def serving(self) -> AsyncIterator[None]:
         """While the worker runs: the toolset's lifespan is held open (its MCP servers are
@@ -270,4 +322,4 @@ class SessionActivities:
                 provider.close()  # type: ignore[attr-defined]
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.open, self.turn, self.tool]
+        return [self.open, self.turn, self.tool, self.output]

@@ -36,6 +36,7 @@ __all__ = [
     "Carry",
     "OpenCall",
     "Opened",
+    "OutputCall",
     "SessionStart",
     "ToolCall",
     "TurnCall",
@@ -82,6 +83,12 @@ class SessionStart:
     Temporal suggests it): bounds the history of a session that lives for weeks."""
     carry: Carry | None = None
     """State carried over a continue-as-new (``None`` on a fresh start)."""
+    output: str | None = None
+    """``output=``: the output type's import path (``"module:Qualname"``), which every
+    worker imports; ``None``: no typed output."""
+    output_strategy: str | None = None
+    """The typed output's strategy (``"tool"`` unless the caller chose another)."""
+    output_retries: int = 2
 
 
 @dataclass(kw_only=True)
@@ -107,6 +114,8 @@ class OpenCall:
     agent: str
     session_id: str | None
     transcript_key: str
+    output: str | None = None
+    output_strategy: str | None = None
 
 
 @dataclass(kw_only=True)
@@ -136,6 +145,21 @@ class TurnCall:
     last_event_id: str = ""
     """The id of the last raw event the workflow holds (``""``: none yet): a retried turn
     replays the host's history after it (``OpenRequest.replay_from``)."""
+    output: str | None = None
+    output_strategy: str | None = None
+
+
+@dataclass(kw_only=True)
+class OutputCall:
+    """Validate a typed output on a worker (which imports the type by its path)."""
+
+    provider: str
+    agent: str
+    output: str
+    output_strategy: str
+    payloads: list[dict[str, Any]]
+    """``{"payload", "input_error"}`` of each output call (the first valid one wins), or
+    the answer's text as the one payload."""
 
 
 @dataclass(kw_only=True)

@@ -45,12 +45,21 @@ with workflow.unsafe.imports_passed_through():
     from managedloop.hosts import ToolResults, TurnInput, UserMessage
     from managedloop.results import ApprovalRequest, Approve, Deny, ToolResult, ToolUse, TurnResult
     from managedloop.session.approvals import denial
-    from managedloop.session.machine import Finish, LoopOptions, Machine, RunTools
+    from managedloop.session.machine import (
+        CheckOutput,
+        Finish,
+        LoopOptions,
+        Machine,
+        RunTools,
+        Send,
+    )
+    from managedloop.session.output import OUTPUT_TOOL
 
     from ._wire import (
         Carry,
         OpenCall,
         Opened,
+        OutputCall,
         SessionStart,
         ToolCall,
         TurnCall,
@@ -204,6 +213,8 @@ class SessionWorkflow:
                     agent=start.agent,
                     session_id=start.resume,
                     transcript_key=f"{self._base}:0",
+                    output=start.output,
+                    output_strategy=start.output_strategy,
                 ),
                 result_type=Opened,
                 task_queue=start.task_queue,
@@ -267,11 +278,15 @@ class SessionWorkflow:
 
     async def _request(self, text: str) -> dict[str, Any]:
         start = self._start
+        strategy = start.output_strategy if start.output is not None else None
         machine = Machine(
             LoopOptions(
                 max_turns=start.max_turns,
                 terminal_tool=start.terminal_tool,
                 require_terminal_tool=start.require_terminal_tool,
+                output_strategy=strategy,
+                output_tool=OUTPUT_TOOL if strategy == "tool" else None,
+                output_retries=start.output_retries,
             )
         )
         machine.begin_request()
@@ -291,6 +306,8 @@ class SessionWorkflow:
                     input=encode_input(machine.before_turn(next_input)),
                     last_event_id=self._last_event,
                     transcript=self._inline,
+                    output=start.output,
+                    output_strategy=start.output_strategy,
                 ),
                 result_type=TurnDone,
                 task_queue=start.task_queue,
@@ -305,6 +322,8 @@ class SessionWorkflow:
             self._last_event = _last_id(turn.events, self._last_event)
             self._turns += 1
             action = machine.on_turn(turn, self._session_id)
+            if isinstance(action, CheckOutput):
+                action = await self._check_output(machine, action)
             if isinstance(action, Finish):
                 result = action.result.to_dict()
                 if self._transcript is not None:
@@ -314,8 +333,45 @@ class SessionWorkflow:
                 return result
             if isinstance(action, RunTools):
                 next_input = await self._run_tools(action.tool_uses, action.host_approvals)
-            else:
+            elif isinstance(action, Send):
                 next_input = action.input
+            else:  # pragma: no cover - _check_output answers every CheckOutput
+                raise AssertionError(f"unexpected action {action!r}")
+
+    async def _check_output(self, machine: Machine, check: CheckOutput) -> Any:
+        """The turn's other tool uses run first; then a worker validates the output (it
+        imports the type); the machine finishes with it or asks the model again."""
+        start = self._start
+        answered: ToolResults | None = None
+        if check.tool_uses or check.host_approvals:
+            answered = await self._run_tools(check.tool_uses, check.host_approvals)
+        if check.output_uses:
+            payloads = [
+                {"payload": u.input, "input_error": u.input_error} for u in check.output_uses
+            ]
+        else:
+            payloads = [{"payload": check.payload, "input_error": None}]
+        assert start.output is not None
+        assert start.output_strategy is not None
+        self._status = "output"
+        checked: dict[str, Any] = await workflow.execute_activity(
+            "managedloop.output",
+            OutputCall(
+                provider=start.provider,
+                agent=start.agent,
+                output=start.output,
+                output_strategy=start.output_strategy,
+                payloads=payloads,
+            ),
+            result_type=dict,
+            task_queue=start.task_queue,
+            start_to_close_timeout=timedelta(seconds=start.turn_timeout),
+            heartbeat_timeout=timedelta(seconds=start.heartbeat_timeout),
+            retry_policy=_RETRY,
+        )
+        return machine.on_output(
+            check, checked["value"], checked["errors"], answered, self._session_id
+        )
 
     def _tool(self, use: ToolUse, *, decided: bool) -> Any:
         start = self._start

@@ -4,7 +4,7 @@
 would mean two), and every client built here has it. A data-plane call is never retried
 by botocore (:mod:`._signing`'s stand-in answer is a 200), only by the connection's own
 loop, which can tell the caller (``RESTART``); provisioning retries its idempotent
-control-plane reads itself, within its budget (``_provision._call``).
+control-plane reads itself, within its budget (``_waits.call``).
 """
 
 from __future__ import annotations

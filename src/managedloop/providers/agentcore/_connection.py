@@ -111,6 +111,15 @@ class AgentCoreConnection(ConnectionBase):
     def __repr__(self) -> str:
         return f"AgentCoreConnection(session_id={self.session_id!r})"
 
+    @property
+    def model(self) -> str | None:
+        """The model id each ``invoke_harness`` sends (its model union's ``modelId``), or
+        ``None``: the harness's own model."""
+        union = self._base.get("model")
+        config = next(iter(union.values()), None) if isinstance(union, Mapping) else None
+        model_id = config.get("modelId") if isinstance(config, Mapping) else None
+        return model_id if isinstance(model_id, str) else None
+
     def request_params(self, input: TurnInput) -> dict[str, Any]:
         """The ``invoke_harness`` keyword arguments for one turn input."""
         if isinstance(input, UserMessage):
@@ -179,6 +188,7 @@ class AgentCoreConnection(ConnectionBase):
                 idle_timeout=p.idle_timeout,
                 span_meta=meta,
                 inflight=self._inflight,
+                trace=True,
             )
             check = _converse.StreamCheck()  # a frame delivered twice is named, not merged
             try:

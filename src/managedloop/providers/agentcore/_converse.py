@@ -29,10 +29,26 @@ Protocol invariants this module relies on (``agentcore-wire.md`` §2, reference 
   the input invalid JSON (an error result; the tool never runs). Tolerated on purpose
   (reference goldens): ``metadata`` twice (the last wins), text after ``messageStop``, one
   tool id at two indices (merged), an index reused by another tool without a stop.
+
+Stop reasons (``HarnessStopReason``): ``end_turn``/``stop_sequence`` end the turn,
+``tool_use`` asks for the caller's tools, and every other value ends the request
+``terminated`` with a named :data:`REASONS` entry (the raw value stays in
+``stop_reason``): a harness limit (``max_iterations_exceeded``, ``timeout_exceeded``,
+``max_output_tokens_exceeded``, ``max_tokens``, ``model_context_window_exceeded``), a
+hook (``hook_stopped``), the model's output (``content_filtered``,
+``malformed_model_output``, ``malformed_tool_use``) or the turn itself (``interrupted``,
+``partial_turn``, ``tool_result``). An unknown value is ``host_stopped``.
+
+A ``hookEvent`` (a hook's allow or deny) is a :class:`HookDecision`; one of type
+``before_tool_call``/``after_tool_call`` names the tool block open when it arrived (the
+harness sends it between that tool's ``contentBlockStart`` and the next block). A
+``toolResult`` block (``contentBlockStart.start.toolResult`` plus ``toolResult`` deltas)
+is a server tool's result, kept as a :class:`~managedloop.results.ToolResult`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,13 +59,18 @@ from managedloop.results import RawEvent, Terminal, ToolResult, ToolUse, TurnRes
 from managedloop.tools import ToolDefinition
 
 __all__ = [
+    "REASONS",
+    "HookDecision",
     "ParsedTurn",
     "StreamCheck",
+    "hook_decisions",
     "inline_function",
     "merge_tools",
     "normalize",
     "parse",
+    "reason_of",
     "resume_messages",
+    "server_tool_results",
     "terminal",
     "text_delta",
     "user_message",
@@ -59,6 +80,24 @@ _CUSTOM_TYPES = (None, "tool_use")
 _END_TURN = frozenset({"end_turn", "stop_sequence"})
 
 
+REASONS: dict[str, str] = {
+    "hook_stopped": "a hook stopped the invocation (see hook_decisions)",
+    "max_iterations_exceeded": "the harness's maxIterations was reached",
+    "timeout_exceeded": "the harness's timeoutSeconds was reached",
+    "max_output_tokens_exceeded": "the harness's maxTokens was reached",
+    "max_tokens": "the model's output token limit was reached",
+    "model_context_window_exceeded": "the conversation no longer fits the model's context",
+    "content_filtered": "the model's output was filtered",
+    "malformed_model_output": "the model's output could not be read",
+    "malformed_tool_use": "the model asked for a tool in a form that could not be read",
+    "interrupted": "the invocation was interrupted",
+    "partial_turn": "the harness ended the turn part way",
+    "tool_result": "the turn ended on a tool result",
+}
+"""Every ``HarnessStopReason`` that ends a request ``terminated``, by the ``reason`` it
+gets (the same string); anything else unknown is ``host_stopped``."""
+
+
 def terminal(stop_reason: Any) -> Terminal:
     """``end_turn``/``stop_sequence``: end_turn; ``tool_use``: requires_action; else terminated."""
     if stop_reason in _END_TURN:
@@ -66,6 +105,39 @@ def terminal(stop_reason: Any) -> Terminal:
     if stop_reason == "tool_use":
         return Terminal.REQUIRES_ACTION
     return Terminal.TERMINATED
+
+
+def reason_of(stop_reason: Any) -> str | None:
+    """The named ``reason`` of a stop that ends a request ``terminated`` (see
+    :data:`REASONS`); ``None`` for ``end_turn``/``stop_sequence``/``tool_use``."""
+    if stop_reason in _END_TURN or stop_reason == "tool_use":
+        return None
+    if isinstance(stop_reason, str) and stop_reason in REASONS:
+        return stop_reason
+    return "host_stopped"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HookDecision:
+    """One ``hookEvent`` of an invoke: which hook, at which point, what it decided and,
+    for a tool-call hook, about which tool."""
+
+    name: str
+    """The hook's name (as configured in the harness's ``hooks``)."""
+    type: str
+    """``before_tool_call``, ``after_tool_call``, ``before_invocation`` or
+    ``after_invocation``."""
+    decision: str | None = None
+    """``allow`` or ``deny`` (``None`` when the hook reported none)."""
+    reason: str | None = None
+    tool_name: str | None = None
+    """For a tool-call hook: the tool block open when the hook's event arrived."""
+    tool_use_id: str | None = None
+    hook_event_id: str | None = None
+
+    @property
+    def denied(self) -> bool:
+        return self.decision == "deny"
 
 
 @dataclass(slots=True)
@@ -87,6 +159,9 @@ class ParsedTurn:
     text: str = ""
     tool_uses: list[ToolUse] = field(default_factory=list)
     server_tool_uses: list[ToolUse] = field(default_factory=list)
+    server_tool_results: list[ToolResult] = field(default_factory=list)
+    """Results of tools the harness ran itself (``toolResult`` blocks)."""
+    hooks: list[HookDecision] = field(default_factory=list)
     usage: dict[str, Any] | None = None
     assistant_content: list[dict[str, Any]] = field(default_factory=list)
     """Text and reasoning blocks of the last assistant message, to echo on resume."""
@@ -176,6 +251,10 @@ def parse(events: Iterable[Any]) -> ParsedTurn:
     usage: dict[str, Any] | None = None
     # The last assistant message's text and reasoning, by index, to echo back on resume.
     echo: dict[int | None, dict[str, Any]] = {}
+    results: dict[int | None, _ServerResult] = {}  # server tool results by block index
+    finished: list[_ServerResult] = []
+    hooks: list[HookDecision] = []
+    current: _Block | None = None  # the tool block open last (a tool-call hook names it)
     for event in events:
         check.feed(event)
         if not isinstance(event, Mapping):
@@ -196,8 +275,15 @@ def parse(events: Iterable[Any]) -> ParsedTurn:
                     block.fragments.append(fragment)
             elif "reasoningContent" in delta:
                 _reasoning(echo.setdefault(index, {"reasoningContent": {}}), delta)
+            elif "toolResult" in delta and index in results:
+                results[index].add(delta["toolResult"])
         elif "contentBlockStart" in event:
             body = _mapping(event["contentBlockStart"])
+            opened = _mapping(_mapping(body.get("start")).get("toolResult"))
+            if isinstance(opened.get("toolUseId"), str):
+                result = _ServerResult(opened["toolUseId"], opened.get("status") == "error")
+                results[_index(body.get("contentBlockIndex"))] = result
+                finished.append(result)
             start = _mapping(body.get("start")).get("toolUse")
             if isinstance(start, Mapping) and isinstance(start.get("toolUseId"), str):
                 uid = start["toolUseId"]
@@ -209,6 +295,13 @@ def parse(events: Iterable[Any]) -> ParsedTurn:
                     )
                     blocks[uid] = block
                 active[_index(body.get("contentBlockIndex"))] = block
+                current = block
+        elif "contentBlockStop" in event:
+            results.pop(_index(_mapping(event["contentBlockStop"]).get("contentBlockIndex")), None)
+        elif "hookEvent" in event:
+            hook = _hook(_mapping(event["hookEvent"]), current)
+            if hook is not None:
+                hooks.append(hook)
         elif "messageStop" in event:
             reason = _mapping(event["messageStop"]).get("stopReason")
             stop_reason = reason if isinstance(reason, str) else None
@@ -226,12 +319,55 @@ def parse(events: Iterable[Any]) -> ParsedTurn:
         text="".join(text),
         tool_uses=custom,
         server_tool_uses=server,
+        server_tool_results=[r.result() for r in finished],
+        hooks=hooks,
         usage=usage,
         assistant_content=[c for c in content if c.get("text") or c.get("reasoningContent")],
     )
 
 
 _EMPTY: Mapping[str, Any] = {}
+
+
+@dataclass(slots=True)
+class _ServerResult:
+    tool_use_id: str
+    is_error: bool
+    parts: list[str] = field(default_factory=list)
+
+    def add(self, delta: Any) -> None:
+        for item in delta if isinstance(delta, list) else ():
+            part = _mapping(item)
+            if isinstance(part.get("text"), str):
+                self.parts.append(part["text"])
+            elif "json" in part:
+                self.parts.append(json.dumps(part["json"], sort_keys=True, default=str))
+
+    def result(self) -> ToolResult:
+        return ToolResult(
+            tool_use_id=self.tool_use_id, text="".join(self.parts), is_error=self.is_error
+        )
+
+
+def _hook(body: Mapping[str, Any], current: _Block | None) -> HookDecision | None:
+    name, kind = body.get("name"), body.get("type")
+    if not isinstance(name, str) or not isinstance(kind, str):
+        return None
+    tool = current if kind in ("before_tool_call", "after_tool_call") else None
+
+    def text(key: str) -> str | None:
+        value = body.get(key)
+        return value if isinstance(value, str) else None
+
+    return HookDecision(
+        name=name,
+        type=kind,
+        decision=text("decision"),
+        reason=text("reason"),
+        tool_name=tool.name if tool is not None else None,
+        tool_use_id=tool.id if tool is not None else None,
+        hook_event_id=text("hookEventId"),
+    )
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -272,10 +408,13 @@ def turn_result(parsed: ParsedTurn, events: Sequence[RawEvent]) -> TurnResult:
         usage = Usage(
             input_tokens=_tokens(parsed.usage.get("inputTokens")),
             output_tokens=_tokens(parsed.usage.get("outputTokens")),
+            cache_read_input_tokens=_tokens(parsed.usage.get("cacheReadInputTokens")),
+            cache_creation_input_tokens=_tokens(parsed.usage.get("cacheWriteInputTokens")),
             raw=[parsed.usage],
         )
     return TurnResult(
         terminal=terminal(parsed.stop_reason),
+        reason=reason_of(parsed.stop_reason),
         stop_reason=parsed.stop_reason,
         text=parsed.text,
         custom_tool_uses=parsed.tool_uses,
@@ -283,6 +422,24 @@ def turn_result(parsed: ParsedTurn, events: Sequence[RawEvent]) -> TurnResult:
         usage=usage,
         events=list(events),
     )
+
+
+def _events_of(source: Any) -> Sequence[Any]:
+    events = getattr(source, "events", source)
+    return events if isinstance(events, Sequence) else list(events)
+
+
+def hook_decisions(source: Any) -> list[HookDecision]:
+    """Every hook decision of a result (a ``SessionResult`` or ``TurnResult``: its
+    ``events``) or of a sequence of raw events, in order; ``[d for d in ... if d.denied]``
+    are the denials, each naming its hook and, for a tool-call hook, the tool."""
+    return parse(_events_of(source)).hooks
+
+
+def server_tool_results(source: Any) -> list[ToolResult]:
+    """The results of the tools the harness ran itself (``toolResult`` blocks), in order,
+    of a result or a sequence of raw events (their uses are ``server_tool_uses``)."""
+    return parse(_events_of(source)).server_tool_results
 
 
 def text_delta(event: RawEvent) -> str | None:

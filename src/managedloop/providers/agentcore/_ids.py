@@ -95,13 +95,18 @@ class AgentCoreHandle:
     harness_arn: str
     harness_id: str
     harness_name: str | None = None
+    harness_version: str | None = None
+    """The version provisioning made or found (``provision(update=True)``), else ``None``."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "harness_arn": self.harness_arn,
             "harness_id": self.harness_id,
             "harness_name": self.harness_name,
         }
+        if self.harness_version is not None:
+            out["harness_version"] = self.harness_version
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AgentCoreHandle:
@@ -109,6 +114,7 @@ class AgentCoreHandle:
             harness_arn=data["harness_arn"],
             harness_id=data["harness_id"],
             harness_name=data.get("harness_name"),
+            harness_version=data.get("harness_version"),
         )
 
 

@@ -19,7 +19,7 @@ Service rules the provider applies (``agentcore-wire.md``, reference §3.3-3.7):
 
 Import direction: this module imports every other module of the package, and none of them
 imports it back; they reach the provider through small Protocols
-(:class:`~._connection.InvokeSettings`, :class:`~._provision.ControlPlane`,
+(:class:`~._connection.InvokeSettings`, :class:`~._waits.ControlPlane`,
 :class:`~._artifacts.CommandRunner`).
 """
 
@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import hashlib
 import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import anyio
@@ -38,12 +38,19 @@ from managedloop import _validate, telemetry
 from managedloop.config import MISSING
 from managedloop.errors import InvalidOptionsError, ManagedLoopError, ProviderError
 from managedloop.hosts import OpenRequest
-from managedloop.providers.agentcore import _commands, _converse, _provision
+from managedloop.providers.agentcore import _commands, _converse, _provision, _versions
 from managedloop.providers.agentcore._artifacts import SessionStorage
 from managedloop.providers.agentcore._clients import Clients, request_meta
 from managedloop.providers.agentcore._commands import DEFAULT_COMMAND_IDLE_TIMEOUT, OutputCallback
 from managedloop.providers.agentcore._connection import AgentCoreConnection
 from managedloop.providers.agentcore._errors import map_error, raise_mapped
+from managedloop.providers.agentcore._harness_body import CLAUDE_ONLY, model_of
+from managedloop.providers.agentcore._harness_config import (
+    INVOKE_KEYS,
+    check_shape,
+    harness_settings,
+    host_tools,
+)
 from managedloop.providers.agentcore._ids import (
     arn_of,
     harness_id_of,
@@ -51,6 +58,9 @@ from managedloop.providers.agentcore._ids import (
     validate_endpoint_name,
     validate_runtime_session_id,
 )
+from managedloop.providers.agentcore._lifecycle import AgentCoreLifecycle
+from managedloop.providers.agentcore._teardown import teardown
+from managedloop.provisioning.specs import AgentSpec, refuse_fields
 from managedloop.results import CommandResult
 
 __all__ = ["BedrockAgentCore"]
@@ -289,18 +299,45 @@ class BedrockAgentCore:
             sid, resumed = self.runtime_session_id, False
         else:
             sid, resumed = new_runtime_session_id(), False
+        spec_params, server_tools = _spec_invoke(request.spec)
+        if spec_params or server_tools:  # the spec's own part, before GetHarness is read
+            check_shape(
+                "bedrock-agentcore",
+                "InvokeHarness",
+                {
+                    "harnessArn": arn,
+                    "runtimeSessionId": sid,
+                    "messages": _converse.user_message("-"),
+                    **spec_params,
+                    **({"tools": server_tools} if server_tools else {}),
+                },
+                option="spec",
+            )
         tools: list[dict[str, Any]] | None = None
         allowed: list[str] | None = None
-        if request.tools:
+        if request.tools or server_tools:
             info = await self._harness_tools(arn)
-            tools = _converse.merge_tools(info.get("tools") or [], request.tools)
+            names = {t.get("name") for t in server_tools}
+            kept = [t for t in info.get("tools") or [] if t.get("name") not in names]
+            tools = _converse.merge_tools([*kept, *server_tools], request.tools)
             deployed = info.get("allowedTools")
             if deployed and "*" not in deployed:
                 allowed = [*deployed, *(t.name for t in request.tools)]
         system = self.system_prompt
         if system is MISSING:
             system = request.spec.system_prompt if request.spec is not None else None
-        params = self._session_params(arn, sid, tools=tools, allowed=allowed, system=system)
+        params = {
+            **spec_params,
+            **self._session_params(arn, sid, tools=tools, allowed=allowed, system=system),
+        }
+        if "allowedTools" in spec_params:  # the spec's own list wins over the harness's
+            params["allowedTools"] = spec_params["allowedTools"]
+        check_shape(
+            "bedrock-agentcore",
+            "InvokeHarness",
+            {**params, "messages": _converse.user_message("-")},
+            option="spec",
+        )
         pending = request.pending.host_state if request.pending is not None else None
         return AgentCoreConnection(self, params=params, resumed=resumed, pending_state=pending)
 
@@ -387,7 +424,6 @@ class BedrockAgentCore:
         self, operation: str, *, read_timeout: float | None = None, **params: Any
     ) -> dict[str, Any]:
         """One control-plane call in a worker thread, with ``agent_core.request`` telemetry."""
-        meta = request_meta(operation)
 
         def call() -> dict[str, Any]:
             client, owned = self.clients.control(read_timeout=read_timeout)
@@ -398,24 +434,108 @@ class BedrockAgentCore:
                 if owned:
                     client.close()
 
+        return await self._botocore_call(operation, call, self.clients.control_endpoint_url)
+
+    async def _botocore_call(
+        self, operation: str, call: Callable[[], dict[str, Any]], endpoint: str | None
+    ) -> dict[str, Any]:
+        """``call()`` (one botocore request) in a worker thread, errors mapped and scrubbed."""
+        meta = request_meta(operation)
+
         secrets = self.clients.secrets()
         with telemetry.span("agent_core.request", meta) as extra:
             failure: tuple[ManagedLoopError, Exception] | None = None
             try:
                 result = await anyio.to_thread.run_sync(call)
             except Exception as exc:
-                mapped = map_error(
-                    exc,
-                    operation=operation,
-                    secrets=secrets,
-                    endpoint=self.clients.control_endpoint_url,
-                )
+                mapped = map_error(exc, operation=operation, secrets=secrets, endpoint=endpoint)
                 extra["status"] = mapped.context.get("status")
                 failure = (mapped, exc)
             if failure is not None:
                 raise_mapped(*failure, secrets)  # outside the except: no __context__ leak
             extra["status"] = result.get("ResponseMetadata", {}).get("HTTPStatusCode", 200)
             return result
+
+    async def stop_runtime_session(
+        self, session_id: str, *, harness_arn: str | None = None, qualifier: str | None = None
+    ) -> dict[str, Any]:
+        """End a runtime session's microVM now (``StopRuntimeSession``) rather than at its
+        idle timeout: its conversation and session storage go with it. Returns
+        ``{"runtime_session_id", "status_code"}``."""
+        validate_runtime_session_id(session_id, option="session_id")
+        arn = harness_arn or self.harness_arn
+        if arn is None:
+            raise InvalidOptionsError(
+                "stop_runtime_session needs harness_arn=", option="harness_arn"
+            )
+        harness_id_of(arn)
+        params: dict[str, Any] = {"agentRuntimeArn": arn, "runtimeSessionId": session_id}
+        if qualifier is not None:
+            validate_endpoint_name(qualifier)
+            params["qualifier"] = qualifier
+
+        def call() -> dict[str, Any]:
+            result: dict[str, Any] = self.clients.data().stop_runtime_session(**params)
+            return result
+
+        result = await self._botocore_call("stop_runtime_session", call, None)
+        return {
+            "runtime_session_id": result.get("runtimeSessionId", session_id),
+            "status_code": result.get("statusCode"),
+        }
+
+    # -------------------------------------------------------------- versions and endpoints
+
+    async def harness_versions(self, harness: Any = None) -> list[dict[str, Any]]:
+        """Every version of a harness (default: this provider's), newest first as listed."""
+        return await _versions.harness_versions(self, harness or self._own_harness())
+
+    async def list_endpoints(self, harness: Any = None) -> list[dict[str, Any]]:
+        return await _versions.list_endpoints(self, harness or self._own_harness())
+
+    async def create_endpoint(
+        self,
+        name: str,
+        *,
+        harness: Any = None,
+        target_version: str | None = None,
+        description: str | None = None,
+    ) -> dict[str, Any]:
+        """Create endpoint ``name`` (pinned to ``target_version``, else the latest)."""
+        return await _versions.create_endpoint(
+            self,
+            harness or self._own_harness(),
+            name,
+            target_version=target_version,
+            description=description,
+        )
+
+    async def update_endpoint(
+        self,
+        name: str,
+        *,
+        harness: Any = None,
+        target_version: str | None = None,
+        description: str | None = None,
+    ) -> dict[str, Any]:
+        """Point endpoint ``name`` at ``target_version`` (or change its description)."""
+        return await _versions.update_endpoint(
+            self,
+            harness or self._own_harness(),
+            name,
+            target_version=target_version,
+            description=description,
+        )
+
+    async def delete_endpoint(self, name: str, *, harness: Any = None) -> dict[str, Any]:
+        return await _versions.delete_endpoint(self, harness or self._own_harness(), name)
+
+    def _own_harness(self) -> str:
+        if self.harness_arn is None:
+            raise InvalidOptionsError(
+                "pass harness= (or build the provider with harness_arn=)", option="harness"
+            )
+        return self.harness_arn
 
     # -------------------------------------------------------------- commands
 
@@ -463,13 +583,41 @@ class BedrockAgentCore:
 
     async def teardown(self, handle: Any, **options: Any) -> Any:
         """Delete a provisioned harness (asynchronous on AWS: it goes DELETING first)."""
-        return await _provision.teardown(self, handle, **options)
+        return await teardown(self, handle, **options)
 
     @contextlib.asynccontextmanager
-    async def lifecycle(self) -> AsyncIterator[_provision.AgentCoreLifecycle]:
+    async def lifecycle(self) -> AsyncIterator[AgentCoreLifecycle]:
         """This host for the lifecycle verbs (``ml.ensure_agent``, ``ml.prune_agents``...)."""
         account = hashlib.sha256(repr(self.cache_identity()).encode()).hexdigest()[:16]
-        yield _provision.AgentCoreLifecycle(self, account)
+        yield AgentCoreLifecycle(self, account)
+
+
+def _spec_invoke(spec: AgentSpec | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """What a spec run against an existing harness sends on every ``InvokeHarness`` (the
+    provider's own options win): its model, ``timeout_seconds``, the per-invocation
+    members of ``harness_config`` and its host tools. A field an invocation cannot carry
+    is refused here, before any request (see docs/agentcore.md for the table)."""
+    if spec is None:
+        return {}, []
+    refuse_fields(spec, "agentcore", CLAUDE_ONLY)
+    settings = harness_settings(spec)
+    only = sorted(set(settings) - set(INVOKE_KEYS))
+    if only:
+        raise InvalidOptionsError(
+            f"harness_config {', '.join(only)} exist only on a harness, not per invocation: "
+            "provision the spec (ml.ensure_agent or BedrockAgentCore.provision) and run the "
+            "handle",
+            code="unsupported_spec_field",
+            option="harness_config",
+            host="agentcore",
+        )
+    params: dict[str, Any] = dict(settings)
+    model = model_of(spec)
+    if model is not None:
+        params["model"] = model
+    if spec.timeout_seconds is not None:
+        params["timeoutSeconds"] = spec.timeout_seconds
+    return params, host_tools(spec)
 
 
 class _Flight:

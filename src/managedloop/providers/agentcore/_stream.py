@@ -26,6 +26,7 @@ from managedloop.providers.agentcore._decoding import EventDecoder, client_error
 from managedloop.providers.agentcore._errors import map_error, raise_mapped, redirect_refused
 from managedloop.providers.agentcore._redact import scrubbed
 from managedloop.providers.agentcore._signing import prepare_request, refresh_credentials
+from managedloop.providers.agentcore._trace import trace_params
 
 __all__ = ["stream_call"]
 
@@ -71,6 +72,7 @@ async def stream_call(
     stream_code: str = "harness_stream_error",
     span_meta: dict[str, Any] | None = None,
     inflight: set[Callable[[], None]] | None = None,
+    trace: bool = False,
 ) -> AsyncGenerator[dict[str, Any], None]:
     """One streamed data-plane call (``operation`` is the client method name); yields its
     events live, decoded as their bytes arrive.
@@ -82,7 +84,8 @@ async def stream_call(
     ``idle_timeout`` seconds (headers included). Stopping early (cancellation, a ``run``
     timeout, ``aclose``) closes the connection, and so does calling the abort function
     registered in ``inflight`` while it runs (a connection's ``aclose`` uses it when the
-    consumer was torn down between events).
+    consumer was torn down between events). ``trace``: add the current span's trace
+    context (:func:`._trace.trace_params`, read inside this call's own span).
     """
     secrets = clients.secrets()
     failure: tuple[ManagedLoopError, Exception] | None = None
@@ -90,6 +93,8 @@ async def stream_call(
         try:
             wire = clients.wire()
             await refresh_credentials(wire.credentials)
+            if trace:
+                params = {**params, **trace_params()}
             request = prepare_request(wire.client, operation, params)
             headers = {
                 k: v.decode() if isinstance(v, bytes) else v for k, v in request.headers.items()

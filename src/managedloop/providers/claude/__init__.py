@@ -27,6 +27,7 @@ from managedloop.providers.claude._provision import (
     ClaudeHandle,
     normalize_model_id,
 )
+from managedloop.providers.claude._selfhosted import SandboxWorker, SelfHostedEnvironment
 from managedloop.providers.claude._wire import interrupt_event, tool_confirmation
 
 __all__ = [
@@ -36,6 +37,8 @@ __all__ = [
     "ClaudeArtifactStore",
     "ClaudeHandle",
     "ClaudeManagedAgents",
+    "SandboxWorker",
+    "SelfHostedEnvironment",
     "agent_toolset",
     "interrupt_event",
     "mcp_toolset",

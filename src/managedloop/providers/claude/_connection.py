@@ -267,6 +267,8 @@ class ClaudeConnection(ConnectionBase):
         self._gate_open = True
         self._closed = False
         self._last_drop: _DropError | None = None
+        self.closers: list[Callable[[], Awaitable[None]]] = []
+        """Run (shielded) first thing in :meth:`aclose`: what lives as long as the session."""
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -287,6 +289,10 @@ class ClaudeConnection(ConnectionBase):
 
     async def aclose(self) -> None:
         self._closed = True
+        closers, self.closers = self.closers, []
+        for close in closers:  # e.g. the session's in-process self-hosted worker
+            with anyio.CancelScope(shield=True):
+                await close()
         stream, self._stream = self._stream, None
         if stream is not None:
             await stream.aclose()
@@ -589,6 +595,15 @@ class ClaudeConnection(ConnectionBase):
         if not ids:
             return True
         ids = [i for i in ids if i not in self._decided]  # a confirmation is final
+        # A self-hosted sandbox's built-in tool use is its worker's to answer (a
+        # user.tool_result), not the loop's: the session carries on once it has.
+        ids = [
+            i
+            for i in ids
+            if i not in self._host_uses or not _wire.is_sandbox_use(self._host_uses[i])
+        ]
+        if not ids:
+            return False
         if not all(i in self._tool_uses and i in self._answered for i in ids):
             return True  # something is really awaited: the loop answers it
         unconfirmed = [i for i in ids if i not in self._confirmed]

@@ -22,6 +22,7 @@ the spec's full digest is also stored in the agent's ``metadata`` (``managedloop
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import hashlib
@@ -41,6 +42,7 @@ from managedloop.errors import (
     InvalidOptionsError,
     ManagedLoopError,
     ProviderError,
+    UnsupportedError,
 )
 from managedloop.hosts import OpenRequest
 from managedloop.providers.claude import _files, _provision
@@ -66,6 +68,8 @@ from managedloop.providers.claude._provision import (
     id_of,
     normalize_model_id,
 )
+from managedloop.providers.claude._sandbox_tools import BUILTIN_TOOL_NAMES
+from managedloop.providers.claude._selfhosted import SandboxWorker, SelfHostedEnvironment
 from managedloop.provisioning.specs import AgentSpec
 
 if TYPE_CHECKING:
@@ -221,6 +225,8 @@ class ClaudeManagedAgents:
                 option="agent",
             )
         self.environment = environment
+        self.self_hosted = environment if isinstance(environment, SelfHostedEnvironment) else None
+        """The self-hosted environment this process serves in-process (``_selfhosted``)."""
         self.environment_id = id_of(environment, "environment_id")
         self._environment_spec = (
             None if self.environment_id is not None else coerce_environment(environment)
@@ -363,8 +369,17 @@ class ClaudeManagedAgents:
             except BaseException:
                 await conn.aclose()
                 raise
+            # A reattached session on the self-hosted environment this process serves gets
+            # its worker back (its environment is not re-read: a worker for another
+            # environment's session finds no item of it and stays idle).
+            resumed = self._sandbox_worker(request, lease.client, None)
+            if resumed is not None:
+                self._serve_sandbox(resumed, conn)
             return conn
         agent_id, environment_id = await self._resolve_agent(request)
+        sandbox = self._sandbox_worker(request, lease.client, environment_id)
+        if sandbox is not None:
+            await sandbox.check_key()  # a refused key fails here, before a session waits
         body: dict[str, Any] = {"agent": agent_id, "environment_id": environment_id}
         if self.session_title is not None:
             body["title"] = self.session_title
@@ -405,10 +420,75 @@ class ClaudeManagedAgents:
         )
         try:
             await conn.start()
+            if sandbox is not None:
+                self._serve_sandbox(sandbox, conn)
         except BaseException:
             await conn.aclose()
             raise
         return conn
+
+    def _sandbox_worker(
+        self, request: OpenRequest, client: anthropic.AsyncAnthropic, environment_id: str | None
+    ) -> SandboxWorker | None:
+        """The in-process worker of a self-hosted environment this process serves (see
+        ``_selfhosted``), or ``None``; ``environment_id`` is the session's (``None``: not
+        known, a reattach). Checked before the session is created."""
+        options = (
+            request.environment
+            if isinstance(request.environment, SelfHostedEnvironment)
+            else self.self_hosted
+        )
+        if options is None or environment_id not in (None, options.environment_id):
+            return None
+        clash = sorted(BUILTIN_TOOL_NAMES & {d.name for d in request.tools})
+        if clash:
+            # The worker dispatches by name: a custom tool named like a built-in one would
+            # be answered twice (by the worker and by the loop).
+            raise InvalidOptionsError(
+                f"custom tools {clash} share a name with a built-in tool the self-hosted "
+                "worker runs; rename them",
+                code="tool_name_collision",
+                option="tools",
+            )
+        secret = self._api_secret()
+        return SandboxWorker(client, options, secrets=[secret] if secret else [])
+
+    @staticmethod
+    def _serve_sandbox(worker: SandboxWorker, conn: ClaudeConnection) -> None:
+        """Run ``worker`` for the session until the connection closes."""
+        assert conn.session_id is not None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError as exc:  # pragma: no cover - a trio loop
+            raise UnsupportedError(
+                "the in-process self-hosted worker runs on asyncio", code="unsupported"
+            ) from exc
+        # Level-triggered cancellation (an anyio scope), not one task.cancel(): the SDK
+        # shields the item's stop, and a one-shot cancel landing inside that shield would be
+        # spent there, leaving the worker polling and the close waiting on it.
+        scope = anyio.CancelScope()
+        session_id = conn.session_id
+
+        async def serve() -> None:
+            with scope:
+                await worker.serve_session(session_id)
+
+        task = loop.create_task(serve())
+
+        async def stop() -> None:
+            scope.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+        conn.closers.append(stop)
+
+    def _api_secret(self) -> str | None:
+        """The organisation credential in use (kept out of every tool subprocess)."""
+        user = self._clients.user_client
+        if user is not None:
+            secret = getattr(user, "api_key", None) or getattr(user, "auth_token", None)
+            return secret if isinstance(secret, str) else None
+        return self._settings.api_key.reveal() if self._settings.api_key is not None else None
 
     # -- provisioning (see _provision) ---------------------------------------------------
     @_leased

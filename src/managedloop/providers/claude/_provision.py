@@ -41,7 +41,7 @@ from managedloop.provisioning.handles import AgentHandle, EnvironmentHandle
 from managedloop.provisioning.lifecycle import Listed
 from managedloop.provisioning.names import CLAUDE
 from managedloop.provisioning.runtimes import required_hosts
-from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
+from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec, refuse_fields
 
 logger = logging.getLogger("managedloop.providers.claude")
 
@@ -248,6 +248,7 @@ def _agent_body(spec: AgentSpec, agent_name: str, digest: str) -> dict[str, Any]
             "(bound a Claude session with run(timeout=...) or a session budget)",
             option="timeout_seconds",
         )
+    refuse_fields(spec, "claude", {"harness_config": "AgentCore harness settings"})
     model_id = normalize_model_id(model)
     body: dict[str, Any] = {
         "name": agent_name,

@@ -10,7 +10,13 @@ Protocol facts relied on (see ``cma-wire.md`` §2-§4):
   refer to ``agent.custom_tool_use`` events of an *earlier* batch, so they are resolved
   against every tool use the connection has seen, not only the current turn's;
 * usage is per model request, in ``span.model_request_end.model_usage``;
-* an unknown idle stop reason ends the turn as ``terminated`` (as the SDK's runner does).
+* an unknown idle stop reason ends the turn as ``terminated`` (as the SDK's runner does);
+* a built-in ``agent.tool_use`` that a ``requires_action`` names with
+  ``evaluated_permission: "allow"`` is a **self-hosted sandbox's** to answer (with a
+  ``user.tool_result`` from the environment's worker): a cloud environment runs allowed
+  built-in tools itself and never blocks on them, so such a use is neither a custom tool
+  use nor a host approval. Only a use held with ``ask`` is a host approval (on a
+  self-hosted environment too: once confirmed, the worker runs it).
 
 Text: the text blocks of one ``agent.message`` are concatenated with no separator (they are
 one message); the messages of a turn are joined with ``"\\n"``.
@@ -44,10 +50,12 @@ __all__ = [
     "event_key",
     "fresh",
     "interrupt",
+    "is_sandbox_use",
     "message_text",
     "normalize",
     "terminal_of",
     "tool_confirmation",
+    "tool_result",
     "tool_use_of",
     "unanswered_tool_uses",
     "user_message",
@@ -59,6 +67,8 @@ BOUNDARY_TYPES = frozenset(
 CUSTOM_TOOL_USE = "agent.custom_tool_use"
 CUSTOM_TOOL_RESULT = "user.custom_tool_result"
 SERVER_TOOL_USES = frozenset({"agent.tool_use", "agent.mcp_tool_use"})
+SANDBOX_TOOL_USE = "agent.tool_use"
+SANDBOX_TOOL_RESULT = "user.tool_result"
 _NON_FINAL_ERRORS = frozenset({"retrying", "exhausted"})
 _OUTCOME_TERMINAL = {
     "satisfied": Terminal.END_TURN,
@@ -80,6 +90,23 @@ def custom_tool_result(tool_use_id: str, text: str, is_error: bool = False) -> d
         "content": [{"type": "text", "text": text}],
         "is_error": bool(is_error),
     }
+
+
+def tool_result(tool_use_id: str, text: str, is_error: bool = False) -> dict[str, Any]:
+    """``user.tool_result``: a self-hosted worker's answer to a built-in ``agent.tool_use``
+    (valid only on a ``self_hosted`` environment)."""
+    return {
+        "type": SANDBOX_TOOL_RESULT,
+        "tool_use_id": tool_use_id,
+        "content": [{"type": "text", "text": text or "(no output)"}],
+        "is_error": bool(is_error),
+    }
+
+
+def is_sandbox_use(event: Mapping[str, Any]) -> bool:
+    """Whether ``event`` is a built-in tool use a self-hosted worker answers (see the
+    module docstring): an ``agent.tool_use`` the host evaluated ``allow``."""
+    return event.get("type") == SANDBOX_TOOL_USE and event.get("evaluated_permission") == "allow"
 
 
 def result_event(result: ToolResult) -> dict[str, Any]:
@@ -304,7 +331,7 @@ def normalize(
                     if eid in lookup:
                         custom.append(tool_use_of(lookup[eid]))
                         done.add(eid)
-                    elif eid in hosted:
+                    elif eid in hosted and not is_sandbox_use(hosted[eid]):
                         held.append(approval_request(hosted[eid]))
                         done.add(eid)
     if terminal is Terminal.END_TURN:

@@ -226,6 +226,11 @@ class LocalConnection(ConnectionBase):
 
     interrupts_by_cancel = True
 
+    @property
+    def model(self) -> str:
+        """The model id every request of this conversation sends."""
+        return self._model
+
     def __init__(
         self,
         *,

@@ -30,6 +30,7 @@ from managedloop.providers.local._http import ClientPool, OpenAIChat, redact_url
 from managedloop.providers.local._profiles import Profile, resolve_profile
 from managedloop.providers.local._transports import AsyncTransport, HttpTransport
 from managedloop.providers.local._types import ChatFunction, History, encode
+from managedloop.provisioning.specs import refuse_fields
 
 __all__ = ["ANTHROPIC_PREFIX", "DEFAULT_BASE_URL", "Local", "set_testing"]
 
@@ -359,6 +360,8 @@ class Local:
                 option="environment",
             )
         spec = request.spec
+        if spec is not None:
+            refuse_fields(spec, "local", _HOST_ONLY)  # refuse or honour, never drop
         spec_config: Mapping[str, Any] = spec.model_config if spec is not None else {}
         model = self.model or (spec.model if spec is not None else None)
         if model is None and isinstance(spec_config.get("model"), str):
@@ -427,5 +430,13 @@ class Local:
             null_content=self.profile.null_content and chat is self._http,
         )
 
+
+_HOST_ONLY = {
+    "host_tools": "host-run tools need a managed host; a Local agent's tools are AgentSpec.tools",
+    "effort": "a Claude agent setting (a Local model's settings go in model_config)",
+    "execution_identity": "a Claude agent setting; a Local tool runs in this process",
+    "timeout_seconds": "an AgentCore harness setting; bound a Local run with run(timeout=...)",
+    "harness_config": "AgentCore harness settings",
+}
 
 _ACCEPTED = tuple(inspect.signature(Local.__init__).parameters)[1:-1]  # not self, **unknown

@@ -15,15 +15,23 @@ from typing import Any
 from aiohttp import web
 
 from managedloop.testing._agentcore.faults import AgentCoreFaults
+from managedloop.testing._agentcore.models import model_problem
 from managedloop.testing._agentcore.responses import create_failure, error
 from managedloop.testing._agentcore.state import Account, Endpoint, Harness, endpoint_view
 
-__all__ = ["ControlPlane"]
+__all__ = ["ControlPlane", "body_model_problem"]
 
 # Applied with fullmatch, as the service does (``$`` would accept a trailing newline).
 _HARNESS_NAME_RE = re.compile(r"[a-zA-Z][a-zA-Z0-9_]{0,39}")
 _ENDPOINT_NAME_RE = re.compile(r"[a-zA-Z][a-zA-Z0-9_]{0,47}")
 _ROLE_RE = re.compile(r"arn:aws(-[^:]+)?:iam::\d{12}:role/[\w+=,.@/-]+")
+
+
+def body_model_problem(body: Mapping[str, Any]) -> str | None:
+    """Bedrock's refusal of the body's ``bedrockModelConfig.modelId`` (:mod:`.models`)."""
+    model = body.get("model")
+    config = model.get("bedrockModelConfig") if isinstance(model, Mapping) else None
+    return model_problem(config.get("modelId")) if isinstance(config, Mapping) else None
 
 
 class ControlPlane:
@@ -58,12 +66,19 @@ class ControlPlane:
             if harness is not None and harness.status(now) is None:
                 harness = None
         if n == 2:
-            op = {"GET": "GetHarness", "DELETE": "DeleteHarness"}.get(method, "Unknown")
+            op = {"GET": "GetHarness", "DELETE": "DeleteHarness", "PATCH": "UpdateHarness"}.get(
+                method, "Unknown"
+            )
             record(op)
             if harness is None:
                 return error(404, "ResourceNotFoundException", f"harness {parts[1]} not found")
             if method == "GET":
-                return web.json_response({"harness": harness.view(now)})
+                version = request.query.get("harnessVersion")
+                if version is not None and harness.body_of(version) is None:
+                    return error(404, "ResourceNotFoundException", f"no version {version}")
+                return web.json_response({"harness": harness.view(now, version)})
+            if method == "PATCH":
+                return self.update_harness(harness, body, now)
             if method == "DELETE":
                 with self.account.lock:
                     if harness.deleting_since is None:
@@ -71,12 +86,18 @@ class ControlPlane:
                         harness.delete_after = self.faults().delete_after
                         harness.delete_outcome = self.faults().delete_outcome
                 return web.json_response({"harness": harness.view(now)})
+        if n == 3 and parts[2] == "versions" and method == "GET":
+            record("ListHarnessVersions")
+            if harness is None:
+                return error(404, "ResourceNotFoundException", f"harness {parts[1]} not found")
+            return web.json_response({"harnessVersions": self.versions(harness, now)})
         if n >= 3 and parts[2] == "endpoints":
             op = {
                 ("GET", 3): "ListHarnessEndpoints",
                 ("POST", 3): "CreateHarnessEndpoint",
                 ("GET", 4): "GetHarnessEndpoint",
                 ("DELETE", 4): "DeleteHarnessEndpoint",
+                ("PATCH", 4): "UpdateHarnessEndpoint",
             }.get((method, n), "Unknown")
             record(op)
             if harness is None:
@@ -85,6 +106,9 @@ class ControlPlane:
                 name = body.get("endpointName", "")
                 if not isinstance(name, str) or not _ENDPOINT_NAME_RE.fullmatch(name):
                     return error(400, "ValidationException", "invalid endpointName")
+                target = body.get("targetVersion")
+                if target is not None and harness.body_of(str(target)) is None:
+                    return error(400, "ValidationException", f"no harness version {target}")
                 with self.account.lock:
                     if name in harness.endpoints:
                         return error(409, "ConflictException", f"endpoint {name} exists")
@@ -94,6 +118,8 @@ class ControlPlane:
                         absent_for=0.0,
                         ready_after=self.faults().endpoint_ready_after,
                         outcome=self.faults().endpoint_outcome,
+                        target_version=str(target) if target is not None else harness.version,
+                        description=body.get("description"),
                     )
                     harness.endpoints[name] = ep
                 return web.json_response({"endpoint": endpoint_view(harness, ep, now)}, status=201)
@@ -110,6 +136,15 @@ class ControlPlane:
                     return error(404, "ResourceNotFoundException", f"endpoint {parts[3]} not found")
                 if op == "DeleteHarnessEndpoint":
                     ep2.fixed = "DELETING"
+                if op == "UpdateHarnessEndpoint":
+                    target = body.get("targetVersion")
+                    if target is not None and harness.body_of(str(target)) is None:
+                        return error(400, "ValidationException", f"no harness version {target}")
+                    with self.account.lock:
+                        if target is not None:
+                            ep2.target_version = str(target)
+                        if body.get("description") is not None:
+                            ep2.description = body["description"]
                 return web.json_response({"endpoint": endpoint_view(harness, ep2, now)})
         return error(404, "UnknownOperationException", f"no route for {method} {request.path}")
 
@@ -129,6 +164,9 @@ class ControlPlane:
                 "satisfy constraint: Member must satisfy regular expression pattern: "
                 "[a-zA-Z][a-zA-Z0-9_]{0,39}",
             )
+        problem = body_model_problem(body)
+        if problem is not None:
+            return error(400, "ValidationException", problem)
         role = body.get("executionRoleArn")
         if not isinstance(role, str) or not _ROLE_RE.fullmatch(role):
             return error(
@@ -149,6 +187,7 @@ class ControlPlane:
                 outcome=f.harness_outcome,
                 delete_after=f.delete_after,
                 delete_outcome=f.delete_outcome,
+                tags=dict(body.get("tags") or {}),
             )
             harness.endpoints["DEFAULT"] = Endpoint(
                 name="DEFAULT",
@@ -161,6 +200,65 @@ class ControlPlane:
         if failing and f.create_status is not None:
             return create_failure(f.create_status)
         return web.json_response({"harness": harness.view(now)}, status=201)
+
+    def update_harness(self, harness: Harness, body: dict[str, Any], now: float) -> web.Response:
+        """A new version: the given members replace the latest's (``optionalValue``
+        wrappers unwrapped; an empty wrapper clears the member)."""
+        status = harness.status(now)
+        if status != "READY":
+            return error(409, "ConflictException", f"harness is {status}")
+        problem = body_model_problem(body)
+        if problem is not None:
+            return error(400, "ValidationException", problem)
+        role = body.get("executionRoleArn")
+        if role is not None and not (isinstance(role, str) and _ROLE_RE.fullmatch(role)):
+            return error(400, "ValidationException", f"Value {role!r} at 'executionRoleArn'")
+        with self.account.lock:
+            new = dict(harness.body)
+            for key, value in body.items():
+                if key in ("clientToken", "harnessId"):
+                    continue
+                if isinstance(value, Mapping) and set(value) <= {"optionalValue"}:
+                    if "optionalValue" in value:
+                        new[key] = value["optionalValue"]
+                    else:
+                        new.pop(key, None)
+                else:
+                    new[key] = value
+            harness.versions.append(harness.body)
+            harness.body = new
+            ready_after = self.faults().harness_ready_after
+            harness.updating_until = now + ready_after if ready_after else None
+        return web.json_response({"harness": harness.view(now)})
+
+    def versions(self, harness: Harness, now: float) -> list[dict[str, Any]]:
+        count = len(harness.versions) + 1
+        return [
+            {
+                "harnessId": harness.id,
+                "harnessName": harness.name,
+                "arn": harness.arn,
+                "harnessVersion": str(v),
+                "status": "READY" if v < count else harness.status(now),
+                "createdAt": harness.created_at,
+                "updatedAt": harness.created_at,
+            }
+            for v in range(count, 0, -1)
+        ]
+
+    def tags(
+        self, method: str, arn: str, body: dict[str, Any], record: Callable[[str], None]
+    ) -> web.Response:
+        """TagResource / ListTagsForResource on a harness ARN."""
+        record({"POST": "TagResource", "GET": "ListTagsForResource"}.get(method, "Unknown"))
+        with self.account.lock:
+            harness = next((h for h in self.account.harnesses.values() if h.arn == arn), None)
+            if harness is None:
+                return error(404, "ResourceNotFoundException", f"resource {arn} not found")
+            if method == "POST":
+                harness.tags.update(body.get("tags") or {})
+                return web.Response(status=204)
+            return web.json_response({"tags": dict(harness.tags)})
 
     def list_harnesses(self, query: Mapping[str, str], now: float) -> web.Response:
         with self.account.lock:

@@ -30,7 +30,7 @@ from aiohttp import web
 from managedloop.testing._agentcore import eventstream as es
 from managedloop.testing._agentcore import turns
 from managedloop.testing._agentcore.clock import ManualClock
-from managedloop.testing._agentcore.control import ControlPlane
+from managedloop.testing._agentcore.control import ControlPlane, body_model_problem
 from managedloop.testing._agentcore.faults import AgentCoreFaults
 from managedloop.testing._agentcore.responses import STATUS_CODES, error
 from managedloop.testing._agentcore.shell import run_shell
@@ -82,7 +82,28 @@ ROUTES: tuple[tuple[str, str, str, str], ...] = (
         "DELETE",
         "/harnesses/{harnessId}/endpoints/{endpointName}",
     ),
+    ("bedrock-agentcore-control", "UpdateHarness", "PATCH", "/harnesses/{harnessId}"),
+    (
+        "bedrock-agentcore-control",
+        "ListHarnessVersions",
+        "GET",
+        "/harnesses/{harnessId}/versions",
+    ),
+    (
+        "bedrock-agentcore-control",
+        "UpdateHarnessEndpoint",
+        "PATCH",
+        "/harnesses/{harnessId}/endpoints/{endpointName}",
+    ),
+    ("bedrock-agentcore-control", "TagResource", "POST", "/tags/{resourceArn}"),
+    ("bedrock-agentcore-control", "ListTagsForResource", "GET", "/tags/{resourceArn}"),
     ("bedrock-agentcore", "InvokeHarness", "POST", "/harnesses/invoke"),
+    (
+        "bedrock-agentcore",
+        "StopRuntimeSession",
+        "POST",
+        "/runtimes/{agentRuntimeArn}/stopruntimesession",
+    ),
     ("bedrock-agentcore", "InvokeAgentRuntimeCommand", "POST", "/runtimes/{arn}/commands"),
 )
 _RECORD_INDEX = web.RequestKey("managedloop_record_index", int)
@@ -100,6 +121,13 @@ class RecordedRequest:
     headers: dict[str, str]
     body: Any
     status: int = 200
+
+    @property
+    def trace_context(self) -> dict[str, str]:
+        """The trace headers it carried (``traceparent``, ``tracestate``, ``baggage``,
+        ``x-amzn-trace-id``), lower-cased; ``{}`` when none."""
+        names = ("traceparent", "tracestate", "baggage", "x-amzn-trace-id")
+        return {k.lower(): v for k, v in self.headers.items() if k.lower() in names}
 
     @property
     def session_id(self) -> str | None:
@@ -137,8 +165,14 @@ class AgentCoreEmulator(LoopbackServer):
         verify_signatures: bool = True,
         port: int = 0,
         clock: ManualClock | None = None,
+        hooks: Mapping[str, turns.HookFn] | None = None,
+        cache_tokens: tuple[int, int] | None = None,
     ) -> None:
         super().__init__(port=port)
+        self.hooks: dict[str, turns.HookFn] = dict(hooks or {})
+        """Hook name -> the function standing in for its target (see :mod:`.turns`)."""
+        self.cache_tokens = cache_tokens
+        """``(cacheReadInputTokens, cacheWriteInputTokens)`` reported with every usage."""
         self.agent = agent if agent is not None else ScriptedAgent(script)
         self.clock: Callable[[], float] = clock if clock is not None else time.monotonic
         """Status timings (and, with a :class:`ManualClock`, ``control_latency``) use it."""
@@ -152,6 +186,8 @@ class AgentCoreEmulator(LoopbackServer):
         self.requests: list[RecordedRequest] = []
         self.disconnects = 0
         """Invoke/command streams whose client went away before the end."""
+        self.stopped_sessions: list[str] = []
+        """Runtime sessions ended by StopRuntimeSession, in order."""
         self._faults = faults or AgentCoreFaults()
         self._invokes = 0
         self._lock = threading.Lock()
@@ -260,6 +296,7 @@ class AgentCoreEmulator(LoopbackServer):
         *,
         status: str | None = None,
         tools: Sequence[Mapping[str, Any]] = (),
+        hooks: Sequence[Mapping[str, Any]] = (),
         endpoint_status: str | None = "READY",
         delete_after: float | None = None,
         delete_outcome: str | None = None,
@@ -274,7 +311,7 @@ class AgentCoreEmulator(LoopbackServer):
             id=hid,
             name=name,
             arn=arn,
-            body={"harnessName": name, "tools": list(tools)},
+            body={"harnessName": name, "tools": list(tools), "hooks": list(hooks)},
             created=now,
             ready_after=0.0,
             outcome="READY",
@@ -363,6 +400,18 @@ class AgentCoreEmulator(LoopbackServer):
         ):
             self._record("InvokeAgentRuntimeCommand", request, headers, body)
             return await self._command(request, headers, parts[1], body)
+        if (
+            method == "POST"
+            and len(parts) == 3
+            and parts[0] == "runtimes"
+            and parts[2] == "stopruntimesession"
+        ):
+            self._record("StopRuntimeSession", request, headers, body)
+            return self._stop_session(headers, parts[1])
+        if parts and parts[0] == "tags" and len(parts) == 2:
+            return self._control.tags(
+                method, parts[1], body, lambda op: self._record(op, request, headers, body)
+            )
         if parts and parts[0] == "harnesses":
             if self._faults.control_latency:
                 await self._latency(self._faults.control_latency)
@@ -443,6 +492,9 @@ class AgentCoreEmulator(LoopbackServer):
             return error(404, "ResourceNotFoundException", f"endpoint {qualifier} not found")
         if status != "READY":
             return error(409, "ConflictException", f"endpoint {qualifier} is {status}")
+        problem = body_model_problem(body)
+        if problem is not None:
+            return error(400, "ValidationException", problem)
         faults = self._take_faults()
         if faults is not None and faults.status is not None:
             return error(
@@ -480,7 +532,12 @@ class AgentCoreEmulator(LoopbackServer):
     ) -> list[bytes]:
         request = turns.model_request(session, harness, body, self._next_step)
         step = self.agent.next_step(request)
-        return turns.render(session, step, faults, self.agent.mint_id)
+        rendering = turns.Rendering(
+            hooks=list(harness.body.get("hooks") or []),
+            decide=self.hooks,
+            cache_tokens=self.cache_tokens,
+        )
+        return turns.render(session, step, faults, self.agent.mint_id, rendering)
 
     def _next_step(self) -> int:
         with self._lock:
@@ -541,6 +598,19 @@ class AgentCoreEmulator(LoopbackServer):
                 self.disconnects += 1
             return resp, False
         return resp, not duplicated
+
+    def _stop_session(self, headers: dict[str, str], arn: str) -> web.Response:
+        """StopRuntimeSession: the session's microVM (here: its conversation) ends."""
+        lower = {k.lower(): v for k, v in headers.items()}
+        sid = lower.get("x-amzn-bedrock-agentcore-runtime-session-id", "")
+        with self._lock:
+            known = any(h.arn == arn for h in self._account.harnesses.values())
+            if not known:
+                return error(404, "ResourceNotFoundException", f"runtime {arn} not found")
+            if self._account.sessions.pop(sid, None) is None:
+                return error(404, "ResourceNotFoundException", f"session {sid} not found")
+            self.stopped_sessions.append(sid)
+        return web.json_response({}, headers={"X-Amzn-Bedrock-AgentCore-Runtime-Session-Id": sid})
 
     # ---------------------------------------------------------------- data plane: commands
 

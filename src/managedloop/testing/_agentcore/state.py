@@ -35,6 +35,9 @@ class Endpoint:
     outcome: str
     fixed: str | None = None
     created_at: float = field(default_factory=time.time)  # epoch seconds, for the wire
+    target_version: str | None = None
+    """The version this endpoint serves; ``None``: the harness's latest (``DEFAULT``)."""
+    description: str | None = None
 
     def status(self, now: float) -> str | None:
         if self.fixed is not None:
@@ -60,6 +63,20 @@ class Harness:
     deleting_since: float | None = None
     fixed: str | None = None
     created_at: float = field(default_factory=time.time)  # epoch seconds, for the wire
+    versions: list[dict[str, Any]] = field(default_factory=list)
+    """Earlier versions' bodies (version ``i + 1`` at index ``i``); ``body`` is the latest."""
+    updating_until: float | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def version(self) -> str:
+        return str(len(self.versions) + 1)
+
+    def body_of(self, version: str | None) -> dict[str, Any] | None:
+        if version is None or version == self.version:
+            return self.body
+        n = int(version) if version.isdigit() else 0
+        return self.versions[n - 1] if 1 <= n <= len(self.versions) else None
 
     def status(self, now: float) -> str | None:
         """``None`` once it is gone."""
@@ -69,10 +86,12 @@ class Harness:
             return "DELETING"
         if self.fixed is not None:
             return self.fixed
+        if self.updating_until is not None and now < self.updating_until:
+            return "UPDATING"
         return self.outcome if now - self.created >= self.ready_after else "CREATING"
 
-    def view(self, now: float) -> dict[str, Any]:
-        b = self.body
+    def view(self, now: float, version: str | None = None) -> dict[str, Any]:
+        b = self.body_of(version) or self.body
         env = environment_view(self, b.get("environment"))
         return {
             "harnessId": self.id,
@@ -90,10 +109,22 @@ class Harness:
             "allowedTools": b.get("allowedTools") or ["*"],
             "truncation": b.get("truncation") or {"strategy": "sliding_window"},
             "environment": env,
-            "harnessVersion": "1",
+            "harnessVersion": version or self.version,
             # Optional members the create request set are echoed back (botocore's Harness
             # output shape has both).
-            **{k: b[k] for k in ("environmentVariables", "timeoutSeconds") if k in b},
+            **{
+                k: b[k]
+                for k in (
+                    "environmentVariables",
+                    "timeoutSeconds",
+                    "maxIterations",
+                    "maxTokens",
+                    "hooks",
+                    "memory",
+                    "environmentArtifact",
+                )
+                if b.get(k)
+            },
         }
 
 
@@ -125,7 +156,8 @@ def environment_view(harness: Harness, requested: Any) -> dict[str, Any]:
 
 
 def endpoint_view(harness: Harness, ep: Endpoint, now: float) -> dict[str, Any]:
-    return {
+    version = ep.target_version or harness.version
+    view = {
         "harnessId": harness.id,
         "harnessName": harness.name,
         "endpointName": ep.name,
@@ -133,9 +165,12 @@ def endpoint_view(harness: Harness, ep: Endpoint, now: float) -> dict[str, Any]:
         "status": ep.status(now),
         "createdAt": ep.created_at,
         "updatedAt": ep.created_at,
-        "liveVersion": "1",
-        "targetVersion": "1",
+        "liveVersion": version,
+        "targetVersion": version,
     }
+    if ep.description:
+        view["description"] = ep.description
+    return view
 
 
 class Account:

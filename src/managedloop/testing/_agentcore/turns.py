@@ -7,14 +7,22 @@ rendered as ``InvokeHarness`` event-stream frames.
   them;
 * a per-invoke ``tools`` list replaces the harness's tools;
 * frames: ``messageStart``, text deltas (no ``contentBlockStart`` for text), each tool as
-  ``contentBlockStart.toolUse`` + two string input fragments + ``contentBlockStop``,
-  ``messageStop{stopReason}``, then ``metadata{usage, metrics}``.
+  ``contentBlockStart.toolUse`` + two string input fragments + ``contentBlockStop``
+  (a server tool then gets its result block: ``contentBlockStart.toolResult`` + one
+  ``toolResult`` delta + ``contentBlockStop``), ``messageStop{stopReason}``, then
+  ``metadata{usage, metrics}`` (with the cache token counts when the emulator has them);
+* hooks: the harness's ``beforeInvocation`` and ``beforeToolCall`` hooks are asked (the
+  emulator's ``hooks=`` functions stand in for their Lambda targets; a hook with no function
+  allows). Each answer is a ``hookEvent``; a deny ends the invocation there with
+  ``stopReason: hook_stopped`` (a denied tool call is never pending).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from managedloop.results import ToolResult
@@ -24,7 +32,22 @@ from managedloop.testing._agentcore.state import Harness, Session
 from managedloop.testing.script import Fail, Grade, ModelRequest, Reply
 from managedloop.tools import ToolDefinition
 
-__all__ = ["EXCEPTION_STATUS", "RefusedError", "model_request", "render"]
+__all__ = ["EXCEPTION_STATUS", "HookFn", "RefusedError", "Rendering", "model_request", "render"]
+
+HookFn = Callable[[Mapping[str, Any]], "str | tuple[str, str]"]
+"""``hook(event) -> "allow" | "deny" | (decision, reason)``; ``event`` is ``{"type",
+"name", "tool_name"?, "tool_input"?}``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Rendering:
+    """What one turn's frames depend on besides the step: the harness's hooks, the
+    emulator's hook functions and cache token counts."""
+
+    hooks: Sequence[Mapping[str, Any]] = ()
+    decide: Mapping[str, HookFn] = field(default_factory=dict)
+    cache_tokens: tuple[int, int] | None = None
+
 
 EXCEPTION_STATUS = {
     "validationException": 400,
@@ -87,10 +110,12 @@ def render(
     step: Reply | Fail | Grade,
     faults: AgentCoreFaults | None,
     mint_id: Callable[[str], str],
+    rendering: Rendering | None = None,
 ) -> list[bytes]:
     """The event-stream frames of one scripted step; ``session`` learns the tool uses now
     pending and the assistant message. ``mint_id(prefix)`` names tool uses the step left
     unnamed."""
+    r = rendering or Rendering()
     if isinstance(step, Fail):
         kind = step.kind if step.kind in EXCEPTION_STATUS else "internalServerException"
         return [
@@ -100,6 +125,8 @@ def render(
     if isinstance(step, Grade):
         step = Reply(text=step.text or step.explanation)
     frames = [es.event_frame("messageStart", {"role": "assistant"})]
+    if _ask_hooks(frames, r, "beforeInvocation", "before_invocation"):
+        return _stopped(session, frames, step, r)
     index = 0
     content: list[dict[str, Any]] = []
     if step.text:
@@ -142,24 +169,94 @@ def render(
         frames.append(es.event_frame("contentBlockStop", {"contentBlockIndex": at}))
         block = {"toolUseId": uid, "name": call.name, "input": dict(call.input)}
         content.append({"toolUse": block})
-        if not call.server:
+        if _ask_hooks(
+            frames, r, "beforeToolCall", "before_tool_call", tool=call.name, tool_input=call.input
+        ):
+            session.pending = pending
+            session.messages.append({"role": "assistant", "content": content})
+            return _stopped(session, frames, step, r, keep=True)
+        if call.server:
+            index += 1
+            frames += _server_result(0 if reuse else index, uid, call.name)
+        else:
             pending.append(block)
         index += 1
     stop = step.stop_reason or ("tool_use" if pending else "end_turn")
     frames.append(es.event_frame("messageStop", {"stopReason": stop}))
-    if step.usage is not None:
-        i, o = step.usage
-        frames.append(
-            es.event_frame(
-                "metadata",
-                {
-                    "usage": {"inputTokens": i, "outputTokens": o, "totalTokens": i + o},
-                    "metrics": {"latencyMs": 1},
-                },
-            )
-        )
+    frames += _metadata(step, r)
     session.pending = pending
     session.messages.append({"role": "assistant", "content": content})
+    return frames
+
+
+def _metadata(step: Reply, r: Rendering) -> list[bytes]:
+    if step.usage is None:
+        return []
+    i, o = step.usage
+    usage: dict[str, Any] = {"inputTokens": i, "outputTokens": o, "totalTokens": i + o}
+    if r.cache_tokens is not None:
+        usage["cacheReadInputTokens"], usage["cacheWriteInputTokens"] = r.cache_tokens
+    return [es.event_frame("metadata", {"usage": usage, "metrics": {"latencyMs": 1}})]
+
+
+def _server_result(index: int, uid: str, name: str) -> list[bytes]:
+    """A server tool's result block (the harness ran the tool itself)."""
+    return [
+        es.event_frame(
+            "contentBlockStart",
+            {
+                "contentBlockIndex": index,
+                "start": {"toolResult": {"toolUseId": uid, "status": "success"}},
+            },
+        ),
+        es.event_frame(
+            "contentBlockDelta",
+            {"contentBlockIndex": index, "delta": {"toolResult": [{"text": f"{name} ran"}]}},
+        ),
+        es.event_frame("contentBlockStop", {"contentBlockIndex": index}),
+    ]
+
+
+def _ask_hooks(
+    frames: list[bytes],
+    r: Rendering,
+    member: str,
+    kind: str,
+    *,
+    tool: str | None = None,
+    tool_input: Mapping[str, Any] | None = None,
+) -> bool:
+    """Ask each configured hook of ``member`` (``beforeToolCall``...), in order, appending
+    its ``hookEvent``; ``True`` once one denies."""
+    for hook in r.hooks:
+        config = hook.get(member)
+        if not isinstance(config, Mapping):
+            continue
+        name = str(config.get("name", ""))
+        decide = r.decide.get(name)
+        event: dict[str, Any] = {"type": kind, "name": name}
+        if tool is not None:
+            event["tool_name"], event["tool_input"] = tool, dict(tool_input or {})
+        answer = decide(event) if decide is not None else "allow"
+        decision, reason = (answer, "") if isinstance(answer, str) else answer
+        body = {"hookEventId": str(uuid.uuid4()), "name": name, "type": kind, "decision": decision}
+        if reason:
+            body["reason"] = reason
+        frames.append(es.event_frame("hookEvent", body))
+        if decision == "deny":
+            return True
+    return False
+
+
+def _stopped(
+    session: Session, frames: list[bytes], step: Reply, r: Rendering, *, keep: bool = False
+) -> list[bytes]:
+    """End the invocation as a denying hook does: ``hook_stopped``, nothing pending."""
+    frames.append(es.event_frame("messageStop", {"stopReason": "hook_stopped"}))
+    frames += _metadata(step, r)
+    session.pending = []
+    if not keep:
+        session.messages.append({"role": "assistant", "content": []})
     return frames
 
 

@@ -44,6 +44,7 @@ from managedloop.testing._claude.resources import (
 )
 from managedloop.testing._claude.session import CLOSE, DROP, EmuSession, now_iso
 from managedloop.testing._claude.webhooks import WebhookSender
+from managedloop.testing._claude.work_queue import WorkQueue
 from managedloop.testing._loopback import MAX_BODY, LoopbackServer
 from managedloop.testing.script import ScriptedAgent, Step
 
@@ -193,6 +194,7 @@ class ClaudeEmulator(LoopbackServer):
         self._ids = itertools.count(1)
         self.deployments = Deployments(self)  # testing/_claude/deployments.py
         self.webhooks = WebhookSender(self)  # testing/_claude/webhooks.py
+        self.work = WorkQueue(self)  # testing/_claude/work_queue.py: self_hosted environments
 
     # -- lifecycle (start, stop, ``with``, ``async with``: see testing/_loopback.py) ----
     @property
@@ -313,6 +315,7 @@ class ClaudeEmulator(LoopbackServer):
         r.add_get("/v1/files/{id}/content", self._download_file)
         r.add_delete("/v1/files/{id}", self._delete_file)
         self.deployments.add_routes(r)
+        self.work.add_routes(r)
         return app
 
     def _authorized(self, secret: str | None, bearer: bool) -> bool:
@@ -347,7 +350,10 @@ class ClaudeEmulator(LoopbackServer):
             credential=credential_id(secret) if secret is not None else None,
         )
         self.requests.append(recorded)
-        if not self._authorized(secret, bearer):
+        # An environment key or a work item's sessions token (bearer) reaches that
+        # environment's work queue and its sessions (work_queue.WorkQueue.authorizes).
+        delegated = bearer and secret is not None and self.work.authorizes(secret, request.path)
+        if not self._authorized(secret, bearer) and not delegated:
             response: web.StreamResponse = api_error(
                 401, "invalid x-api-key or bearer token", "authentication_error"
             )
@@ -485,8 +491,12 @@ class ClaudeEmulator(LoopbackServer):
             faults=self.faults,
             mint=self.mint,
             confirm_tools=self.confirm_tools,
+            self_hosted=self.work.self_hosted(str(env_id)),
+            on_input=self.work.on_input,
         )
         self.state.sessions[session.id] = session
+        if session.self_hosted:
+            self.work.enqueue(session)
         for res in body.get("resources") or []:
             if isinstance(res, Mapping) and res.get("type") == "file":
                 session.resources.append(self._resource(res))
@@ -554,6 +564,12 @@ class ClaudeEmulator(LoopbackServer):
                 tid = ev.get("custom_tool_use_id")
                 if tid not in session.open_calls:
                     return api_error(400, f"custom_tool_use_id {tid!r} is not awaiting a result")
+            if ev["type"] == "user.tool_result":
+                if not session.self_hosted:
+                    return api_error(400, "user.tool_result is valid only on self_hosted")
+                tid = ev.get("tool_use_id")
+                if tid not in session.open_sandbox:
+                    return api_error(400, f"tool_use_id {tid!r} is not awaiting a result")
             if ev["type"] == "user.tool_confirmation":
                 tid = ev.get("tool_use_id")
                 if tid not in session.open_confirmations:

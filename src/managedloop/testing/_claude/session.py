@@ -13,7 +13,12 @@ emitted event against them):
 * a built-in tool use is evaluated against the agent's permission policies
   (:mod:`managedloop.testing._claude.permissions`): ``always_ask`` / ``auto`` hold it for a
   ``user.tool_confirmation`` (``allow`` runs it, ``deny`` answers it with an error
-  ``agent.tool_result`` carrying the deny message).
+  ``agent.tool_result`` carrying the deny message);
+* on a ``self_hosted`` environment a built-in tool use is the worker's: the run idles on
+  ``requires_action`` naming the ``agent.tool_use`` until a ``user.tool_result`` answers
+  it (see :mod:`managedloop.testing._claude.work_queue`), and new input (a message, a
+  confirmation) or a new built-in call of a session whose work item has stopped queues a
+  new one.
 """
 
 from __future__ import annotations
@@ -80,6 +85,8 @@ class EmuSession:
         faults: ClaudeFaults,
         mint: Callable[[str], str],
         confirm_tools: frozenset[str] = frozenset(),
+        self_hosted: bool = False,
+        on_input: Callable[[EmuSession], None] | None = None,
     ) -> None:
         self.id = session_id
         self.agent = agent
@@ -101,6 +108,11 @@ class EmuSession:
         """Server tools whose uses need a ``user.tool_confirmation`` (permission ``ask``)."""
         self.open_confirmations: dict[str, str] = {}
         """Server tool uses waiting for a confirmation: id -> name."""
+        self.self_hosted = self_hosted
+        """Built-in tools run on the user's worker (a ``self_hosted`` environment)."""
+        self.on_input = on_input
+        self.open_sandbox: dict[str, str] = {}
+        """Built-in tool uses waiting for the worker's ``user.tool_result``: id -> name."""
         self.batch: list[str] = []
         """Every custom tool use id of the current blocking batch, in call order."""
         self.results: list[ToolResult] = []
@@ -171,6 +183,7 @@ class EmuSession:
     def terminate(self) -> None:
         self.status = "terminated"
         self.open_calls.clear()
+        self.open_sandbox.clear()
         task, self.run_task = self.run_task, None
         if task is not None and task is not asyncio.current_task():
             task.cancel()
@@ -214,6 +227,15 @@ class EmuSession:
                 echo["processed_at"] = None
                 echoes.append(echo)
                 continue
+            if kind == "user.tool_result":
+                tid = raw["tool_use_id"]
+                self.open_sandbox.pop(tid, None)
+                content = raw.get("content") or []
+                text = "".join(b.get("text", "") for b in content if isinstance(b, dict))
+                self.results.append(
+                    ToolResult(tool_use_id=tid, text=text, is_error=bool(raw.get("is_error")))
+                )
+                resumed = True
             if kind == "user.custom_tool_result":
                 tid = raw["custom_tool_use_id"]
                 self.open_calls.pop(tid, None)
@@ -237,6 +259,9 @@ class EmuSession:
                 tid = raw["tool_use_id"]
                 name = self.open_confirmations.pop(tid, "tool")
                 allowed = raw.get("result") == "allow"
+                if allowed and self.self_hosted:
+                    self.open_sandbox[tid] = name  # allowed: now the worker runs it
+                    continue
                 text = f"{name}: ok" if allowed else str(raw.get("deny_message") or "denied")
                 self.emit(
                     {
@@ -256,6 +281,9 @@ class EmuSession:
                         "stop_reason": {"type": "requires_action", "event_ids": [last]},
                     }
                 )
+        wakes = {"user.message", "user.tool_confirmation", "user.define_outcome"}
+        if self.self_hosted and self.on_input is not None and wakes & {e["type"] for e in events}:
+            self.on_input(self)  # a dormant session's new input queues work
         if interrupted:
             self._interrupt()
         elif outcome_started and self.status != "running":
@@ -272,17 +300,21 @@ class EmuSession:
             task.cancel()
         if self.outcome is not None:
             self.outcome = None
-        if self.status == "running" or self.open_calls or self.open_confirmations:
+        waiting = self.open_calls or self.open_confirmations or self.open_sandbox
+        if self.status == "running" or waiting:
             self.open_calls.clear()
             self.open_confirmations.clear()
+            self.open_sandbox.clear()
             self.batch = []
             self.results = []
             self.status = "idle"
             self.emit({"type": "session.status_idle", "stop_reason": {"type": "end_turn"}})
 
     def _after_results(self) -> None:
-        if self.open_calls or self.open_confirmations:
-            waiting = self.open_calls.keys() | self.open_confirmations.keys()
+        if self.open_calls or self.open_confirmations or self.open_sandbox:
+            waiting = (
+                self.open_calls.keys() | self.open_confirmations.keys() | self.open_sandbox.keys()
+            )
             blocking = [i for i in self.batch if i in waiting]
             if self.faults.split_requires_action:
                 blocking = blocking[:1]
@@ -393,6 +425,20 @@ class EmuSession:
                 )
                 custom.append(ask["id"])  # blocks the run like a custom call
                 self.open_confirmations[ask["id"]] = call.name
+            elif call.server and self.self_hosted:
+                use = self.emit(
+                    {
+                        "type": "agent.tool_use",
+                        "name": call.name,
+                        "input": dict(call.input),
+                        "evaluated_permission": "allow",
+                        "evaluation": evaluation,
+                    }
+                )
+                custom.append(use["id"])  # the worker answers it: the run waits
+                self.open_sandbox[use["id"]] = call.name
+                if self.on_input is not None:
+                    self.on_input(self)  # no live work item (one was stopped): queue one
             elif call.server:
                 use = self.emit(
                     {
