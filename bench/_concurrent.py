@@ -6,9 +6,10 @@
 taken after imports and a warm-up session, divided by N; ``cpu_s`` is this process's CPU
 time over the run (less moved by other load than the wall time); the ``gc_*`` figures are
 the collector's full (generation 2) collections and the seconds spent in them and in the
-young ones (``gc.callbacks``). Clients: ``managedloop`` (Local, default pool), ``wire``
-(a bare loop on Local's transport, ``providers/local/_wire.py``), ``aiohttp`` / ``httpx``
-(a bare loop with the library's default pool), each optionally ``:N`` for a pool of N
+young ones (``gc.callbacks``). Clients: ``managedloop`` (Local, default pool, a default
+sync tool: it runs in a worker thread), ``wire`` (a bare loop on Local's transport,
+``providers/local/_wire.py``), ``aiohttp`` / ``httpx`` (a bare loop with the library's
+default pool), each optionally ``:N`` for a pool of N
 connections (0: unbounded; not httpx), and ``raw`` (the floor: the same requests over
 asyncio streams, one keep-alive connection per session, no HTTP library).
 """
@@ -110,7 +111,7 @@ async def run(client: str, base_url: str, key: str, n: int) -> dict[str, Any]:
         import managedloop as ml
         from managedloop.providers import Local
 
-        tool = ml.tool(inline=True)(get_weather)
+        tool = ml.tool(get_weather)  # the default: a sync tool runs in a worker thread
         agent = ml.AgentSpec(tools=[tool])
         pool = {"max_connections": int(size)} if size else {}
         async with Local(model="m", base_url=base_url, api_key=key, **pool) as provider:

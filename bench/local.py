@@ -1,33 +1,45 @@
-"""Local host benchmarks: (a) per-turn overhead over HTTP, (b) in-process loop cost versus
-pydantic-ai and the OpenAI Agents SDK, (c) 1,000 concurrent sessions and the HTTP client
-choice. Every ratio is against a baseline measured in this same run.
+"""Local host benchmarks: (a) per-request overhead over HTTP, (b) in-process cost per tool
+call, each kind of tool against the floor doing the same work, (c) concurrent sessions.
+Every ratio is against a baseline measured in this same run.
 
-(a) A 20-tool-call conversation (21 requests) against a chat emulator in another process:
-    ``ml.run`` on ``Local`` versus a hand-written loop making the same requests with the same
-    client (an aiohttp session, same pool settings). Runs interleave; medians are reported.
-(b) The same 20 calls in process with a scripted model and no HTTP: ``Local`` with
-    ``ScriptedChatModel``, versus pydantic-ai (``FunctionModel``, ``tool_plain``) and the
-    OpenAI Agents SDK (``Runner.run`` with a fake ``Model``, ``function_tool``), and a bare
-    asyncio loop for scale. Tools are sync in every loop (Local runs them inline). The
-    loops interleave; each is timed over a block of consecutive conversations (~50 ms,
-    after an untimed one), the same way for every loop; the medians of the blocks are
-    reported.
+(a) A 20-tool-call conversation (21 requests) against a chat emulator in another process.
+    Headline: ``ml.run`` on ``Local`` (its default transport, ``HttpTransport`` over
+    ``_wire.Pool``) versus a bare loop making the same requests on that same pool (a head
+    written by hand, ``json.dumps`` / ``json.loads``, a direct tool call), with an
+    ``inline=True`` tool on both sides; beside it the same ``ml.run`` against a bare aiohttp
+    loop (one ``ClientSession``, unbounded pool), the bare loop through Local's chat
+    function, and ``ml.run`` with a default (threaded) sync tool against the bare loop on
+    the pool running the tool through ``asyncio.to_thread``. Runs interleave, in
+    alternating order; medians are reported.
+(b) The same 20 calls in process with a scripted model and no HTTP
+    (``Local(chat=ScriptedChatModel(...))``), once per kind of tool, each against the bare
+    asyncio loop doing the same work over precomputed responses: an ``async def`` tool vs
+    a loop awaiting the same function, an ``inline=True`` sync tool vs a loop calling it,
+    a default sync tool (run in a worker thread) vs a loop running it through
+    ``asyncio.to_thread``. Also timed: the bare loop hopping the way a default tool does
+    (``anyio.to_thread.run_sync``), pydantic-ai (``FunctionModel``, ``tool_plain``) and the
+    OpenAI Agents SDK (``Runner.run`` with a fake ``Model``, ``function_tool``), sync tools
+    there. The loops interleave, in alternating order; each is timed over a block of
+    consecutive conversations (~50 ms, after an untimed one); medians of the blocks.
+    ``python -m bench.local b`` runs (b) alone.
 (c) 1,000 concurrent sessions x 3 requests against one emulator, each client in a fresh
-    process (``bench._concurrent``): wall and CPU time, peak RSS growth per session and
-    the garbage collector's share, without and with 200 ms of simulated model latency;
-    then 10,000 sessions, ``Local`` against the raw-asyncio floor (``raw``: asyncio
-    streams, no HTTP library) and bare loops on Local's transport (``wire``) and on aiohttp
-    on one emulator, with the kernel's accept-queue overflows (``TcpExtListenOverflows``,
-    from ``nstat``) per run.
+    process (``bench._concurrent``; managedloop with a default sync tool): wall and CPU
+    time, peak RSS growth per session and the garbage collector's share (full collections
+    and their seconds), without and with 200 ms of simulated model latency; then 10,000
+    sessions, ``Local`` against the raw-asyncio floor (``raw``: asyncio streams, no HTTP
+    library) and bare loops on Local's transport (``wire``) and on aiohttp on one
+    emulator, with the kernel's accept-queue overflows (``TcpExtListenOverflows``, from
+    ``nstat``) per run. ``python -m bench.local c`` runs (c) alone.
 
 The load average is printed with each suite: on a shared machine the absolute figures
 move with it; the ratios (both sides measured in the same run) and the in-process
-instruction counts (``valgrind --tool=callgrind``, see ``bench/README.md``) move far less.
+instruction counts (``python -m bench.instructions``) move far less.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import platform
@@ -35,13 +47,17 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
+import anyio.to_thread
 
 import managedloop as ml
 from bench._server import script, serve
 from managedloop.providers import Local
+from managedloop.providers.local._wire import Pool
 from managedloop.testing import ScriptedChatModel
 
 TOOL_CALLS = 20
@@ -59,6 +75,7 @@ def get_weather(city: str) -> str:
 
 TOOL = ml.tool(inline=True)(get_weather)
 AGENT = ml.AgentSpec(tools=[TOOL])
+AGENT_DEFAULT = ml.AgentSpec(tools=[ml.tool(get_weather)])  # a sync tool's default: a thread
 TOOLS_WIRE = [
     {
         "type": "function",
@@ -93,6 +110,39 @@ async def bare_http_run(session: aiohttp.ClientSession, url: str, key: str) -> i
             messages.append({"role": "tool", "tool_call_id": c["id"], "content": text})
 
 
+async def bare_wire_run(pool: Pool, url: str, key: str, threaded: bool = False) -> int:
+    """The conversation on Local's own transport's pool, no seam: one head written by hand;
+    ``threaded``: each tool call through ``asyncio.to_thread`` (what a default tool does)."""
+    parts = urlsplit(url)
+    assert parts.hostname is not None
+    assert parts.port is not None
+    origin = ("http", parts.hostname, parts.port)
+    head = (
+        f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        f"Content-Type: application/json\r\nAccept-Encoding: gzip\r\n"
+        f"Authorization: Bearer {key}\r\n"
+    ).encode()
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Weather?"}]
+    requests = 0
+    while True:
+        body = json.dumps({"model": "m", "messages": messages, "tools": TOOLS_WIRE}).encode()
+        resp = await pool.request(origin, head + b"Content-Length: %d\r\n\r\n" % len(body), body)
+        try:
+            assert resp.status == 200, resp.status
+            data = json.loads(await resp.read())
+        finally:
+            resp.release()
+        requests += 1
+        message = data["choices"][0]["message"]
+        messages.append(message)
+        if not message.get("tool_calls"):
+            return requests
+        for c in message["tool_calls"]:
+            args = json.loads(c["function"]["arguments"])
+            text = await asyncio.to_thread(get_weather, **args) if threaded else get_weather(**args)
+            messages.append({"role": "tool", "tool_call_id": c["id"], "content": text})
+
+
 async def chat_function_run(chat: Any) -> int:
     """The bare loop again, but each request made by Local's own HTTP chat function."""
     from managedloop.providers.local import ChatRequest, History
@@ -118,52 +168,115 @@ async def chat_function_run(chat: Any) -> int:
 async def bench_a() -> dict[str, float]:
     with serve(TOOL_CALLS) as (base_url, key):
         url = base_url + "/chat/completions"
+        pool = Pool(read_timeout=600, connect_timeout=600)
         async with (
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
             Local(model="m", base_url=base_url, api_key=key) as provider,
         ):
             loops = {
+                "bare_wire": lambda: bare_wire_run(pool, url, key),
+                "managedloop": lambda: _turns(provider, AGENT),
+                "bare_wire_thread": lambda: bare_wire_run(pool, url, key, threaded=True),
+                "managedloop_default": lambda: _turns(provider, AGENT_DEFAULT),
                 "bare": lambda: bare_http_run(session, url, key),
                 "chat_function": lambda: chat_function_run(provider._http),
-                "managedloop": lambda: _turns(provider),
             }
-            for fn in loops.values():  # warm every path (connections, imports, caches)
-                for _ in range(3):
-                    await fn()
-            wall: dict[str, list[float]] = {name: [] for name in loops}
-            cpu: dict[str, list[float]] = {name: [] for name in loops}
-            for _ in range(RUNS_A):
-                for name, fn in loops.items():
-                    start, cpu_start = time.perf_counter(), time.process_time()
-                    n = await fn()
-                    wall[name].append((time.perf_counter() - start) / n)
-                    cpu[name].append((time.process_time() - cpu_start) / n)
-                    assert n == TOOL_CALLS + 1, (name, n)
+            try:
+                for fn in loops.values():  # warm every path (connections, imports, caches)
+                    for _ in range(3):
+                        await fn()
+                wall: dict[str, list[float]] = {name: [] for name in loops}
+                cpu: dict[str, list[float]] = {name: [] for name in loops}
+                order = list(loops.items())
+                for r in range(RUNS_A):
+                    for name, fn in order if r % 2 == 0 else reversed(order):
+                        start, cpu_start = time.perf_counter(), time.process_time()
+                        n = await fn()
+                        wall[name].append((time.perf_counter() - start) / n)
+                        cpu[name].append((time.process_time() - cpu_start) / n)
+                        assert n == TOOL_CALLS + 1, (name, n)
+            finally:
+                await pool.aclose()
     out = {f"{k}_us": statistics.median(v) * 1e6 for k, v in wall.items()}
     out.update({f"{k}_cpu_us": statistics.median(v) * 1e6 for k, v in cpu.items()})
-    out["ratio"] = out["managedloop_us"] / out["bare_us"]
-    out["chat_function_ratio"] = out["chat_function_us"] / out["bare_us"]
+    out["ratio"] = out["managedloop_us"] / out["bare_wire_us"]
+    out["default_ratio"] = out["managedloop_default_us"] / out["bare_wire_thread_us"]
+    out["aiohttp_ratio"] = out["managedloop_us"] / out["bare_us"]
+    out["chat_function_ratio"] = out["chat_function_us"] / out["bare_wire_us"]
     return out
 
 
-async def _turns(provider: Local) -> int:
-    return (await ml.run(provider, agent=AGENT, prompt="Weather?")).turns
+async def _turns(provider: Local, agent: ml.AgentSpec) -> int:
+    return (await ml.run(provider, agent=agent, prompt="Weather?")).turns
 
 
 # -- (b) in process, scripted model ----------------------------------------------------
 
 
+async def get_weather_async(city: str) -> str:
+    """Current weather for a city."""
+    return f"Sunny in {city}"
+
+
+# One tool per kind, all named get_weather (the script calls it): the default sync tool
+# (run in a worker thread), a sync tool run on the loop, an async tool.
+TOOLS_B: dict[str, ml.Tool[..., Any]] = {
+    "default": AGENT_DEFAULT.tools[0],
+    "inline": TOOL,
+    "async": ml.tool(name="get_weather")(get_weather_async),
+}
+AGENTS_B = {kind: ml.AgentSpec(tools=[t]) for kind, t in TOOLS_B.items()}
+
+_REPLIES_B = [
+    json.dumps({"id": f"c{i}", "name": "get_weather", "arguments": {"city": f"city{i}"}})
+    for i in range(TOOL_CALLS)
+]
+
+
 async def bare_inprocess_run() -> None:
-    """The floor: a bare loop over precomputed responses (json.loads + a direct call)."""
-    replies = [
-        json.dumps({"id": f"c{i}", "name": "get_weather", "arguments": {"city": f"city{i}"}})
-        for i in range(TOOL_CALLS)
-    ]
+    """The floor of an inline sync tool: a bare loop over precomputed responses
+    (json.loads + a direct call)."""
     history: list[dict[str, Any]] = []
-    for raw in replies:
+    for raw in _REPLIES_B:
         c = json.loads(raw)
         history.append({"role": "assistant", "tool_calls": [c]})
         history.append({"role": "tool", "content": get_weather(**c["arguments"])})
+        await asyncio.sleep(0)
+
+
+async def bare_async_run() -> None:
+    """The floor of an async tool: the same loop awaiting the same async function."""
+    history: list[dict[str, Any]] = []
+    for raw in _REPLIES_B:
+        c = json.loads(raw)
+        history.append({"role": "assistant", "tool_calls": [c]})
+        history.append({"role": "tool", "content": await get_weather_async(**c["arguments"])})
+        await asyncio.sleep(0)
+
+
+async def bare_to_thread_run() -> None:
+    """The floor of a default sync tool: the same loop running the same function in a
+    worker thread with ``asyncio.to_thread``."""
+    history: list[dict[str, Any]] = []
+    for raw in _REPLIES_B:
+        c = json.loads(raw)
+        history.append({"role": "assistant", "tool_calls": [c]})
+        text = await asyncio.to_thread(get_weather, **c["arguments"])
+        history.append({"role": "tool", "content": text})
+        await asyncio.sleep(0)
+
+
+async def bare_anyio_run() -> None:
+    """Not a floor, a diagnosis: the same loop hopping the way a default tool does
+    (``anyio.to_thread.run_sync(..., abandon_on_cancel=True)``, ``Toolset``'s call)."""
+    history: list[dict[str, Any]] = []
+    for raw in _REPLIES_B:
+        c = json.loads(raw)
+        history.append({"role": "assistant", "tool_calls": [c]})
+        text = await anyio.to_thread.run_sync(
+            functools.partial(get_weather, **c["arguments"]), abandon_on_cancel=True
+        )
+        history.append({"role": "tool", "content": text})
         await asyncio.sleep(0)
 
 
@@ -172,10 +285,19 @@ async def bare_inprocess_run() -> None:
 SCRIPT_B = script(TOOL_CALLS)
 
 
-async def ours_inprocess_run() -> None:
-    model = ScriptedChatModel(SCRIPT_B)
-    result = await ml.run(Local(model="m", chat=model), agent=AGENT, prompt="Weather?")
-    assert len(result.custom_tool_uses) == TOOL_CALLS
+def ours_runner(kind: str) -> Callable[[], Awaitable[None]]:
+    """``ml.run`` on ``Local(chat=ScriptedChatModel(...))`` with the ``kind`` of tool."""
+    agent = AGENTS_B[kind]
+
+    async def run() -> None:
+        model = ScriptedChatModel(SCRIPT_B)
+        result = await ml.run(Local(model="m", chat=model), agent=agent, prompt="Weather?")
+        assert len(result.custom_tool_uses) == TOOL_CALLS
+
+    return run
+
+
+ours_inprocess_run = ours_runner("inline")
 
 
 def pydantic_ai_runner() -> Any:
@@ -260,10 +382,23 @@ def agents_sdk_runner() -> Any:
     return run
 
 
+# (b)'s ratios: each kind of tool against the floor doing the same work, and the target.
+RATIOS_B = {
+    "async": ("managedloop_async", "bare_async", 2.0),
+    "inline": ("managedloop_inline", "bare", 2.0),
+    "default": ("managedloop_default", "bare_to_thread", 1.2),
+}
+
+
 async def bench_b() -> dict[str, float]:
-    loops = {
+    loops: dict[str, Callable[[], Awaitable[None]]] = {
         "bare": bare_inprocess_run,
-        "managedloop": ours_inprocess_run,
+        "bare_async": bare_async_run,
+        "bare_to_thread": bare_to_thread_run,
+        "bare_anyio": bare_anyio_run,
+        "managedloop_inline": ours_runner("inline"),
+        "managedloop_async": ours_runner("async"),
+        "managedloop_default": ours_runner("default"),
         "pydantic_ai": pydantic_ai_runner(),
         "openai_agents": agents_sdk_runner(),
     }
@@ -275,8 +410,11 @@ async def bench_b() -> dict[str, float]:
         one = (time.perf_counter() - start) / 3
         block[name] = max(1, round(BLOCK_B / one))
     times: dict[str, list[float]] = {name: [] for name in loops}
-    for _ in range(RUNS_B):  # interleaved, so drift hits every loop alike
-        for name, fn in loops.items():
+    cpu: dict[str, list[float]] = {name: [] for name in loops}
+    order = list(loops.items())
+    for r in range(RUNS_B):  # interleaved, so drift hits every loop alike
+        # alternating direction, so no loop always runs right after the same other one
+        for name, fn in order if r % 2 == 0 else reversed(order):
             # Every loop alike: one untimed conversation, then a timed block of consecutive
             # ones lasting ~BLOCK_B. A run timed right after another loop's starts on what
             # that loop left in the caches, which costs a short run far more than a long
@@ -286,16 +424,21 @@ async def bench_b() -> dict[str, float]:
             # bare loop 8.6 cold against 7.4 µs.
             await fn()
             n = block[name]
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             for _ in range(n):
                 await fn()
             times[name].append((time.perf_counter() - start) / (n * TOOL_CALLS))
+            cpu[name].append((time.process_time() - cpu_start) / (n * TOOL_CALLS))
     us = {name: statistics.median(t) * 1e6 for name, t in times.items()}
-    return {
-        **{f"{k}_us": v for k, v in us.items()},
-        "vs_pydantic_ai": us["pydantic_ai"] / us["managedloop"],
-        "vs_openai_agents": us["openai_agents"] / us["managedloop"],
-    }
+    out = {f"{k}_us": v for k, v in us.items()}
+    out.update({f"{k}_cpu_us": statistics.median(t) * 1e6 for k, t in cpu.items()})
+    for kind, (ours, floor, _target) in RATIOS_B.items():
+        out[f"{kind}_ratio"] = us[ours] / us[floor]
+        out[f"{kind}_cpu_ratio"] = out[f"{ours}_cpu_us"] / out[f"{floor}_cpu_us"]
+    out["anyio_ratio"] = us["bare_anyio"] / us["bare_to_thread"]
+    out["vs_pydantic_ai"] = us["pydantic_ai"] / us["managedloop_default"]
+    out["vs_openai_agents"] = us["openai_agents"] / us["managedloop_default"]
+    return out
 
 
 # -- (c) 1,000 concurrent sessions -----------------------------------------------------
@@ -363,23 +506,50 @@ def main() -> None:
     )
     a = asyncio.run(bench_a())
     print(
-        f"(a) per request over HTTP, {TOOL_CALLS + 1} requests/run: bare aiohttp loop "
-        f"{a['bare_us']:.0f} µs, managedloop Local {a['managedloop_us']:.0f} µs, "
-        f"ratio {a['ratio']:.3f} (target <= 1.10)\n"
+        f"(a) per request over HTTP, {TOOL_CALLS + 1} requests/run, medians of {RUNS_A}:\n"
+        f"    inline tool: managedloop Local {a['managedloop_us']:.0f} µs vs a bare loop on "
+        f"Local's own transport {a['bare_wire_us']:.0f} µs: ratio {a['ratio']:.3f} "
+        f"(target <= 1.10: {'met' if a['ratio'] <= 1.10 else 'NOT met'}); vs a bare aiohttp "
+        f"loop {a['bare_us']:.0f} µs: {a['aiohttp_ratio']:.3f}\n"
+        f"    default tool: managedloop Local {a['managedloop_default_us']:.0f} µs vs the bare "
+        f"loop on its transport calling the tool via asyncio.to_thread "
+        f"{a['bare_wire_thread_us']:.0f} µs: ratio {a['default_ratio']:.3f}\n"
         f"    the bare loop through Local's HTTP chat function: {a['chat_function_us']:.0f} µs, "
-        f"ratio {a['chat_function_ratio']:.3f}\n"
-        f"    client CPU per request: bare {a['bare_cpu_us']:.0f} µs, chat function "
+        f"{a['chat_function_ratio']:.3f}x the bare loop on the transport\n"
+        f"    client CPU per request: bare on the transport {a['bare_wire_cpu_us']:.0f} µs, "
+        f"bare aiohttp {a['bare_cpu_us']:.0f} µs, chat function "
         f"{a['chat_function_cpu_us']:.0f} µs, managedloop {a['managedloop_cpu_us']:.0f} µs"
     )
-    b = asyncio.run(bench_b())
-    print(
-        f"(b) per tool call in process: bare {b['bare_us']:.1f} µs, managedloop "
-        f"{b['managedloop_us']:.1f} µs, pydantic-ai {b['pydantic_ai_us']:.0f} µs, OpenAI Agents "
-        f"SDK {b['openai_agents_us']:.0f} µs -> managedloop is {b['vs_pydantic_ai']:.1f}x faster "
-        f"than pydantic-ai and {b['vs_openai_agents']:.1f}x faster than the Agents SDK"
-    )
-    print(f"    (targets: <= 20 µs per tool call; {_load()})")
+    print_b(asyncio.run(bench_b()))
+    print(f"    ({_load()})")
     main_c()
+
+
+def print_b(b: dict[str, float]) -> None:
+    print(f"(b) per tool call in process, {TOOL_CALLS} calls/conversation, each kind of tool:")
+    labels = {
+        "async": "async def tool  vs a bare loop awaiting it      ",
+        "inline": "inline sync tool vs a bare loop calling it      ",
+        "default": "default sync tool vs a bare loop via to_thread  ",
+    }
+    for kind, (ours, floor, target) in RATIOS_B.items():
+        ratio = b[f"{kind}_ratio"]
+        print(
+            f"    {labels[kind]} {b[ours + '_us']:6.1f} vs {b[floor + '_us']:6.1f} µs: "
+            f"{ratio:.2f}x (target <= {target:g}: {'met' if ratio <= target else 'NOT met'}); "
+            f"CPU {b[ours + '_cpu_us']:.1f} vs {b[floor + '_cpu_us']:.1f} µs: "
+            f"{b[kind + '_cpu_ratio']:.2f}x"
+        )
+    print(
+        f"    the hop a default tool makes (anyio.to_thread.run_sync) in the bare loop: "
+        f"{b['bare_anyio_us']:.1f} µs, {b['anyio_ratio']:.2f}x asyncio.to_thread's "
+        f"(CPU {b['bare_anyio_cpu_us']:.1f} vs {b['bare_to_thread_cpu_us']:.1f} µs)"
+    )
+    print(
+        f"    pydantic-ai {b['pydantic_ai_us']:.0f} µs, OpenAI Agents SDK "
+        f"{b['openai_agents_us']:.0f} µs: the default sync tool is {b['vs_pydantic_ai']:.1f}x "
+        f"faster than pydantic-ai and {b['vs_openai_agents']:.1f}x than the Agents SDK"
+    )
 
 
 def main_c() -> None:
@@ -397,13 +567,25 @@ def main_c() -> None:
     _print_c(rows)
     by = {row["client"]: row for row in rows}
     if "raw" in by and "managedloop" in by:
+        ours, raw = by["managedloop"], by["raw"]
+        wall = ours["wall_s"] / raw["wall_s"]
+        kib = ours["kib_per_session"] / raw["kib_per_session"]
         print(
-            f"    managedloop / raw wall time: "
-            f"{by['managedloop']['wall_s'] / by['raw']['wall_s']:.2f}, CPU time: "
-            f"{by['managedloop']['cpu_s'] / by['raw']['cpu_s']:.2f} "
-            f"(target: <= 2 wall, 0 failed, <= 25 KiB/session; {_load()})"
+            f"    managedloop / raw: wall {ours['wall_s']:.2f} vs {raw['wall_s']:.2f} s = "
+            f"{wall:.2f}x, KiB/session {ours['kib_per_session']:.1f} vs "
+            f"{raw['kib_per_session']:.1f} = {kib:.2f}x, CPU "
+            f"{ours['cpu_s'] / raw['cpu_s']:.2f}x, failed {ours['failed']} (target: 0 failed, "
+            f"<= 1.5x wall and KiB: "
+            + ("met" if ours["failed"] == 0 and wall <= 1.5 and kib <= 1.5 else "NOT met")
+            + f"; {_load()})"
         )
 
 
+def main_b() -> None:
+    """(b) alone: ``python -m bench.local b``."""
+    print_b(asyncio.run(bench_b()))
+    print(f"    ({_load()})")
+
+
 if __name__ == "__main__":
-    main_c() if sys.argv[1:] == ["c"] else main()
+    {"b": main_b, "c": main_c}.get(sys.argv[1] if sys.argv[1:] else "", main)()

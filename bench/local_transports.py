@@ -20,13 +20,10 @@ load average: on a shared machine absolute figures move, ratios far less.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -34,11 +31,10 @@ from bench._server import serve
 from bench.local import (
     SESSIONS_C_LARGE,
     TOOL_CALLS,
-    TOOLS_WIRE,
     bare_http_run,
+    bare_wire_run,
     bench_c,
     chat_function_run,
-    get_weather,
 )
 from managedloop.config import Secret
 from managedloop.providers.local import AiohttpTransport, HttpTransport
@@ -46,37 +42,6 @@ from managedloop.providers.local._http import ClientPool, OpenAIChat
 from managedloop.providers.local._wire import Pool
 
 RUNS = 40  # interleaved runs per loop: a stable median in ~10 s
-
-
-async def bare_wire_run(pool: Pool, url: str, key: str) -> int:
-    """The conversation on Local's own pool, no seam: one head written by hand."""
-    parts = urlsplit(url)
-    assert parts.hostname is not None
-    assert parts.port is not None
-    origin = ("http", parts.hostname, parts.port)
-    head = (
-        f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
-        f"Content-Type: application/json\r\nAccept-Encoding: gzip\r\n"
-        f"Authorization: Bearer {key}\r\n"
-    ).encode()
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "Weather?"}]
-    requests = 0
-    while True:
-        body = json.dumps({"model": "m", "messages": messages, "tools": TOOLS_WIRE}).encode()
-        resp = await pool.request(origin, head + b"Content-Length: %d\r\n\r\n" % len(body), body)
-        try:
-            assert resp.status == 200, resp.status
-            data = json.loads(await resp.read())
-        finally:
-            resp.release()
-        requests += 1
-        message = data["choices"][0]["message"]
-        messages.append(message)
-        if not message.get("tool_calls"):
-            return requests
-        for c in message["tool_calls"]:
-            text = get_weather(**json.loads(c["function"]["arguments"]))
-            messages.append({"role": "tool", "tool_call_id": c["id"], "content": text})
 
 
 async def _interleave(loops: dict[str, Callable[[], Awaitable[int]]]) -> dict[str, float]:

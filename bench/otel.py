@@ -23,21 +23,18 @@ meter (no metrics at all). It prints the split:
 * the SDK floor as a fraction of "off", and the part of it its two spans take alone (no
   metrics): when that alone exceeds the 5% budget, no bridge can meet the target with the
   SDK behind it, not even with metrics off, and the verdict says so;
-* what the SDK adds in a real request (batch minus API no-op). That is more CPU than the
-  floor, but not more work: callgrind counts the same instructions, the same simulated
-  L1 misses and the same branch mispredictions in both (below); the gap is what it does
-  not model -- the L2/L3 caches the loop shares with the emulator process and the
-  kernel's network path, a shared machine's scheduler -- plus a few us of garbage
-  collection (in a request 85 young and 8 older collections per 2,100 requests, 7.8 us
-  per request; in the floor 67 and 6, 5.0 us).
+* what the SDK adds in a real request (batch minus API no-op), against the floor;
+* the headline of issue 27: the bridge's own cost above the SDK's unavoidable calls, i.e.
+  the instrumented request's CPU time (batch) minus 'off' minus the SDK floor, as a
+  fraction of an uninstrumented request (target <= 5 %). In situ the SDK's calls take more
+  CPU than the same calls in a tight loop (caches shared with the emulator process and the
+  kernel's network path, a shared machine's scheduler, the garbage collector),
+  and this difference charges all of that to the bridge: it is an upper bound on the
+  bridge's own cost.
 
-Callgrind (``PYTHONHASHSEED=0``, per request; load does not move these): instructions
-off 369k; events 426k (+57k); API no-op ~482k (+56k more: the API's no-op calls alone
-are 42.5k of it, the listeners' own logic the rest); batch 1,237k (the SDK +755k in
-situ; the floor alone 790k). Simulated L1 misses (instruction / data) in situ +12.7k /
-+11.8k, the floor 13.4k / 11.8k; branch mispredictions (conditional / indirect) in situ
-+9.4k / +9.3k, the floor 8.2k / 9.8k. Batch and simple run the same instructions
-(1,237k and 1,244k): their CPU figures swap places from run to run.
+The tool is ``inline=True`` here (unlike ``bench.local``'s default-path figures): both
+sides run the same tool, and the inline one keeps the uninstrumented request, the
+denominator of every percentage, smallest, so the percentages are the stricter ones.
 
 On a loaded machine trust the client-CPU columns (the wall time is mostly the
 scheduler's).
@@ -321,7 +318,13 @@ def main() -> None:
     )
     print(
         f"    SDK in situ (batch minus API no-op): +{in_situ:.1f} CPU us = {in_situ / floor:.1f}x "
-        f"the floor (same instructions: see the module doc)"
+        f"the floor"
+    )
+    own = r["batch_cpu_us"] - off_cpu - floor
+    print(
+        f"  the bridge's own cost above the SDK's calls (batch CPU - off CPU - SDK floor): "
+        f"{own:.1f} us = {own / off:.1%} of an uninstrumented request ({off:.1f} us wall; "
+        f"target <= 5 %: {'met' if own <= budget else 'NOT met'})"
     )
     if r["batch_ratio"] <= TARGET:
         verdict = "met"
