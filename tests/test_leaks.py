@@ -703,7 +703,7 @@ def test_cli_output_and_store_files_leak_nothing(
             ):
                 code = _cli(capsys, texts, [*command, *store, *json_flag])
                 codes[f"{command[0]} {command[-1]}"] = code
-        monkeypatch.setenv("ANTHROPIC_API_KEY", CLAUDE_KEY + "x")  # a wrong key: exit 1
+        monkeypatch.setenv("ANTHROPIC_API_KEY", CLAUDE_KEY + "x")  # a wrong key: exit 2
         codes["provision wrong key"] = _cli(capsys, texts, ["provision", claude_spec, *store])
         codes["ls wrong key"] = _cli(capsys, texts, ["ls", claude_spec, *store, "--json"])
     with AgentCoreEmulator() as emu:
@@ -747,14 +747,14 @@ def test_cli_output_and_store_files_leak_nothing(
         },
         "resolve support-bot:nope": 3,
         "tag nothex": 2,
-        "provision wrong key": 1,
-        "ls wrong key": 1,
+        "provision wrong key": 2,  # refused credentials (cli.exits)
+        "ls wrong key": 2,  # refused credentials (cli.exits)
         "agentcore provision": 0,
         "agentcore ls": 0,
-        "agentcore wrong secret": 1,
+        "agentcore wrong secret": 2,  # refused credentials (cli.exits)
         "run": 0,
-        "run wrong key": 1,
-        "run password": 1,
+        "run wrong key": 2,  # refused credentials (cli.exits)
+        "run password": 2,  # refused credentials (cli.exits)
         "demo": 0,
     }
     assert database.stat().st_size > 0  # the commands did write the store searched above

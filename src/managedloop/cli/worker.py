@@ -109,7 +109,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         client = anthropic.AsyncAnthropic(api_key=None, auth_token=key, base_url=base_url)
         async with client:
             worker = SandboxWorker(client, sandbox)
-            await worker.check_key()  # a refused key: exit 2 now (cli.exits), not a silent idle worker
+            await worker.check_key()  # a refused key: exit 2 now, not a silent idle worker
             stop = anyio.Event()
             async with anyio.create_task_group() as tg:
 
