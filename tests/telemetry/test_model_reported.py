@@ -67,14 +67,14 @@ async def test_agentcore_reports_its_model_union(
     models: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    union = {"bedrockModelConfig": {"modelId": "us.anthropic.claude-test"}}
+    union = {"bedrockModelConfig": {"modelId": "us.anthropic.claude-sonnet-4-6"}}
     with AgentCoreEmulator([say("ok")]) as emu:
         async with BedrockAgentCore(
             harness_arn=emu.harness_arn, model=union, retry_backoff=0.0, **emu.client_kwargs
         ) as provider:
             await ml.run(provider, agent=ml.AgentSpec(name="a", model="spec-model"), prompt="x")
-    assert emu.agent.requests[0].model == "us.anthropic.claude-test"
-    assert models == {"turn": ["us.anthropic.claude-test"], "request": ["us.anthropic.claude-test"]}
+    assert emu.agent.requests[0].model == "us.anthropic.claude-sonnet-4-6"
+    assert models == {"turn": ["us.anthropic.claude-sonnet-4-6"], "request": ["us.anthropic.claude-sonnet-4-6"]}
 
 
 async def test_without_a_reported_model_the_spec_model_is_named(
