@@ -192,7 +192,7 @@ class Dispatcher:
                 outcome = await self._attach_and_run(event, sid)
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
-                await self._ledger.put(
+                await self._ledger.finish(
                     key, {"state": "failed", "session_id": sid, "error": error_code(exc)}
                 )
             log_failure(event, exc)
@@ -200,7 +200,9 @@ class Dispatcher:
         finally:
             if not lock.locked() and lock.statistics().tasks_waiting == 0:
                 _SESSION_LOCKS.pop(sid, None)
-        await self._ledger.put(key, {"state": "done", "session_id": sid, "status": outcome.status})
+        await self._ledger.finish(
+            key, {"state": "done", "session_id": sid, "status": outcome.status}
+        )
         await self._maybe_prune()
         return outcome
 

@@ -31,6 +31,9 @@ class Ledger:
         self.store = store
         self.prefix = prefix
         self.clock = clock
+        self._leases: dict[str, float] = {}
+        """Delivery key -> the ``since`` this receiver's :meth:`admit` wrote: what
+        :meth:`finish` checks it still holds."""
 
     def delivery_key(self, webhook_id: str) -> str:
         return f"{self.prefix}delivery:{webhook_id}"
@@ -64,7 +67,29 @@ class Ledger:
             return {"state": "running", "session_id": session_id, "since": now, "at": now}
 
         await anyio.to_thread.run_sync(self.store.update, key, decide)
+        if admitted[0]:
+            self._leases[key] = now
         return admitted[0]
+
+    async def finish(self, key: str, value: Mapping[str, Any]) -> bool:
+        """Record a delivery's end (``done`` / ``failed``) if this receiver still holds its
+        ``running`` lease. After the lease ran out another receiver may have taken the
+        delivery over (:meth:`admit`): its record is then left alone, and ``False`` says so."""
+        since = self._leases.pop(key, None)
+        stamped = {**value, "at": self.clock()}
+        kept = [False]
+
+        def decide(record: dict[str, Any] | None) -> dict[str, Any] | None:
+            ours = (
+                record is not None
+                and record.get("state") == "running"
+                and record.get("since") == since
+            )
+            kept[0] = ours
+            return stamped if ours else record
+
+        await anyio.to_thread.run_sync(self.store.update, key, decide)
+        return kept[0]
 
     async def claim(self, key: str, webhook_id: str) -> bool:
         """Mark a tool use ``started`` if nothing is recorded for it yet."""
