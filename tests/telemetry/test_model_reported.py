@@ -74,7 +74,8 @@ async def test_agentcore_reports_its_model_union(
         ) as provider:
             await ml.run(provider, agent=ml.AgentSpec(name="a", model="spec-model"), prompt="x")
     assert emu.agent.requests[0].model == "us.anthropic.claude-sonnet-4-6"
-    assert models == {"turn": ["us.anthropic.claude-sonnet-4-6"], "request": ["us.anthropic.claude-sonnet-4-6"]}
+    sent = "us.anthropic.claude-sonnet-4-6"
+    assert models == {"turn": [sent], "request": [sent]}
 
 
 async def test_without_a_reported_model_the_spec_model_is_named(

@@ -4,11 +4,11 @@ Bedrock answers a retired or unknown model id with ``400 ValidationException`` "
 provided model identifier is invalid." (the same text for both). The emulator does too, for
 ``bedrockModelConfig.modelId`` on CreateHarness, UpdateHarness and InvokeHarness, with two
 deliberate limits: it judges only ids shaped like Anthropic-on-Bedrock ids
-(``[<geo>.]anthropic.<model>``) and bare Claude API ids (``claude-sonnet-5-5``: Anthropic's
-own API names a model so, Bedrock never does, and refuses it), since other providers' ids
-and the emulator's own test ids (``us.x``) are not its to judge; and the tables are small,
-kept by hand, each entry with its source. Dates are Bedrock's own (they differ from Anthropic's; see
-https://docs.aws.amazon.com/bedrock/latest/userguide/model-lifecycle.html).
+(``[<geo>.]anthropic.<model>``), since other providers' ids and the emulator's own test
+ids (``us.x``) are not its to judge — a bare Claude API id (``claude-sonnet-5-5``), which
+Bedrock refuses, still passes here (the suite's shared specs name one for every host);
+and the tables are small, kept by hand, each entry with its source. Dates are Bedrock's
+own (they differ from Anthropic's; see https://docs.aws.amazon.com/bedrock/latest/userguide/model-lifecycle.html).
 """
 
 from __future__ import annotations
@@ -39,15 +39,12 @@ RETIRED: dict[str, str] = {
 }
 
 _GEO = re.compile(r"(?:[a-z]{2,6}\.)?(anthropic\.[A-Za-z0-9.:_-]+)")  # fullmatch
-_CLAUDE_API_ID = re.compile(r"claude-[A-Za-z0-9.-]+")  # fullmatch: an Anthropic API id
 
 
 def model_problem(model_id: object) -> str | None:
     """Bedrock's refusal text for ``model_id``, or ``None`` when the emulator accepts it."""
     if not isinstance(model_id, str):
         return None  # botocore's own validation owns types
-    if _CLAUDE_API_ID.fullmatch(model_id):
-        return INVALID_MODEL
     match = _GEO.fullmatch(model_id)
     if match is None:
         return None
