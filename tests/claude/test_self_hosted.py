@@ -8,6 +8,7 @@ The session's built-in tool uses are served by the in-process worker (the SDK's
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -168,9 +169,11 @@ async def test_the_api_key_never_reaches_the_tool_environment(
 
 
 async def test_a_hung_tool_call_times_out_with_an_error_result(tmp_path: Path) -> None:
-    # The marker ($0 of the sh) finds the process should it outlive the timeout.
+    # The marker ($0 of the sh) finds the process should it outlive the timeout; it is this
+    # test run's own, so another suite running the same test at once is not mistaken for it.
+    marker = f"hung-tool-marker-{uuid.uuid4().hex}"
     script = [
-        Reply(tool_calls=[builtin("bash", command="sh -c 'sleep 600; :' hung-tool-marker")]),
+        Reply(tool_calls=[builtin("bash", command=f"sh -c 'sleep 600; :' {marker}")]),
         say("done"),
     ]
     with ClaudeEmulator(script) as emu:
@@ -181,9 +184,7 @@ async def test_a_hung_tool_call_times_out_with_an_error_result(tmp_path: Path) -
         assert result.terminal == ml.Terminal.END_TURN
     # The command was killed with its shell, not left running.
     alive = [
-        p
-        for p in Path("/proc").iterdir()
-        if p.name.isdigit() and b"hung-tool-marker" in _cmdline(p)
+        p for p in Path("/proc").iterdir() if p.name.isdigit() and marker.encode() in _cmdline(p)
     ]
     assert alive == []
 
