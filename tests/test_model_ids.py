@@ -1,9 +1,9 @@
 """Issue 21 item 6: no retired Claude model id anywhere users look, and current defaults.
 
-The ids come from the one table, ``managedloop.testing._claude.models`` (which is the only
-file allowed to name a retired id). A match is the id as a whole token: a Bedrock id that
-embeds it (``us.anthropic.claude-sonnet-4-5-20250929-v1:0``) is Bedrock's own, with its
-own lifecycle, and is not this table's.
+The retired ids come from ``tests/retired_models.py``, outside every scanned folder (the
+emulator's table in ``src/`` holds only the ids the service serves). A match is the id as a
+whole token: a Bedrock id that embeds it (``us.anthropic.claude-sonnet-4-5-20250929-v1:0``)
+is Bedrock's own, with its own lifecycle, and is not this table's.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pytest
 from managedloop.cli import demo_agent
 from managedloop.providers.claude import DEFAULT_MODEL
 from managedloop.testing._claude import models
+from retired_models import RETIRED
 
 ROOT = Path(__file__).resolve().parent.parent
-TABLE = ROOT / "src/managedloop/testing/_claude/models.py"
 SCANNED = [ROOT / "src", ROOT / "examples", ROOT / "docs", ROOT / "README.md"]
 SUFFIXES = {".py", ".md", ".toml", ".txt", ".yml", ".yaml", ".json", ".cfg", ".ini"}
 
@@ -27,7 +27,7 @@ def _files() -> list[Path]:
     out: list[Path] = []
     for place in SCANNED:
         found = [place] if place.is_file() else sorted(place.rglob("*"))
-        out += [p for p in found if p.is_file() and p.suffix in SUFFIXES and p != TABLE]
+        out += [p for p in found if p.is_file() and p.suffix in SUFFIXES]
     return out
 
 
@@ -37,7 +37,7 @@ def _pattern(ids: list[str]) -> re.Pattern[str]:
 
 
 def test_no_retired_model_id_in_src_examples_docs_or_readme() -> None:
-    pattern = _pattern(list(models.RETIRED))
+    pattern = _pattern(list(RETIRED))
     files = _files()
     assert len(files) > 50  # the scan reaches the tree (a moved folder must not pass it)
     hits = [
@@ -50,7 +50,7 @@ def test_no_retired_model_id_in_src_examples_docs_or_readme() -> None:
 
 
 def test_the_scan_catches_a_retired_id() -> None:
-    pattern = _pattern(list(models.RETIRED))
+    pattern = _pattern(list(RETIRED))
     assert pattern.search('model = "claude-sonnet-4-5"')
     assert pattern.search("AgentSpec(model='anthropic:claude-sonnet-4-5-20250929')")
     assert not pattern.search('model = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"')

@@ -20,6 +20,7 @@ from anthropic.types import ErrorResponse
 
 from managedloop.testing import ClaudeEmulator
 from managedloop.testing._claude import bodies, models
+from retired_models import RETIRED
 
 pytestmark = pytest.mark.anyio
 
@@ -158,7 +159,7 @@ def test_every_body_route_has_an_sdk_type() -> None:
 # -- model ids -------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "model",
-    ["claude-sonnet-4-5", "claude-sonnet-4-5-20250929", "claude-sonet-4-6", "gpt-4o"],
+    [*RETIRED, "claude-sonet-4-6", "gpt-4o"],
 )
 async def test_a_retired_or_unknown_model_is_a_404(
     emu: ClaudeEmulator, client: Any, model: str
@@ -197,8 +198,8 @@ def test_a_deprecated_model_is_served_until_its_date() -> None:
 
 
 def test_the_tables_do_not_overlap_and_name_their_sources() -> None:
-    assert not set(models.CURRENT) & set(models.RETIRED)
-    for retired in models.RETIRED.values():
+    assert not set(models.CURRENT) & set(RETIRED)
+    for retired in RETIRED.values():
         assert retired.source
         assert retired.replacement in models.CURRENT
     assert all(s.source for s in models.CURRENT.values())

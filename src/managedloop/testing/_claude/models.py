@@ -1,20 +1,16 @@
-"""Claude model ids: the ones the service serves, and the ones it has retired.
+"""Claude model ids the service serves.
 
-The one table of model ids in the repository. The emulator answers a request naming a
-retired or unknown id (a typo such as ``claude-sonet-4-6``) as the service answers it:
-``404 not_found_error`` with the message ``model: <id>``. ``tests/test_model_ids.py``
-fails on any id of :data:`RETIRED` found in ``src/``, ``examples/``, ``docs/`` or
-``README.md`` (this file excepted).
+The emulator answers a request naming any other id, retired or unknown (a typo such as
+``claude-sonet-4-6``), as the service answers it: ``404 not_found_error`` with the message
+``model: <id>``. The retired ids live with the tests (``tests/retired_models.py``), so that
+no file users read or ship names one; ``tests/test_model_ids.py`` fails on any of them found
+in ``src/``, ``examples/``, ``docs/`` or ``README.md``.
 
-Sources, as of 2026-12-02 (``reference/host-surface-2026-12.md`` §4):
-
-* :data:`CURRENT`: the ``Literal`` of ``anthropic.types.beta.BetaManagedAgentsModelParam``
-  in ``anthropic`` 2.16.0 (the ids the Managed Agents API documents), with the statuses
-  the Anthropic model pages give where they give one;
-* :data:`RETIRED`: each entry names its page.
-
-Update both when Anthropic's models overview or model-deprecations page changes; a
-retired id moves from :data:`CURRENT` to :data:`RETIRED` with its date.
+Source, as of 2026-12-02 (``reference/host-surface-2026-12.md`` §4): the ``Literal`` of
+``anthropic.types.beta.BetaManagedAgentsModelParam`` in ``anthropic`` 2.16.0 (the ids the
+Managed Agents API documents), with the statuses the Anthropic model pages give where they
+give one. When Anthropic's models overview or model-deprecations page changes, a retired id
+leaves :data:`CURRENT` for ``tests/retired_models.py`` with its date.
 """
 
 from __future__ import annotations
@@ -26,9 +22,7 @@ from typing import Any
 
 __all__ = [
     "CURRENT",
-    "RETIRED",
     "ModelStatus",
-    "Retired",
     "model_problem",
     "models_in",
 ]
@@ -45,15 +39,6 @@ class ModelStatus:
     (still served, retirement date set)."""
     source: str
     retires_on: dt.date | None = None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Retired:
-    """A model id the service no longer serves (requests naming it fail)."""
-
-    retired_on: dt.date
-    replacement: str
-    source: str
 
 
 def _active(*ids: str) -> dict[str, ModelStatus]:
@@ -93,27 +78,6 @@ CURRENT: Mapping[str, ModelStatus] = {
     ),
 }
 """Ids the service serves (a deprecated one until its date)."""
-
-RETIRED: Mapping[str, Retired] = {
-    "claude-sonnet-4-5": Retired(
-        retired_on=dt.date(2026, 11, 30),
-        replacement="claude-sonnet-5-5",
-        source="platform.claude.com docs, models: Claude Sonnet 4.5 overview (deprecated, "
-        "retired on Anthropic-operated platforms on 2026-11-30)",
-    ),
-    "claude-sonnet-4-5-20250929": Retired(
-        retired_on=dt.date(2026, 11, 30),
-        replacement="claude-sonnet-5-5",
-        source="platform.claude.com docs, models: Claude Sonnet 4.5 overview (the dated id "
-        "of the claude-sonnet-4-5 alias)",
-    ),
-    "claude-mythos-preview": Retired(
-        retired_on=dt.date(2026, 6, 30),
-        replacement="claude-opus-5-5",
-        source="anthropic 2.16.0 _data/deprecated_models.py (retirement 'June 30th, 2026')",
-    ),
-}
-"""Ids the service has retired, with the date and where that is written."""
 
 
 def model_problem(model: str, *, today: dt.date | None = None) -> str | None:
