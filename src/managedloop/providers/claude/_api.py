@@ -388,6 +388,8 @@ class Api:
             "anthropic-beta": s.files_beta,
             "anthropic-version": s.anthropic_version,
         }
+        # What every management call passes the SDK: the beta headers and our timeout.
+        self.opts: dict[str, Any] = {"extra_headers": self.headers, "timeout": s.receive_timeout}
 
     @functools.cached_property
     def send_client(self) -> anthropic.AsyncAnthropic:

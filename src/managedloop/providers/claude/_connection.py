@@ -852,7 +852,7 @@ class ClaudeConnection(ConnectionBase):
             if cursor is not None:
                 kwargs["page"] = cursor
             return await api.client.beta.sessions.events.with_raw_response.list(
-                sid, extra_headers=api.headers, timeout=api.s.receive_timeout, **kwargs
+                sid, **api.opts, **kwargs
             )
 
         # Not strict: a history page without data counts as the end (as it always has).

@@ -231,23 +231,17 @@ async def list_sessions(
             kwargs["statuses"] = list(statuses)
         if cursor is not None:
             kwargs["page"] = cursor
-        return await sessions.with_raw_response.list(
-            **kwargs, extra_headers=api.headers, timeout=api.s.receive_timeout
-        )
+        return await sessions.with_raw_response.list(**kwargs, **api.opts)
 
     return await api.list_raw("/v1/sessions", page)
 
 
 async def retrieve(api: Api, session_id: str) -> dict[str, Any]:
     sid = check_id("session", session_id)
-    session = await api.call(
-        "get",
-        f"/v1/sessions/{sid}",
-        lambda: api.client.beta.sessions.retrieve(
-            sid, extra_headers=api.headers, timeout=api.s.receive_timeout
-        ),
+    sessions = api.client.beta.sessions
+    return _json(
+        await api.call("get", f"/v1/sessions/{sid}", lambda: sessions.retrieve(sid, **api.opts))
     )
-    return _json(session)
 
 
 async def update(
@@ -268,37 +262,22 @@ async def update(
         if not all(isinstance(k, str) and isinstance(v, str | None) for k, v in metadata.items()):
             raise _refuse("metadata", "metadata maps strings to strings (None deletes)")
         kwargs["metadata"] = dict(metadata)
-    session = await api.call(
-        "post",
-        f"/v1/sessions/{sid}",
-        lambda: api.client.beta.sessions.update(
-            sid, **kwargs, extra_headers=api.headers, timeout=api.s.receive_timeout
-        ),
-    )
-    return _json(session)
+    sessions = api.client.beta.sessions
+    path = f"/v1/sessions/{sid}"
+    return _json(await api.call("post", path, lambda: sessions.update(sid, **kwargs, **api.opts)))
 
 
 async def archive(api: Api, session_id: str) -> dict[str, Any]:
     """Archive a session (its history stays readable; no more sends)."""
     sid = check_id("session", session_id)
-    session = await api.call(
-        "post",
-        f"/v1/sessions/{sid}/archive",
-        lambda: api.client.beta.sessions.archive(
-            sid, extra_headers=api.headers, timeout=api.s.receive_timeout
-        ),
-    )
-    return _json(session)
+    sessions = api.client.beta.sessions
+    path = f"/v1/sessions/{sid}/archive"
+    return _json(await api.call("post", path, lambda: sessions.archive(sid, **api.opts)))
 
 
 async def delete(api: Api, session_id: str) -> dict[str, Any]:
     """Delete a session with its events and the files it produced."""
     sid = check_id("session", session_id)
-    deleted = await api.call(
-        "delete",
-        f"/v1/sessions/{sid}",
-        lambda: api.client.beta.sessions.delete(
-            sid, extra_headers=api.headers, timeout=api.s.receive_timeout
-        ),
-    )
-    return _json(deleted)
+    sessions = api.client.beta.sessions
+    path = f"/v1/sessions/{sid}"
+    return _json(await api.call("delete", path, lambda: sessions.delete(sid, **api.opts)))
