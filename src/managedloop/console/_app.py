@@ -47,7 +47,7 @@ from managedloop.session.record import PREFIX, SessionRecord, approvals_of, as_r
 from managedloop.stores import Store
 from managedloop.webhooks import STORE_PREFIX as WEBHOOK_PREFIX
 
-__all__ = ["COOKIE", "PAGE_SIZE", "ResumeWith", "build"]
+__all__ = ["COOKIE", "PAGE_SIZE", "ResumeWith", "app"]
 
 logger = logging.getLogger("managedloop.console")
 
@@ -774,7 +774,7 @@ def _int(value: Any, default: int, low: int, high: int) -> int:
     return min(max(number, low), high)
 
 
-def build(
+def app(
     store: Any,
     *,
     token: str | None = None,
@@ -786,6 +786,23 @@ def build(
     run_options: Mapping[str, Any] | None = None,
     list_ttl: float = 2.0,
 ) -> Starlette:
+    """The console as an ASGI application.
+
+    ``store``: the record's :class:`~managedloop.stores.Store` (or an
+    ``ml.SessionRecord``); its provisioning index and webhook deliveries are shown too.
+    ``token``: the access token (at least 16 characters; default: a random one, in
+    ``app.state.token``). ``read_only``: no decision buttons, and decisions are refused.
+    ``resume_with(parked) -> (provider, agent)`` (sync or async): what resumes a parked
+    session once decided (without it the record's approvals are shown, not decided).
+    ``temporal``: a Temporal client, for durable sessions (or a zero-argument function,
+    sync or async, returning one: called on first use, on the server's event loop).
+    ``poll_interval``: seconds between two reads of the record by a live page.
+    ``user_header``: a request header naming who decides (set by your reverse proxy),
+    else decisions are by ``"console"``.
+    ``run_options``: more ``ml.run`` options for a resume (``timeout``, ``max_turns``...).
+    ``list_ttl``: seconds the session list's read of the store is reused for paging,
+    filtering and searching (``0``: read on every page).
+    """
     record = as_record(store)
     if record is None:
         raise InvalidOptionsError(
