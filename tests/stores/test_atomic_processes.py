@@ -11,9 +11,6 @@ same count (the last test).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -22,13 +19,13 @@ import anyio
 import pytest
 
 from managedloop.provisioning import lifecycle
-from managedloop.stores import FileStore, MemoryStore, RedisStore, SQLiteStore, Store, Updater
+from managedloop.stores import MemoryStore, Store, Updater
 
+from . import _procs
 from ._worker import digest
 from ._worker import tags as tag_rounds
-from .conftest import PERSISTENT, RedisServer
+from .conftest import PERSISTENT
 
-WORKER = Path(__file__).with_name("_worker.py")
 PROCS, OPS = 4, 60
 
 
@@ -43,56 +40,14 @@ def expected_tags(procs: int, ops: int) -> dict[str, str]:
     }
 
 
-def _env() -> dict[str, str]:
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    return {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
-def _open(backend: str, target: str, namespace: str) -> Store:
-    if backend == "file":
-        return FileStore(target)
-    if backend == "sqlite":
-        return SQLiteStore(target)
-    return RedisStore(target, namespace=namespace)
-
-
 @pytest.mark.parametrize("backend", PERSISTENT)
 def test_processes_tag_and_untag_one_base(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    namespace = ""
-    if backend == "redis":
-        server: RedisServer = request.getfixturevalue("redis_server")
-        target, namespace = server.url, server.namespace()
-    else:
-        target = str(tmp_path / ("store.json" if backend == "file" else "store.sqlite3"))
-    children = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), "tags", backend, target, namespace, str(p), str(OPS)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=_env(),
-        )
-        for p in range(PROCS)
-    ]
-    try:
-        for child in children:  # every child is up (imports done) before any starts
-            assert child.stdout is not None
-            assert child.stdout.readline() == "ready\n"
-        for child in children:
-            assert child.stdin is not None
-            child.stdin.write("go\n")
-            child.stdin.flush()
-        for child in children:
-            out, _ = child.communicate(timeout=120)
-            assert (child.returncode, out) == (0, "done\n")
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-    store = _open(backend, target, namespace)
+    target, namespace = _procs.target(backend, tmp_path, request)
+    argvs = [["tags", backend, target, namespace, str(p), str(OPS)] for p in range(PROCS)]
+    assert _procs.run_together(argvs, timeout=120) == [(0, "done\n")] * PROCS
+    store = _procs.open_store(backend, target, namespace)
     try:
         found = _tags(store)
         want = expected_tags(PROCS, OPS)

@@ -16,77 +16,31 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from managedloop.stores import FileStore, RedisStore, SQLiteStore, Store
+from managedloop.stores import SQLiteStore
 
-from .conftest import PERSISTENT, RedisServer
+from . import _procs
+from .conftest import PERSISTENT
 
-WORKER = Path(__file__).with_name("_worker.py")
 PROCS, OPS = 8, 200
-
-
-def _target(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, str]:
-    if backend == "redis":
-        server: RedisServer = request.getfixturevalue("redis_server")
-        return server.url, server.namespace()
-    return str(tmp_path / ("store.json" if backend == "file" else "store.sqlite3")), ""
-
-
-def _open(backend: str, target: str, namespace: str) -> Store:
-    if backend == "file":
-        return FileStore(target)
-    if backend == "sqlite":
-        return SQLiteStore(target)
-    return RedisStore(target, namespace=namespace)
-
-
-def _env() -> dict[str, str]:
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    return {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
 @pytest.mark.parametrize("backend", PERSISTENT)
 def test_eight_processes_lose_nothing(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    target, namespace = _target(backend, tmp_path, request)
-    children = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), "mix", backend, target, namespace, str(p), str(OPS)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=_env(),
-        )
-        for p in range(PROCS)
-    ]
-    try:
-        for child in children:  # all are up (imports done) before any starts
-            assert child.stdout is not None
-            assert child.stdout.readline() == "ready\n"
-        for child in children:
-            assert child.stdin is not None
-            child.stdin.write("go\n")
-            child.stdin.flush()
-        lasts: list[dict[str, Any]] = []
-        for child in children:
-            out, _ = child.communicate(timeout=50)
-            assert child.returncode == 0
-            lasts.append(json.loads(out))
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
+    target, namespace = _procs.target(backend, tmp_path, request)
+    argvs = [["mix", backend, target, namespace, str(p), str(OPS)] for p in range(PROCS)]
+    answers = _procs.run_together(argvs, timeout=50)
+    assert [code for code, _ in answers] == [0] * PROCS
+    lasts: list[dict[str, Any]] = [json.loads(out) for _, out in answers]
 
-    store = _open(backend, target, namespace)
+    store = _procs.open_store(backend, target, namespace)
     try:
         own = store.scan("own:")
         expected_own = {
@@ -108,8 +62,8 @@ def test_eight_processes_lose_nothing(
 def test_threads_share_one_store(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    target, namespace = _target(backend, tmp_path, request)
-    store = _open(backend, target, namespace)
+    target, namespace = _procs.target(backend, tmp_path, request)
+    store = _procs.open_store(backend, target, namespace)
     failures: list[BaseException] = []
 
     def work(t: int) -> None:
