@@ -119,7 +119,7 @@ def test_demo_passes_the_script_only_to_plugins_that_take_it(
             return ml.SessionResult(terminal=ml.Terminal.END_TURN, text="new")
 
     monkeypatch.setattr(
-        cli, "host_module", lambda host: {"local": New, "claude": Old}.get(host, "skipped: x")
+        cli.hosts, "host_module", lambda host: {"local": New, "claude": Old}.get(host, "skipped: x")
     )
     code, text = run_main(["demo", "--hosts", "local,claude"])
     assert code == 0
@@ -299,7 +299,7 @@ def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_render_table_wraps_long_cells() -> None:
-    table = cli.render_table(["", "A"], [["text", "word " * 20]])
+    table = render.render_table(["", "A"], [["text", "word " * 20]])
     lines = table.splitlines()
     assert len(lines) > 3
     assert all(len(line) <= len("text | ") + render.CELL for line in lines)
@@ -473,7 +473,7 @@ def test_emulate_that_fails_to_start_is_a_failure_not_a_traceback(
                 port=0,
             )
 
-    monkeypatch.setattr(cli, "host_module", lambda host: Broken)
+    monkeypatch.setattr(cli.hosts, "host_module", lambda host: Broken)
     code, _ = run_main(["emulate", "local", "--port", "0"])
     err = capsys.readouterr().err
     assert code == 1
@@ -498,7 +498,7 @@ def test_emulate_on_a_port_taken_after_the_arguments_is_a_usage_error(
                 port=port,
             )
 
-    monkeypatch.setattr(cli, "host_module", lambda host: Raced)
+    monkeypatch.setattr(cli.hosts, "host_module", lambda host: Raced)
     code, _ = run_main(["emulate", "local", "--port", "8765"])
     err = capsys.readouterr().err
     assert code == 2

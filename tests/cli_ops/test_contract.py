@@ -354,7 +354,7 @@ def test_run_says_what_it_waits_for_on_a_terminal_and_nothing_when_piped(
 ) -> None:
     from rich.console import Console
 
-    import managedloop.cli
+    import managedloop.cli.run
     from managedloop.cli import render
 
     del tools_dir
@@ -365,7 +365,7 @@ def test_run_says_what_it_waits_for_on_a_terminal_and_nothing_when_piped(
             said.append(text)
             super().show(text)
 
-    monkeypatch.setattr(managedloop.cli, "Waiting", Recorded)
+    monkeypatch.setattr(managedloop.cli.run, "Waiting", Recorded)
     script = [call("shout", {"text": "hi"}), say("done")]
     with ChatEmulator(script) as emu:
         argv = ["run", "--base-url", emu.base_url, "--api-key", emu.api_key or ""]

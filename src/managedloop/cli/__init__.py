@@ -1,13 +1,14 @@
-"""The ``managedloop`` command: ``demo``, ``run`` and ``emulate``.
+"""The ``managedloop`` command: its parser and ``main``; each command lives in its module.
 
-* ``managedloop demo`` runs one small agent (two tools) on every host against that host's
-  loopback emulator and prints one table, a column per host; ``demo --local-model`` runs it
-  on a real model in this process instead (SmolLM2 via llama.cpp, offline: ``make
-  demo-model``);
+* ``managedloop demo`` (:mod:`managedloop.cli.demo`) runs one small agent (two tools) on
+  every host against that host's loopback emulator and prints one table, a column per host;
+  ``demo --local-model`` runs it on a real model in this process instead (SmolLM2 via
+  llama.cpp, offline: ``make demo-model``);
 * ``managedloop run --provider local --base-url URL --model M --tools pkg.mod:tools
-  --prompt "..."`` drives a real endpoint, streaming text to stdout as it arrives, then
-  prints the summary;
-* ``managedloop emulate local --port 8000`` serves a host's emulator until Ctrl-C;
+  --prompt "..."`` (:mod:`managedloop.cli.run`) drives a real endpoint, streaming text to
+  stdout as it arrives, then prints the summary;
+* ``managedloop emulate local --port 8000`` (:mod:`managedloop.cli.emulate`) serves a
+  host's emulator until Ctrl-C;
 * ``managedloop provision/tag/resolve/prune/ls`` run the provisioning lifecycle from a spec
   file (:mod:`managedloop.cli.ops`; format: :mod:`managedloop.cli.specfile`);
 * ``managedloop worker`` serves a self-hosted environment's work queue
@@ -41,404 +42,42 @@ page for all of it: ``docs/cli.md``.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib
-import inspect
-import json
-import os
-import re
 import sys
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any, Literal, TextIO
+from typing import Any, TextIO
 
-import anyio
-
-from managedloop.cli.exits import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_USAGE,
-    CliError,
-    classify,
-    report,
+from managedloop.cli import hosts
+from managedloop.cli.demo import (
+    DEMO_PROMPT,
+    cmd_demo,
+    convert_temperature,
+    demo_agent,
+    demo_script,
+    get_weather,
 )
-from managedloop.cli.interrupt import exit_now_if_threads_remain, run_interruptibly
+from managedloop.cli.emulate import cmd_emulate
+from managedloop.cli.exits import CliError, UsageError, classify, report
+from managedloop.cli.hosts import HOSTS, host_module
+from managedloop.cli.interrupt import exit_now_if_threads_remain
 from managedloop.cli.opsargs import COMMANDS, EXIT_HELP
-from managedloop.cli.render import Waiting, render_table, result_doc, summary_rows
-from managedloop.cli.toolrefs import ToolRefError
-from managedloop.cli.toolrefs import load_tools as _load_tools
-from managedloop.errors import APIStatusError, ConfigError, ManagedLoopError
-from managedloop.provisioning.specs import AgentSpec
-from managedloop.results import SessionInfo, SessionResult
-from managedloop.session.driver import DEFAULT_TIMEOUT, TEXT_DELTA, run
+from managedloop.cli.run import cmd_run
+from managedloop.errors import ManagedLoopError
+from managedloop.session.driver import DEFAULT_TIMEOUT
 from managedloop.session.options import DEFAULTS as SESSION_DEFAULTS
-from managedloop.testing.script import ModelRequest, Reply, Step, call, say
-from managedloop.tools import Toolset, tool
 
-__all__ = ["HOSTS", "demo_agent", "demo_script", "main"]
-
-HOSTS: tuple[str, ...] = ("local", "claude", "agentcore")
-DEMO_PROMPT = "What is the weather in Paris, in Fahrenheit?"
-
-
-class UsageError(Exception):
-    """Bad command-line usage (exit code 2)."""
-
-
-# -- the demo agent --------------------------------------------------------------------
-
-
-@tool
-def get_weather(city: str) -> str:
-    """Current weather for a city.
-
-    Args:
-        city: The city name, e.g. "Paris".
-    """
-    return f"Sunny, 18 °C in {city}"
-
-
-@tool
-def convert_temperature(celsius: float, unit: Literal["fahrenheit", "kelvin"]) -> str:
-    """Convert a Celsius temperature.
-
-    Args:
-        celsius: Degrees Celsius.
-        unit: The unit to convert to.
-    """
-    value = celsius * 9 / 5 + 32 if unit == "fahrenheit" else celsius + 273.15
-    return f"{celsius:g} °C = {value:.1f} {'°F' if unit == 'fahrenheit' else 'K'}"
-
-
-def demo_agent() -> AgentSpec:
-    """The agent ``managedloop demo`` runs on every host."""
-    return AgentSpec(
-        name="managedloop-demo",
-        system_prompt="Answer weather questions. Use the tools; be brief.",
-        tools=[get_weather, convert_temperature],
-        model="claude-sonnet-5-5",
-    )
-
-
-_CELSIUS_RE = re.compile(r"(-?\d+(?:\.\d+)?) °C")
-
-
-def demo_script(city: str = "Paris") -> list[Step]:
-    """The conversation ``managedloop demo`` plays on every host's emulator.
-
-    Turn 1 asks for the weather in ``city``; turn 2 converts the temperature that tool
-    really returned; turn 3 answers with both results. Each step reads the tool results the
-    emulator received, so the table shows what the tools did, not canned text.
-    """
-    seen: dict[str, str] = {}
-
-    def convert(request: ModelRequest) -> Reply:
-        weather = request.tool_results[0].text if request.tool_results else ""
-        seen["weather"] = weather
-        found = _CELSIUS_RE.search(weather)
-        celsius = float(found.group(1)) if found else 0.0
-        return call("convert_temperature", {"celsius": celsius, "unit": "fahrenheit"})
-
-    def answer(request: ModelRequest) -> Reply:
-        converted = request.tool_results[0].text if request.tool_results else "?"
-        in_unit = converted.rpartition(" = ")[2]  # "18 °C = 64.4 °F" -> "64.4 °F"
-        return say(f"{seen.get('weather', 'No weather')}, which is {in_unit}.")
-
-    return [call("get_weather", {"city": city}), convert, answer]
-
-
-# -- host modules ----------------------------------------------------------------------
-
-
-def host_module(host: str) -> ModuleType | str:
-    """The host's command-line module (``managedloop.cli.<host>``), or why it cannot be used."""
-    try:
-        return importlib.import_module(f"managedloop.cli.{host}")
-    except ImportError as exc:
-        missing = getattr(exc, "name", None) or str(exc)
-        return f"skipped: {missing} is not available"
-
-
-# -- commands --------------------------------------------------------------------------
-
-
-def cmd_demo_model(args: argparse.Namespace, out: TextIO) -> int:
-    """The demo agent on the offline in-process model instead of the emulators."""
-    from managedloop.cli import local as local_cli
-
-    try:
-        result = local_cli.demo_model(demo_agent(), args.prompt)
-    except ConfigError as exc:  # the extra is not installed
-        raise UsageError(f"demo --local-model: {exc.message}") from None
-    if args.json:
-        host = {"host": "local-model", "label": local_cli.MODEL_LABEL, "ok": True}
-        _doc(
-            out,
-            {
-                "ok": True,
-                "command": "demo",
-                "prompt": args.prompt,
-                "hosts": [{**host, "result": result_doc(result)}],
-            },
-        )
-        return 0
-    out.write(
-        f"managedloop demo: {args.prompt!r} with tools get_weather, convert_temperature"
-        " (a 135M model: its answers are often wrong; the loop around it is the point)\n\n"
-    )
-    rows = [list(r) for r in summary_rows(result)]
-    out.write(render_table(["", local_cli.MODEL_LABEL], rows) + "\n")
-    return 0
-
-
-def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
-    if args.local_model:
-        return cmd_demo_model(args, out)
-    agent = demo_agent()
-    hosts = args.hosts.split(",") if args.hosts else list(HOSTS)
-    unknown = [h for h in hosts if h not in HOSTS]
-    if unknown:
-        raise UsageError(f"unknown host(s) {', '.join(unknown)}; known: {', '.join(HOSTS)}")
-    columns: list[tuple[str, list[tuple[str, str]]]] = []
-    notes: list[str] = []
-    docs: list[dict[str, Any]] = []
-    failed = False
-    for host in hosts:
-        module = host_module(host)
-        if isinstance(module, str):
-            notes.append(f"{host}: {module}")
-            docs.append({"host": host, "ok": False, "skipped": module})
-            continue
-        label = str(getattr(module, "LABEL", host))
-        try:
-            if "script" in inspect.signature(module.demo).parameters:
-                result = module.demo(agent, args.prompt, script=demo_script())
-            else:  # a plug-in without script= runs its emulator's default script
-                result = module.demo(agent, args.prompt)
-        except ManagedLoopError as exc:
-            failed = True
-            notes.append(f"{label}: failed: {exc.code}: {exc.message}")
-            error = {"code": exc.code, "message": exc.message}
-            docs.append({"host": host, "label": label, "ok": False, "error": error})
-            continue
-        columns.append((label, summary_rows(result)))
-        docs.append({"host": host, "label": label, "ok": True, "result": result_doc(result)})
-    code = 1 if failed or not columns else 0
-    if args.json:
-        ok = code == 0
-        doc = {"ok": ok, "command": "demo", "prompt": args.prompt, "hosts": docs}
-        _doc(out, doc if ok else {**doc, "exit": code})
-        for note in notes:
-            sys.stderr.write(f"managedloop: note: {note}\n")
-        return code
-    out.write(f"managedloop demo: {args.prompt!r} with tools get_weather, convert_temperature\n\n")
-    if columns:
-        fields = [name for name, _ in columns[0][1]]
-        rows = [[field, *(dict(c)[field] for _, c in columns)] for field in fields]
-        out.write(render_table(["", *(label for label, _ in columns)], rows) + "\n")
-    for note in notes:
-        out.write(f"\nnote: {note}")
-    if notes:
-        out.write("\n")
-    return code
-
-
-def _doc(out: TextIO, doc: dict[str, Any]) -> None:
-    out.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
-    out.flush()
-
-
-class _CliHandler:
-    """Serves the tools and streams text deltas to ``out`` as they arrive (not with
-    ``--json``); on a terminal, says on stderr what the session is waiting for."""
-
-    def __init__(self, toolset: Toolset, out: TextIO, *, stream: bool, waiting: Waiting) -> None:
-        self.toolset = toolset
-        self.out = out
-        self.stream = stream
-        self.waiting = waiting
-        self.streamed = False
-        self.running: list[str] = []
-        self.cancelled: list[str] = []  # tools running when the session was cancelled
-
-    async def handle_tool_call(self, name: str, input: dict[str, Any], info: SessionInfo) -> Any:
-        self.running.append(name)
-        self.waiting.show(f"running tool {name}")
-        try:
-            return await self.toolset.handle_tool_call(name, input, info)
-        except anyio.get_cancelled_exc_class():
-            self.cancelled.append(name)
-            raise
-        finally:
-            self.running.remove(name)
-            self.waiting.show(
-                f"running tool {self.running[-1]}" if self.running else "waiting for the model"
-            )
-
-    def handle_event(self, event: dict[str, Any], info: SessionInfo) -> None:
-        if event.get("type") == TEXT_DELTA and self.stream:
-            self.waiting.hide()
-            self.out.write(str(event.get("text", "")))
-            self.out.flush()
-            self.streamed = True
-
-
-def load_tools(refs: Sequence[str]) -> list[Any]:
-    """``--tools`` references to tools (:mod:`managedloop.cli.toolrefs`), importable from
-    the current directory."""
-    try:
-        return _load_tools(refs, folders=(os.getcwd(),))
-    except ToolRefError as exc:
-        raise UsageError(f"--tools {exc}") from None
-
-
-def load_output(ref: str | None) -> Any:
-    """``--output``: a JSON Schema file, or ``module:Type`` importable from the current
-    directory (as ``--tools``); ``None`` without the flag."""
-    if ref is None:
-        return None
-    from managedloop.session import output as typed
-
-    if os.path.isfile(ref):
-        try:
-            with open(ref, encoding="utf-8") as f:
-                return typed.schema_type(json.load(f))
-        except (OSError, ValueError) as exc:  # InvalidOptionsError is a ValueError
-            raise UsageError(f"--output {ref}: {exc}") from None
-    if os.getcwd() not in sys.path:  # importable from the current directory, as --tools
-        sys.path.insert(0, os.getcwd())
-    try:
-        return typed.import_type(typed.type_path(ref))
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise UsageError(f"--output {ref}: not a JSON Schema file or module:Type ({exc})") from None
-
-
-def cmd_run(args: argparse.Namespace, module: ModuleType, out: TextIO) -> int:
-    tools = load_tools(args.tools or [])
-    output = load_output(getattr(args, "output", None))
-    agent = AgentSpec(
-        name=args.name,
-        system_prompt=args.system,
-        tools=tools,
-        model=getattr(args, "model", None),
-    )
-    provider = module.provider_for_run(args)
-    waiting = Waiting(sys.stderr)
-    handler = _CliHandler(agent.toolset(), out, stream=not args.json, waiting=waiting)
-
-    async def session() -> SessionResult:
-        waiting.show("waiting for the model")
-        try:
-            return await run(
-                provider,
-                agent=agent,
-                prompt=args.prompt,
-                handler=handler,
-                max_turns=args.max_turns,
-                timeout=args.timeout,
-                **({"output": output} if output is not None else {}),
-            )
-        finally:
-            waiting.hide()
-
-    try:
-        result, interrupted = run_interruptibly(session)
-    except APIStatusError as exc:
-        if exc.status != 404:
-            raise
-        model = str(getattr(provider, "model", None) or "")
-        openai_style = not model.startswith("anthropic:")  # only those live under /v1
-        raise _NotFoundError(exc, getattr(provider, "base_url", None), openai_style) from None
-    if interrupted or result is None:
-        if handler.streamed:
-            out.write("\n")
-        note = ""
-        if handler.cancelled:
-            names = ", ".join(sorted(set(handler.cancelled)))
-            note = f"; tool {names} cancelled (a sync tool is abandoned in its thread)"
-        error = CliError(EXIT_INTERRUPTED, "interrupted", f"session cancelled{note}")
-        return report(error, command="run", json_doc=args.json, out=out, err=sys.stderr)
-    if args.json:
-        label = str(getattr(module, "LABEL", args.provider))
-        _doc(
-            out,
-            {
-                "ok": True,
-                "command": "run",
-                "host": args.provider,
-                "label": label,
-                "result": result_doc(result),
-            },
-        )
-        return 0
-    if handler.streamed:
-        out.write("\n\n")
-    out.write(
-        render_table(
-            ["", str(getattr(module, "LABEL", args.provider))],
-            [list(r) for r in summary_rows(result)],
-        )
-        + "\n"
-    )
-    if output is not None:  # the typed result, as JSON (null when none was produced)
-        out.write(json.dumps(result.to_dict()["output"], ensure_ascii=False) + "\n")
-    return 0
-
-
-class _FailedError(CliError):
-    """A failure that is not the user's usage (exit code 1, a message, no traceback)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(EXIT_FAILED, code, message)
-
-
-class _NotFoundError(_FailedError):
-    """An HTTP 404 from the host, with the URL asked and a hint (exit code 1)."""
-
-    def __init__(self, error: APIStatusError, base_url: str | None, openai_style: bool) -> None:
-        from managedloop.providers.local import redact_url
-
-        where = ""
-        hint = ""
-        if isinstance(base_url, str):
-            url = redact_url(base_url)
-            where = f" at {url}"
-            if openai_style and not url.rstrip("/").endswith("/v1"):
-                hint = "; OpenAI-compatible servers usually serve under /v1: try --base-url "
-                hint += url.rstrip("/") + "/v1"
-        super().__init__(error.code, f"not found (HTTP 404){where}{hint}: {error.message}")
-
-
-def _check_port(host: str, port: int) -> None:
-    if not 0 <= port <= 65535:  # a socket would raise OverflowError: say it as usage
-        raise UsageError(f"emulate {host}: --port must be 0..65535, got {port}")
-
-
-def cmd_emulate(args: argparse.Namespace, module: ModuleType) -> int:
-    from managedloop.testing import EmulatorStartError  # loads aiohttp: only when emulating
-
-    _check_port(args.host, args.port)
-    kwargs = {"json": True} if args.json else {}
-    if args.json and "json" not in inspect.signature(module.emulate).parameters:
-        raise UsageError(f"emulate {args.host}: this host's emulator has no --json output")
-    with contextlib.suppress(KeyboardInterrupt):
-        try:
-            module.emulate(args.host, args.port, **kwargs)
-        except EmulatorStartError as exc:
-            if exc.code == "port_in_use":  # the user's choice of port: usage, exit 2
-                where = f"{exc.context.get('host', '127.0.0.1')}:{args.port}"
-                raise UsageError(
-                    f"emulate {args.host}: cannot serve on {where}: port {args.port} is "
-                    "already in use; pick another --port (0 picks a free one)"
-                ) from None
-            raise _FailedError(
-                exc.code, f"emulate {args.host}: the emulator did not start: {exc.message}"
-            ) from None
-        except OSError as exc:  # no socket at all (e.g. out of file descriptors)
-            raise _FailedError(
-                "emulator_start_failed", f"emulate {args.host}: the emulator did not start: {exc}"
-            ) from None
-    return 0
+# The package's names, from the modules that hold them (tests and plug-ins read them here).
+__all__ = [
+    "DEMO_PROMPT",
+    "HOSTS",
+    "build_parser",
+    "convert_temperature",
+    "demo_agent",
+    "demo_script",
+    "get_weather",
+    "host_module",
+    "main",
+]
 
 
 # -- parsing ---------------------------------------------------------------------------
@@ -458,7 +97,7 @@ def host_options_help() -> str:
     """Every host's ``run`` options, a section per host (each host reads its own)."""
     parts = []
     for host in HOSTS:
-        module = host_module(host)
+        module = hosts.host_module(host)
         if isinstance(module, str):
             parts.append(f"\n--provider {host}: {module}\n")
             continue
@@ -598,7 +237,7 @@ def _run_module(argv: Sequence[str]) -> ModuleType | None:
     pre = _Parser(add_help=False)
     pre.add_argument("--provider", choices=HOSTS, default="local")
     known, _ = pre.parse_known_args(list(argv[1:]))
-    module = host_module(known.provider)
+    module = hosts.host_module(known.provider)
     if isinstance(module, str):
         raise UsageError(f"provider {known.provider}: {module}")
     return module
@@ -649,13 +288,11 @@ def _main(argv: list[str], out: TextIO | None) -> int:
             from managedloop.cli import ops
 
             return ops.run(args, stdout)
-        module = host_module(args.host)
+        module = hosts.host_module(args.host)
         if isinstance(module, str):
             raise UsageError(f"emulate {args.host}: {module}")
         return cmd_emulate(args, module)
-    except UsageError as exc:
-        error = CliError(EXIT_USAGE, "usage", str(exc))
-    except (ManagedLoopError, CliError, ImportError, KeyboardInterrupt) as exc:
+    except (UsageError, ManagedLoopError, CliError, ImportError, KeyboardInterrupt) as exc:
         found = classify(exc)
         assert found is not None
         error = found

@@ -45,6 +45,8 @@ __all__ = [
     "EXIT_USAGE",
     "TABLE",
     "CliError",
+    "FailedError",
+    "UsageError",
     "classify",
     "report",
 ]
@@ -83,10 +85,23 @@ class CliError(Exception):
         self.extra = dict(extra or {})
 
 
+class UsageError(Exception):
+    """Bad command-line usage that argparse cannot check (exit 2, code ``usage``)."""
+
+
+class FailedError(CliError):
+    """A failure that is not the user's usage (exit code 1, a message, no traceback)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(EXIT_FAILED, code, message)
+
+
 def classify(exc: BaseException) -> CliError | None:
     """The exit code and code of a library error (``None``: not one of ours)."""
     if isinstance(exc, CliError):
         return exc
+    if isinstance(exc, UsageError):
+        return CliError(EXIT_USAGE, "usage", str(exc))
     if isinstance(exc, ProvisioningError):
         exit = EXIT_NOT_FOUND if exc.code in _NOT_FOUND_CODES else EXIT_FAILED
         return CliError(exit, exc.code, exc.message)

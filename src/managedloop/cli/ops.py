@@ -52,6 +52,7 @@ from managedloop.cli.exits import (
     EXIT_PARTIAL,
     EXIT_USAGE,
     CliError,
+    UsageError,
     classify,
     report,
 )
@@ -104,10 +105,6 @@ class _NotFoundError(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
-
-
-class _UsageError(Exception):
-    """A bad flag value that argparse cannot check (exit 2, code ``usage``)."""
 
 
 class _PartialError(Exception):
@@ -220,14 +217,14 @@ async def _provision(args: argparse.Namespace, spec: SpecFile, store: Store, out
 def _digest8(text: str) -> str:
     value = text.strip()
     if len(value) not in (8, 64) or not set(value) <= _HEX:
-        raise _UsageError(f"--digest takes 8 or 64 lowercase hex characters, got {text!r}")
+        raise UsageError(f"--digest takes 8 or 64 lowercase hex characters, got {text!r}")
     return value[:8]
 
 
 async def _tag(args: argparse.Namespace, spec: SpecFile, store: Store, out: Out) -> Any:
     if args.environment:
         if spec.host != "claude" or spec.environment is None:
-            raise _UsageError(
+            raise UsageError(
                 "--environment tags a Claude environment: this spec has none "
                 "(on AgentCore the harness folds the environment in)"
             )
@@ -270,7 +267,7 @@ def _prune_targets(spec: SpecFile, only: str | None) -> list[tuple[str, str]]:
     if only in (None, "environment") and spec.host == "claude" and spec.environment is not None:
         targets.append(("environment", spec.environment_base))
     if not targets:
-        raise _UsageError("--only environment: this spec has no separate environment to prune")
+        raise UsageError("--only environment: this spec has no separate environment to prune")
     return targets
 
 
@@ -405,7 +402,7 @@ _RUNNERS: dict[str, _Command] = {
 def _check_keep(args: argparse.Namespace) -> None:
     keep = getattr(args, "keep", None)
     if keep is not None and keep < 1:
-        raise _UsageError(f"--keep must be at least 1, got {keep}")
+        raise UsageError(f"--keep must be at least 1, got {keep}")
 
 
 def run(args: argparse.Namespace, stdout: TextIO) -> int:
@@ -432,9 +429,7 @@ def run(args: argparse.Namespace, stdout: TextIO) -> int:
         return _error(out, args, CliError(EXIT_NOT_FOUND, exc.code, str(exc)))
     except SpecError as exc:
         return _error(out, args, CliError(EXIT_USAGE, exc.code, str(exc)))
-    except _UsageError as exc:
-        return _error(out, args, CliError(EXIT_USAGE, "usage", str(exc)))
-    except (ManagedLoopError, ImportError, KeyboardInterrupt) as exc:
+    except (UsageError, ManagedLoopError, ImportError, KeyboardInterrupt) as exc:
         # KeyboardInterrupt: asyncio cancels the run first, and the verbs roll back on that
         error = classify(exc)
         assert error is not None

@@ -27,6 +27,7 @@ __all__ = [
     "render_table",
     "result_doc",
     "summary_rows",
+    "write_doc",
 ]
 
 CELL = 34  # characters per table cell line: three host columns fit a 120-column terminal
@@ -224,6 +225,12 @@ class Progress:
         if self.display is not None:
             self.display.stop()
             self.display = None
+
+
+def write_doc(out: TextIO, doc: dict[str, Any]) -> None:
+    """One JSON document on one line of ``out`` (``--json``)."""
+    out.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+    out.flush()
 
 
 def result_doc(result: SessionResult) -> dict[str, Any]:
