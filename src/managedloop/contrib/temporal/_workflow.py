@@ -88,6 +88,17 @@ _RETRY = RetryPolicy(
 )
 
 
+def _turn_options(start: SessionStart, *, queue: str | None = None) -> dict[str, Any]:
+    """The options of every activity a session runs: its task queue (``queue``, a tool's
+    own, else the session's), the turn's timeout, a heartbeat, the retry policy."""
+    return {
+        "task_queue": start.task_queue if queue is None else queue,
+        "start_to_close_timeout": timedelta(seconds=start.turn_timeout),
+        "heartbeat_timeout": timedelta(seconds=start.heartbeat_timeout),
+        "retry_policy": _RETRY,
+    }
+
+
 def _last_id(events: Any, default: str) -> str:
     for event in reversed(list(events)):
         eid = event.get("id") if isinstance(event, dict) else None
@@ -217,10 +228,7 @@ class SessionWorkflow:
                     output_strategy=start.output_strategy,
                 ),
                 result_type=Opened,
-                task_queue=start.task_queue,
-                start_to_close_timeout=timedelta(seconds=start.turn_timeout),
-                heartbeat_timeout=timedelta(seconds=start.heartbeat_timeout),
-                retry_policy=_RETRY,
+                **_turn_options(start),
             )
             self._session_id, self._transcript = opened.session_id, opened.transcript_key
             self._inline = opened.transcript
@@ -310,10 +318,7 @@ class SessionWorkflow:
                     output_strategy=start.output_strategy,
                 ),
                 result_type=TurnDone,
-                task_queue=start.task_queue,
-                start_to_close_timeout=timedelta(seconds=start.turn_timeout),
-                heartbeat_timeout=timedelta(seconds=start.heartbeat_timeout),
-                retry_policy=_RETRY,
+                **_turn_options(start),
             )
             self._session_id, self._transcript = done.session_id, done.transcript_key
             self._inline = done.transcript
@@ -364,10 +369,7 @@ class SessionWorkflow:
                 payloads=payloads,
             ),
             result_type=dict,
-            task_queue=start.task_queue,
-            start_to_close_timeout=timedelta(seconds=start.turn_timeout),
-            heartbeat_timeout=timedelta(seconds=start.heartbeat_timeout),
-            retry_policy=_RETRY,
+            **_turn_options(start),
         )
         return machine.on_output(
             check, checked["value"], checked["errors"], answered, self._session_id
@@ -386,11 +388,8 @@ class SessionWorkflow:
                 decided=decided,
             ),
             result_type=dict,
-            task_queue=self._queues.get(use.name, start.task_queue),
             # The tool's own timeout bounds it; this bound is for a lost worker.
-            start_to_close_timeout=timedelta(seconds=start.turn_timeout),
-            heartbeat_timeout=timedelta(seconds=start.heartbeat_timeout),
-            retry_policy=_RETRY,
+            **_turn_options(start, queue=self._queues.get(use.name)),
         )
 
     async def _run_tools(self, uses: Any, host_held: Any = ()) -> ToolResults:
