@@ -295,18 +295,12 @@ class EmuSession:
                 echo["processed_at"] = None
                 echoes.append(echo)
                 continue
-            if kind == "user.tool_result":
-                tid = raw["tool_use_id"]
-                self.open_sandbox.pop(tid, None)
-                content = raw.get("content") or []
-                text = "".join(b.get("text", "") for b in content if isinstance(b, dict))
-                self.results.append(
-                    ToolResult(tool_use_id=tid, text=text, is_error=bool(raw.get("is_error")))
-                )
-                resumed = True
-            if kind == "user.custom_tool_result":
-                tid = raw["custom_tool_use_id"]
-                self.open_calls.pop(tid, None)
+            if kind in ("user.tool_result", "user.custom_tool_result"):
+                # A sandbox tool's result names its call tool_use_id, a custom tool's
+                # custom_tool_use_id; each closes its own kind of open call.
+                sandbox = kind == "user.tool_result"
+                tid = raw["tool_use_id" if sandbox else "custom_tool_use_id"]
+                (self.open_sandbox if sandbox else self.open_calls).pop(tid, None)
                 content = raw.get("content") or []
                 text = "".join(b.get("text", "") for b in content if isinstance(b, dict))
                 self.results.append(
