@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 
 import managedloop as ml
@@ -189,3 +190,35 @@ def test_demo_model_runs_with_the_network_off(tmp_path: Path) -> None:
     terminal = next(line for line in lines if line.startswith("terminal"))
     assert terminal.split("|")[1].split()[0] in {"end_turn", "terminated"}
     assert any(line.startswith("turns") for line in lines)
+
+
+class Capital(pydantic.BaseModel):
+    country: str = pydantic.Field(max_length=32)
+    capital: str = pydantic.Field(max_length=32)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_native_output_is_constrained_by_the_schema(chat: LlamaCppChat, seed: int) -> None:
+    # The native strategy's response_format becomes the answer's grammar: whatever the model
+    # says, it is JSON of the schema, so every session ends with a validated instance.
+    provider = Local(model="smollm2", chat=chat, model_config={"seed": seed, "temperature": 0.8})
+    result = ml.run_sync(
+        provider,
+        agent=ml.AgentSpec(name="capital", system_prompt="Answer in JSON."),
+        prompt="What is the capital of France?",
+        output=Capital,
+        max_turns=3,
+    )
+    assert result.output_strategy == "native"
+    assert isinstance(result.output, Capital), (result.reason, result.output_failure)
+    assert result.output_failure is None
+
+
+def test_native_output_with_tools_answers_in_the_schema(chat: LlamaCppChat) -> None:
+    # With tools the decision is a call or the schema's JSON as the answer; once the tool
+    # rounds are spent the answer is forced, and still the schema's.
+    calls = Calls()
+    result = _run(chat, calls.weather_tools(), PROMPTS[0], output=Capital, output_strategy="native")
+    assert result.output_strategy == "native"
+    assert isinstance(result.output, Capital), (result.reason, result.output_failure)
+    assert len(calls.served) == len(result.custom_tool_uses)

