@@ -49,3 +49,10 @@ class Person(TypedDict):
 def get_forecast(city: str) -> str:
     """The forecast for a city."""
     return f"Sunny and 21.5 C in {city}"
+
+
+def in_europe(weather: Weather) -> Weather:
+    """An output validator: the model is asked again for a city outside this list."""
+    if weather.city not in {"Paris", "Oslo", "Rome"}:
+        raise ml.ModelRetry(f"{weather.city} is not in Europe: pick a European city")
+    return weather

@@ -15,7 +15,7 @@ import managedloop as ml
 from managedloop.contrib import temporal as mlt
 from managedloop.stores import FileStore, MemoryStore
 from managedloop.testing import ChatEmulator, call
-from output.models import BAD, GOOD, Sky, Weather
+from output.models import BAD, GOOD, Sky, Weather, in_europe
 
 from .conftest import local_on, task_queue
 from .test_kill import WAIT_BOUND, Host, Workers, _host, _until, workers  # noqa: F401 (a fixture)
@@ -77,15 +77,45 @@ async def test_never_valid_ends_output_invalid_in_a_workflow(client: Client) -> 
     assert {tuple(e["loc"]) for e in result.output_failure.errors} == {("sky",), ("temperature",)}
 
 
+async def test_the_workers_run_the_output_validators(client: Client) -> None:
+    # in_europe crosses by name and runs on the worker after pydantic: its ModelRetry is
+    # the model's to fix, and the fixed output is the result's.
+    queue = task_queue("output")
+    tokyo = {**GOOD, "city": "Tokyo"}
+    with ChatEmulator([call("final_result", tokyo), call("final_result", GOOD)]) as emu:
+        async with mlt.worker(
+            client, task_queue=queue, providers={"local": local_on(emu)}, agents={"calc": SPEC}
+        ):
+            result = await mlt.run(
+                client,
+                provider="local",
+                agent="calc",
+                prompt="weather?",
+                task_queue=queue,
+                output=Weather,
+                output_validator=[in_europe, "output.models:in_europe"],
+            )
+    assert isinstance(result.output, Weather)
+    assert (result.output.city, result.turns) == ("Paris", 2)
+    assert "Tokyo is not in Europe" in emu.requests[1].tool_results[0].text
+
+
 async def test_bad_output_options_fail_before_temporal(client: Client) -> None:
     class Local_(Weather):  # defined in a function: no worker could import it
         pass
+
+    def nested(value: Weather) -> None:  # nor this one
+        del value
 
     for kwargs in (
         {"output": Local_},
         {"output": "no-colon"},
         {"output": Weather, "output_strategy": "xml"},
         {"output": Weather, "output_retries": -1},
+        {"output": Weather, "output_validator": nested},
+        {"output": Weather, "output_validator": lambda value: value},
+        {"output": Weather, "output_validator": "no-colon"},
+        {"output_validator": in_europe},  # a validator with nothing to check
     ):
         with pytest.raises(ml.InvalidOptionsError):
             await mlt.start(client, provider="p", agent="a", prompt="x", task_queue="q", **kwargs)

@@ -214,6 +214,7 @@ async def start(
     output: Any = None,
     output_strategy: str | None = None,
     output_retries: int = 2,
+    output_validator: Any = None,
 ) -> str:
     """Start a durable session and return its workflow id (at once; nothing waits).
 
@@ -224,8 +225,9 @@ async def start(
     ``output`` (a type importable by name on the workers, or its ``"module:Type"``) asks
     for a typed result as ``ml.run`` does (:mod:`managedloop.session.output`): the
     strategy is ``"tool"`` unless ``output_strategy`` says otherwise, the workers validate
-    (``output_validator`` functions do not cross: validate the result), and
-    ``result(..., output=Type)`` reads ``result.output`` back as an instance.
+    (pydantic, then each ``output_validator``: a function, or a list of them, importable by
+    name on the workers, or its ``"module:function"``; one may raise ``ml.ModelRetry``),
+    and ``result(..., output=Type)`` reads ``result.output`` back as an instance.
     """
     opts = _options(
         provider=provider,
@@ -238,7 +240,7 @@ async def start(
         heartbeat_timeout=heartbeat_timeout,
         requests_per_run=requests_per_run,
     )
-    typed = _typed(output, output_strategy, output_retries)
+    typed = _typed(output, output_strategy, output_retries, output_validator)
     session = SessionStart(
         **opts,
         tool_queues=dict(tool_queues or {}),
@@ -261,9 +263,13 @@ async def start(
     return wid
 
 
-def _typed(output: Any, strategy: Any, retries: Any) -> dict[str, Any]:
+def _typed(output: Any, strategy: Any, retries: Any, validators: Any) -> dict[str, Any]:
     """The ``output*`` fields of a :class:`SessionStart`, checked."""
     if output is None:
+        if validators is not None:
+            raise InvalidOptionsError(
+                "output_validator needs output= (the type it checks)", option="output_validator"
+            )
         return {}
     path = _output.type_path(output)
     if strategy is None:
@@ -274,7 +280,50 @@ def _typed(output: Any, strategy: Any, retries: Any) -> dict[str, Any]:
             option="output_strategy",
         )
     _validate.integer("output_retries", retries, minimum=0)
-    return {"output": path, "output_strategy": strategy, "output_retries": retries}
+    return {
+        "output": path,
+        "output_strategy": strategy,
+        "output_retries": retries,
+        "output_validators": _validator_paths(validators),
+    }
+
+
+def _validator_paths(validators: Any) -> list[str]:
+    """The ``"module:qualname"`` of each output validator, which the workers import: a
+    function must import by that name to itself (not a lambda, a nested function or one
+    of ``__main__``)."""
+    if validators is None:
+        return []
+    given = list(validators) if isinstance(validators, list | tuple) else [validators]
+    paths: list[str] = []
+    for fn in given:
+        if isinstance(fn, str):
+            module, sep, function = fn.partition(":")
+            if not (sep and module and function):
+                raise InvalidOptionsError(
+                    f"output_validator as a string is 'module:function', got {fn!r}",
+                    option="output_validator",
+                )
+            paths.append(fn)
+            continue
+        where, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+        path = f"{where}:{qualname}"
+        try:
+            found = (
+                _output.import_type(path)
+                if callable(fn) and isinstance(where, str) and isinstance(qualname, str)
+                else None
+            )
+        except (ImportError, AttributeError):
+            found = None
+        if found is not fn or where == "__main__":
+            raise InvalidOptionsError(
+                f"output_validator must be a function importable by name (or "
+                f"'module:function'), got {fn!r}: a durable session's workers import it",
+                option="output_validator",
+            )
+        paths.append(path)
+    return paths
 
 
 def _output_type(output: Any) -> Any:

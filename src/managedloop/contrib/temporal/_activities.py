@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -119,7 +119,12 @@ class SessionActivities:
         return spec
 
     def _plan(
-        self, provider: str, agent: str, output: str | None, strategy: str | None
+        self,
+        provider: str,
+        agent: str,
+        output: str | None,
+        strategy: str | None,
+        validators: Sequence[str] = (),
     ) -> _output.OutputPlan | None:
         if output is None:
             return None
@@ -128,7 +133,7 @@ class SessionActivities:
             _output.import_type(output),
             strategy=strategy,
             retries=0,  # the workflow counts the retries
-            validators=None,
+            validators=[_output.import_type(v) for v in validators] or None,
             provider=self._provider(provider),
             spec=spec,
             tools=spec.tool_definitions(),
@@ -287,7 +292,9 @@ class SessionActivities:
         ``{"value": None, "errors": [...]}`` with the first payload's errors."""
         import pydantic_core
 
-        plan = self._plan(call.provider, call.agent, call.output, call.output_strategy)
+        plan = self._plan(
+            call.provider, call.agent, call.output, call.output_strategy, call.output_validators
+        )
         assert plan is not None
         first: list[dict[str, Any]] | None = None
         for item in call.payloads:

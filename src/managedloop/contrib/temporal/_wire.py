@@ -89,6 +89,8 @@ class SessionStart:
     output_strategy: str | None = None
     """The typed output's strategy (``"tool"`` unless the caller chose another)."""
     output_retries: int = 2
+    output_validators: list[str] = field(default_factory=list)
+    """``output_validator=``: each function's import path, which the workers import."""
 
 
 @dataclass(kw_only=True)
@@ -160,6 +162,8 @@ class OutputCall:
     payloads: list[dict[str, Any]]
     """``{"payload", "input_error"}`` of each output call (the first valid one wins), or
     the answer's text as the one payload."""
+    output_validators: list[str] = field(default_factory=list)
+    """The output validators' import paths (they run after pydantic, in order)."""
 
 
 @dataclass(kw_only=True)

@@ -367,6 +367,7 @@ class SessionWorkflow:
                 output=start.output,
                 output_strategy=start.output_strategy,
                 payloads=payloads,
+                output_validators=start.output_validators,
             ),
             result_type=dict,
             **_turn_options(start),
