@@ -222,3 +222,10 @@ def test_native_output_with_tools_answers_in_the_schema(chat: LlamaCppChat) -> N
     assert result.output_strategy == "native"
     assert isinstance(result.output, Capital), (result.reason, result.output_failure)
     assert len(calls.served) == len(result.custom_tool_uses)
+
+
+def test_a_schema_llama_cpp_cannot_take_is_a_named_error(chat: LlamaCppChat) -> None:
+    form = {"type": "json_object", "schema": {"properties": {"a": {"$ref": "#/nowhere"}}}}
+    provider = Local(model="smollm2", chat=chat, model_config={"response_format": form})
+    with pytest.raises(ml.InvalidOptionsError, match="cannot make a grammar"):
+        ml.run_sync(provider, agent=ml.AgentSpec(name="x"), prompt="hi", max_turns=1)

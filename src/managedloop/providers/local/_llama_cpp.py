@@ -293,11 +293,10 @@ class LlamaCppChat:
         from llama_cpp import LlamaGrammar
         from llama_cpp.llama_grammar import json_schema_to_gbnf
 
-        text = _encode(schema)
-        key = f"schema|{text}"
+        key = f"schema|{_encode(schema)}"
         cached = self._grammars.get(key)
         if cached is None:
-            cached = LlamaGrammar.from_string(json_schema_to_gbnf(text), verbose=False)
+            cached = LlamaGrammar.from_string(_gbnf(json_schema_to_gbnf, schema), verbose=False)
             self._grammars[key] = cached
         return cached
 
@@ -323,13 +322,17 @@ class LlamaCppChat:
             )
             alternatives = [_call_schema(t) for t in tools]
             schema = _answer_schema(request.options)
+            document: dict[str, Any] = {"anyOf": alternatives}
             if plan == "decide" or (plan == "continue" and schema is not None):
-                # The answer's alternative: one sentence, or the response_format's JSON.
-                answer = schema or {"type": "string", "maxLength": _ANSWER_MAX}
+                # The answer's alternative: one sentence, or the response_format's JSON
+                # (its "#/$defs/..." references resolve from the document's root).
+                answer = dict(schema or {"type": "string", "maxLength": _ANSWER_MAX})
+                if "$defs" in answer:
+                    document["$defs"] = answer.pop("$defs")
                 alternatives.append(
                     {"type": "object", "properties": {"answer": answer}, "required": ["answer"]}
                 )
-            gbnf = json_schema_to_gbnf(json.dumps({"anyOf": alternatives}))
+            gbnf = _gbnf(json_schema_to_gbnf, document)
             if plan == "continue" and schema is None:  # another call, or one sentence
                 gbnf = re.sub(r"^root ::=", "ml-call ::=", gbnf, flags=re.MULTILINE)
                 text = f"root ::= ml-call | ml-sentence\n{_SENTENCE_RULE}\n{gbnf}"
@@ -398,6 +401,19 @@ def _response(
     return ChatResponse(
         message={"role": "assistant", "content": text}, finish_reason=finish, usage=usage
     )
+
+
+def _gbnf(convert: Any, schema: Mapping[str, Any]) -> str:
+    """llama_cpp's grammar of a JSON Schema, or a named error for one it cannot take (its
+    converter asserts on, say, a reference to nowhere)."""
+    try:
+        return str(convert(json.dumps(schema)))
+    except Exception as exc:
+        raise InvalidOptionsError(
+            f"llama.cpp cannot make a grammar of this schema (response_format or a tool's "
+            f"input schema): {exc}",
+            option="response_format",
+        ) from None
 
 
 def _answer_schema(options: Mapping[str, Any]) -> dict[str, Any] | None:
