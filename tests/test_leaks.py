@@ -60,6 +60,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import managedloop as ml
 import managedloop.otel
+from host_models import for_host, model_for
 from managedloop import telemetry
 from managedloop.providers import BedrockAgentCore, ClaudeManagedAgents, Local
 from managedloop.testing import (
@@ -113,8 +114,9 @@ def lookup(city: str) -> str:
 
 
 AGENT = ml.AgentSpec(
-    name="leaks", system_prompt="Use tools.", tools=[lookup], model="claude-haiku-4-5"
+    name="leaks", system_prompt="Use tools.", tools=[lookup], model=model_for("claude")
 )
+AGENTCORE_AGENT = for_host(AGENT, "agentcore")  # Bedrock refuses a Claude API id
 SCRIPT = [call("lookup", {"city": "Paris"}), say("done")]
 
 
@@ -242,7 +244,7 @@ async def _expect_failure(cap: Capture, where: str, coro: Any) -> Any:
 
 
 async def _success(cap: Capture, where: str, provider: Any, **run: Any) -> ml.SessionResult:
-    result = await ml.run(provider, agent=AGENT, prompt="Paris?", **run)
+    result = await ml.run(provider, agent=for_host(AGENT, provider), prompt="Paris?", **run)
     assert result.terminal is ml.Terminal.END_TURN
     for name, value in {
         "provider": provider,
@@ -560,27 +562,31 @@ async def test_agentcore_leaks_nothing(capture: Capture) -> None:
             await _success(capture, "agentcore retry", provider)
             emu.set_script(SCRIPT)
             emu.faults = AgentCoreFaults(drop_after=1, times=None)  # every attempt drops
-            await _expect_failure(capture, "agentcore give-up", ml.run(provider, agent=AGENT))
+            await _expect_failure(
+                capture, "agentcore give-up", ml.run(provider, agent=AGENTCORE_AGENT)
+            )
             emu.set_script(SCRIPT)
             emu.faults = AgentCoreFaults(exception_at=1, exception_type="validationException")
-            await _expect_failure(capture, "agentcore exception", ml.run(provider, agent=AGENT))
+            await _expect_failure(
+                capture, "agentcore exception", ml.run(provider, agent=AGENTCORE_AGENT)
+            )
             emu.faults = AgentCoreFaults()
         wrong = BedrockAgentCore(**{**kwargs, "aws_secret_access_key": AWS_SECRET + "x"})
         with wrong:
             capture.see("agentcore wrong-secret provider", wrong)
-            await _expect_failure(capture, "agentcore auth", ml.run(wrong, agent=AGENT))
+            await _expect_failure(capture, "agentcore auth", ml.run(wrong, agent=AGENTCORE_AGENT))
             # provisioning: the CreateHarness 403 echoes the canonical request (the token)
             await _expect_failure(
                 capture,
                 "agentcore provision auth",
-                wrong.provision(AGENT, execution_role_arn=emu.execution_role_arn),
+                wrong.provision(AGENTCORE_AGENT, execution_role_arn=emu.execution_role_arn),
             )
         # harness_tools=[] skips GetHarness: the signed InvokeHarness itself is refused
         with BedrockAgentCore(
             **{**kwargs, "aws_secret_access_key": AWS_SECRET + "x", "harness_tools": []}
         ) as wrong_invoke:
             await _expect_failure(
-                capture, "agentcore invoke auth", ml.run(wrong_invoke, agent=AGENT)
+                capture, "agentcore invoke auth", ml.run(wrong_invoke, agent=AGENTCORE_AGENT)
             )
     # (a wrong secret fails the open's GetHarness: reported as harness_tools_unavailable)
     assert [c for _, c in capture.failures] == [

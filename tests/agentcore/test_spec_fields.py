@@ -61,7 +61,7 @@ PER_HOST_SAMPLES: dict[tuple[str, str], Any] = {
         {"bedrockModelConfig": {"modelId": "us.mark-mc"}},
         "us.mark-mc",
     ),
-    ("model_config", "claude"): ({"mark_option": 1}, "mark_option"),
+    ("model_config", "claude"): ({"inference_geo": "mark-mc-geo"}, "mark-mc-geo"),
     ("model_config", "local"): ({"user": "mark_mc_user"}, "mark_mc_user"),
     ("host_tools", "agentcore"): (
         [remote_mcp("mark_mcp", "https://mcp.example.com/mcp")],
@@ -113,52 +113,37 @@ CLAUDE_ENV_SAMPLES: dict[str, Any] = {
 }
 
 W, R, LOOP, LABEL = "wire", "refused", "loop", "label"
+# What every host does with these: the prompt, tools and model reach each one.
+EVERY_HOST: dict[str, str] = {
+    "system_prompt": W,
+    "tools": W,
+    "model": W,
+    "model_config": W,
+    "terminal_tool": LOOP,
+}
+AGENTCORE_AGENT: dict[str, str] = {
+    **EVERY_HOST,
+    "name": W,
+    "description": R,
+    "metadata": W,
+    "host_tools": W,
+    "effort": R,
+    "execution_identity": R,
+    "timeout_seconds": W,
+    "harness_config": W,
+    "mcp_servers": R,
+    "skills": R,
+    "speed": R,
+    "inference_geo": R,
+}
 AGENT_TABLE: dict[str, dict[str, str]] = {
-    "agentcore": {
-        "name": W,
-        "system_prompt": W,
-        "tools": W,
-        "model": W,
-        "model_config": W,
-        "terminal_tool": LOOP,
-        "description": R,
-        "metadata": W,
-        "host_tools": W,
-        "effort": R,
-        "execution_identity": R,
-        "timeout_seconds": W,
-        "harness_config": W,
-        "mcp_servers": R,
-        "skills": R,
-        "speed": R,
-        "inference_geo": R,
-    },
-    "agentcore-run": {
-        "name": LABEL,
-        "system_prompt": W,
-        "tools": W,
-        "model": W,
-        "model_config": W,
-        "terminal_tool": LOOP,
-        "description": LABEL,
-        "metadata": LABEL,
-        "host_tools": W,
-        "effort": R,
-        "execution_identity": R,
-        "timeout_seconds": W,
-        "harness_config": W,
-        "mcp_servers": R,
-        "skills": R,
-        "speed": R,
-        "inference_geo": R,
-    },
+    "agentcore": AGENTCORE_AGENT,
+    # A run against an existing harness: as provisioning, but the labels of the harness
+    # (which the run does not create) are accepted and not sent.
+    "agentcore-run": {**AGENTCORE_AGENT, "name": LABEL, "description": LABEL, "metadata": LABEL},
     "claude": {
+        **EVERY_HOST,
         "name": W,
-        "system_prompt": W,
-        "tools": W,
-        "model": W,
-        "model_config": W,
-        "terminal_tool": LOOP,
         "description": W,
         "metadata": W,
         "host_tools": W,
@@ -174,12 +159,8 @@ AGENT_TABLE: dict[str, dict[str, str]] = {
         "inference_geo": W,
     },
     "local": {
+        **EVERY_HOST,
         "name": LABEL,
-        "system_prompt": W,
-        "tools": W,
-        "model": W,
-        "model_config": W,
-        "terminal_tool": LOOP,
         "description": LABEL,
         "metadata": LABEL,
         "host_tools": R,
@@ -220,12 +201,6 @@ ENV_TABLE: dict[str, dict[str, str]] = {
         "metadata": W,
     },
 }
-# Claude fields this branch found dropped; they are Claude's to fix (issue 21). A fixed
-# entry fails the test, so this set only ever shrinks.
-KNOWN_DROPPED: frozenset[tuple[str, str, str]] = frozenset(
-    {("claude", "agent", "model_config"), ("claude", "environment", "metadata")}
-)
-
 HOSTS = ("agentcore", "agentcore-run", "claude", "local")
 
 
@@ -316,9 +291,6 @@ async def _check(host: str, kind: str, field: str, expected: str, spec: Any, env
     if expected == W:
         assert marker is not None
         found = any(marker in body for body in sent)
-        if (host, kind, field) in KNOWN_DROPPED:
-            assert not found, f"{host} now sends {field}: remove it from KNOWN_DROPPED"
-            return
         assert found, f"{host} dropped {kind} field {field} (no {marker!r} in its requests)"
 
 
@@ -378,6 +350,44 @@ async def test_a_refusal_sends_nothing() -> None:
                 await ml.run(provider, agent=spec, prompt="go")
             assert shaped.value.code == "invalid_harness_config"
         assert emu.requests == []
+
+
+@pytest.mark.parametrize(
+    "config",
+    [{"temperature": 0.2}, {"mark_option": 1}, {"speed": "fast", "top_p": 0.5}],
+)
+async def test_claude_refuses_model_config_keys_its_model_has_not(config: Any) -> None:
+    sent: list[str] = []
+    with pytest.raises(ml.InvalidOptionsError) as refused:
+        await _claude(ml.AgentSpec(name="w", model_config=config), None, sent)
+    assert sent == []
+    assert refused.value.code == "unsupported_spec_field"
+    assert refused.value.context["host"] == "claude"
+    assert refused.value.context["option"] == "model_config"
+    assert refused.value.context["keys"] == sorted(k for k in config if k != "speed")
+
+
+async def test_claude_takes_model_config_members_of_its_model_object() -> None:
+    sent: list[str] = []
+    spec = ml.AgentSpec(
+        name="w",
+        model_config={"model": "claude-sonnet-4-6", "speed": "fast", "inference_geo": "us"},
+        effort="high",
+    )
+    await _claude(spec, ml.EnvironmentSpec(metadata={"team": "mark-team"}), sent)
+    agent = next(json.loads(b) for b in sent if '"model"' in b and '"tools"' in b)
+    assert agent["model"] == {
+        "id": "claude-sonnet-4-6",
+        "speed": "fast",
+        "inference_geo": "us",
+        "effort": "high",
+    }
+    assert any('"metadata": {"team": "mark-team"}' in b for b in sent)
+    with pytest.raises(ml.InvalidOptionsError) as clash:
+        await _claude(
+            ml.AgentSpec(name="w", speed="fast", model_config={"speed": "standard"}), None, []
+        )
+    assert clash.value.context["option"] == "model_config"
 
 
 async def test_a_shape_refusal_names_the_path_never_the_value() -> None:

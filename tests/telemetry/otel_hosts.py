@@ -7,21 +7,29 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 import managedloop as ml
+from host_models import model_for
 from managedloop.providers import BedrockAgentCore, ClaudeManagedAgents, Local
 from managedloop.testing import AgentCoreEmulator, ChatEmulator, ClaudeEmulator
 
 from .otel_kit import Otel, traced_tools
 
-# The bridge's span tree of these sessions (tests/telemetry/test_otel.py pins it per host).
-TREE = [
-    "invoke_agent weather",
-    "  chat claude-haiku-4-5",
-    "  execute_tool get_weather",
-    "    weather lookup",
-    "  execute_tool get_time",
-    "    time lookup",
-    "  chat claude-haiku-4-5",
-]
+
+def tree_for(host: str) -> list[str]:
+    """The bridge's span tree of these sessions on ``host`` (its chat spans name the model
+    that host serves; tests/telemetry/test_otel.py pins it per host)."""
+    chat = f"  chat {model_for(host)}"
+    return [
+        "invoke_agent weather",
+        chat,
+        "  execute_tool get_weather",
+        "    weather lookup",
+        "  execute_tool get_time",
+        "    time lookup",
+        chat,
+    ]
+
+
+TREE = tree_for("claude")  # Claude's and Local's
 
 
 @ml.tool
@@ -38,8 +46,9 @@ def provider_into(otel: Otel) -> TracerProvider:
     return provider
 
 
-def agent(otel: Otel) -> ml.AgentSpec:
-    return ml.AgentSpec(name="weather", tools=traced_tools(otel.tracer), model="claude-haiku-4-5")
+def agent(otel: Otel, host: str = "claude") -> ml.AgentSpec:
+    """The two-tool agent, with the model ``host`` serves."""
+    return ml.AgentSpec(name="weather", tools=traced_tools(otel.tracer), model=model_for(host))
 
 
 async def run_local(otel: Otel) -> ml.SessionResult:
@@ -67,4 +76,5 @@ async def run_agentcore(otel: Otel) -> ml.SessionResult:
             harness_arn=emu.harness_arn, retry_backoff=0.0, **emu.client_kwargs
         ) as hosted,
     ):
-        return await ml.run(hosted, agent=agent(otel), prompt="x", max_concurrent_tools=1)
+        spec = agent(otel, "agentcore")
+        return await ml.run(hosted, agent=spec, prompt="x", max_concurrent_tools=1)

@@ -19,6 +19,7 @@ import anthropic
 import pytest
 
 import managedloop as ml
+from host_models import BEDROCK_MODEL, for_host
 from managedloop import _retry
 from managedloop._log import fields
 from managedloop.providers import BedrockAgentCore, ClaudeManagedAgents, Local
@@ -103,7 +104,7 @@ async def test_normal_sessions_log_nothing_at_info(logs: Records) -> None:
         AgentCoreEmulator() as emu,
         BedrockAgentCore(harness_arn=emu.harness_arn, **emu.client_kwargs) as provider_a,
     ):
-        await ml.run(provider_a, agent=TWO_TOOLS, prompt="x")
+        await ml.run(provider_a, agent=for_host(TWO_TOOLS, "agentcore"), prompt="x")
     assert logs.loud() == []
 
 
@@ -190,7 +191,7 @@ async def test_agentcore_provision_polls_are_debug_records(logs: Records) -> Non
         assert isinstance(emu.clock, ManualClock)
         with BedrockAgentCore(**emu.client_kwargs) as provider:
             await provider.provision(
-                ml.AgentSpec(name="prov", system_prompt="p", model="claude-haiku-4-5"),
+                ml.AgentSpec(name="prov", system_prompt="p", model=BEDROCK_MODEL),
                 execution_role_arn=emu.execution_role_arn,
                 timeout=3.0,
                 clock=emu.clock,
@@ -264,7 +265,7 @@ async def test_agentcore_provision_stops_are_structured_records(logs: Records) -
             waits = {"timeout": 3.0, "clock": emu.clock, "sleep": emu.clock.sleep}
             role = emu.execution_role_arn
             await provider.provision(
-                ml.AgentSpec(name="ok", model="claude-haiku-4-5"), execution_role_arn=role, **waits
+                ml.AgentSpec(name="ok", model=BEDROCK_MODEL), execution_role_arn=role, **waits
             )
             (ready,) = [
                 as_json(r) for r in logs.events("provision_stop") if as_json(r)["phase"] == "ready"
@@ -277,7 +278,7 @@ async def test_agentcore_provision_stops_are_structured_records(logs: Records) -
             emu.faults = AgentCoreFaults(harness_ready_after=0.05, harness_outcome="FAILED")
             with pytest.raises(ml.ManagedLoopError) as info:
                 await provider.provision(
-                    ml.AgentSpec(name="bad", model="claude-haiku-4-5"),
+                    ml.AgentSpec(name="bad", model=BEDROCK_MODEL),
                     execution_role_arn=role,
                     **waits,
                 )

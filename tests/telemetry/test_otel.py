@@ -29,6 +29,7 @@ from opentelemetry.trace import StatusCode
 
 import managedloop as ml
 import managedloop.otel
+from host_models import BEDROCK_MODEL, model_for
 from managedloop import telemetry
 from managedloop.providers import BedrockAgentCore, ClaudeManagedAgents, Local
 from managedloop.testing import (
@@ -40,7 +41,7 @@ from managedloop.testing import (
     say,
 )
 
-from .otel_hosts import TREE, broken
+from .otel_hosts import TREE, broken, tree_for
 from .otel_kit import Otel, traced_tools
 
 pytestmark = pytest.mark.anyio
@@ -63,23 +64,25 @@ def http_parents() -> Iterator[list[tuple[str, str | None]]]:
         telemetry.detach(handle)
 
 
-def _agent(otel: Otel) -> ml.AgentSpec:
-    return ml.AgentSpec(name="weather", tools=traced_tools(otel.tracer), model="claude-haiku-4-5")
+def _agent(otel: Otel, host: str = "claude") -> ml.AgentSpec:
+    return ml.AgentSpec(name="weather", tools=traced_tools(otel.tracer), model=model_for(host))
 
 
 def _finish_reasons(otel: Otel) -> list[Any]:
     return [dict(c.attributes or {})["gen_ai.response.finish_reasons"] for c in otel.named("chat")]
 
 
-def _check_common(otel: Otel, result: ml.SessionResult, provider_name: str) -> None:
-    assert otel.tree() == TREE
+def _check_common(
+    otel: Otel, result: ml.SessionResult, provider_name: str, host: str = "claude"
+) -> None:
+    assert otel.tree() == tree_for(host)
     root = otel.named("invoke_agent")[0]
     attrs = dict(root.attributes or {})
     assert attrs["gen_ai.operation.name"] == "invoke_agent"
     assert attrs["gen_ai.provider.name"] == provider_name
     assert attrs["gen_ai.agent.name"] == "weather"
     assert attrs["gen_ai.conversation.id"] == result.session_id
-    assert attrs["gen_ai.request.model"] == "claude-haiku-4-5"
+    assert attrs["gen_ai.request.model"] == model_for(host)
     assert result.usage is not None
     assert attrs["gen_ai.usage.input_tokens"] == result.usage.input_tokens
     assert attrs["gen_ai.usage.output_tokens"] == result.usage.output_tokens
@@ -162,16 +165,17 @@ async def test_agentcore_span_tree(
             harness_arn=emu.harness_arn, retry_backoff=0.0, **emu.client_kwargs
         ) as provider,
     ):
-        result = await ml.run(provider, agent=_agent(otel), prompt="x", max_concurrent_tools=1)
-    _check_common(otel, result, "aws.bedrock")
+        agent = _agent(otel, "agentcore")
+        result = await ml.run(provider, agent=agent, prompt="x", max_concurrent_tools=1)
+    _check_common(otel, result, "aws.bedrock", "agentcore")
     finish = [
         dict(c.attributes or {})["gen_ai.response.finish_reasons"] for c in otel.named("chat")
     ]
     assert finish == [("tool_use",), ("end_turn",)]
     assert http_parents == [
         ("/harnesses/{harnessId}", "invoke_agent weather"),  # at open, in a worker thread
-        ("/harnesses/invoke", "chat claude-haiku-4-5"),
-        ("/harnesses/invoke", "chat claude-haiku-4-5"),
+        ("/harnesses/invoke", f"chat {BEDROCK_MODEL}"),
+        ("/harnesses/invoke", f"chat {BEDROCK_MODEL}"),
     ]
 
 

@@ -28,7 +28,9 @@ from opentelemetry.instrumentation.botocore import BotocoreInstrumentor
 from opentelemetry.instrumentation.httpx import HTTPX2ClientInstrumentor
 from opentelemetry.sdk.trace import ReadableSpan
 
-from .otel_hosts import TREE, provider_into, run_agentcore, run_claude
+from host_models import BEDROCK_MODEL
+
+from .otel_hosts import TREE, provider_into, run_agentcore, run_claude, tree_for
 from .otel_kit import Otel
 
 pytestmark = pytest.mark.anyio
@@ -112,9 +114,9 @@ async def test_agentcore_botocore_and_aiohttp_spans_nest_under_the_bridge(
     assert parents[0] == ("Bedrock AgentCore Control.GetHarness", "invoke_agent weather")
     # each turn: botocore's InvokeHarness and the aiohttp POST of its stream, under chat
     per_turn = sorted(parents[1:])
-    invoke = ("Bedrock AgentCore.InvokeHarness", "chat claude-haiku-4-5")
+    invoke = ("Bedrock AgentCore.InvokeHarness", f"chat {BEDROCK_MODEL}")
     post = next(p for p in per_turn if p[0].startswith("POST "))
-    assert post[1] == "chat claude-haiku-4-5"
+    assert post[1] == f"chat {BEDROCK_MODEL}"
     assert per_turn == sorted([invoke, post] * 2)
-    assert _bridge_tree(otel) == TREE
+    assert _bridge_tree(otel) == tree_for("agentcore")
     assert len({s.context.trace_id for s in otel.spans() if s.context is not None}) == 1

@@ -24,6 +24,7 @@ from pytest_genai_semconv import (
 
 import managedloop as ml
 import managedloop.otel
+from host_models import CLAUDE_MODEL, model_for
 from managedloop import telemetry
 from managedloop.providers import Local
 from managedloop.testing import ChatEmulator, call, say
@@ -38,7 +39,7 @@ DURATION_BOUNDARIES = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.1
 DURATION_BOUNDARIES += [20.48, 40.96, 81.92]
 
 
-def _judge(otel: Otel, tools: list[str]) -> None:
+def _judge(otel: Otel, tools: list[str], model: str = CLAUDE_MODEL) -> None:
     """Every gen_ai span passes the generic checks; each kind its operation's."""
     genai = [s for s in otel.spans() if "gen_ai.operation.name" in (s.attributes or {})]
     assert genai, "no gen_ai spans"
@@ -49,7 +50,7 @@ def _judge(otel: Otel, tools: list[str]) -> None:
     chats = otel.named("chat")
     assert chats
     for chat in chats:
-        assert_chat_span(chat, request_model="claude-haiku-4-5")
+        assert_chat_span(chat, request_model=model)
     executed = otel.named("execute_tool")
     assert [dict(s.attributes or {})["gen_ai.tool.name"] for s in executed] == tools
     for span, name in zip(executed, tools, strict=True):
@@ -68,7 +69,11 @@ async def test_every_host_s_spans_pass_the_conventions(
         managedloop.otel.instrument(provider_into(otel), capture_content=True)
         assert telemetry.capture_content()
     result = await host(otel)
-    _judge(otel, ["get_weather", "get_time"])
+    _judge(
+        otel,
+        ["get_weather", "get_time"],
+        model_for("agentcore" if host is run_agentcore else "claude"),
+    )
     if not content:
         return
     # the content attributes were there to be judged; the first turn's output message

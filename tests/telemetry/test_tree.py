@@ -14,6 +14,7 @@ import anthropic
 import pytest
 
 import managedloop as ml
+from host_models import BEDROCK_MODEL, for_host
 from managedloop.providers import BedrockAgentCore, ClaudeManagedAgents, Local
 from managedloop.testing import (
     AgentCoreEmulator,
@@ -100,7 +101,9 @@ async def test_agentcore_tree(recorder: Recorder, monkeypatch: pytest.MonkeyPatc
             harness_arn=emu.harness_arn, retry_backoff=0.0, **emu.client_kwargs
         ) as provider,
     ):
-        result = await ml.run(provider, agent=TWO_TOOLS, prompt="x", telemetry_metadata=CALLER)
+        result = await ml.run(
+            provider, agent=for_host(TWO_TOOLS, "agentcore"), prompt="x", telemetry_metadata=CALLER
+        )
     assert result.terminal is ml.Terminal.END_TURN
     expected = SESSION_EVENTS | {"agent_core.request.start", "agent_core.request.stop"}
     check_against_table(recorder, expected, tagged=recorder.names())
@@ -119,7 +122,7 @@ async def test_agentcore_provision_events(
     with AgentCoreEmulator(faults=faults, clock=ManualClock()) as emu:
         assert isinstance(emu.clock, ManualClock)
         with BedrockAgentCore(retry_backoff=0.0, **emu.client_kwargs) as provider:
-            spec = ml.AgentSpec(name="prov", system_prompt="p", model="claude-haiku-4-5")
+            spec = ml.AgentSpec(name="prov", system_prompt="p", model=BEDROCK_MODEL)
             await provider.provision(
                 spec,
                 execution_role_arn=emu.execution_role_arn,
@@ -167,7 +170,9 @@ async def test_fault_events_carry_the_tags_on_every_host(
             harness_arn=emu.harness_arn, retry_backoff=0.0, **emu.client_kwargs
         ) as agentcore,
     ):
-        await ml.run(agentcore, agent=TWO_TOOLS, prompt="x", telemetry_metadata=CALLER)
+        await ml.run(
+            agentcore, agent=for_host(TWO_TOOLS, "agentcore"), prompt="x", telemetry_metadata=CALLER
+        )
     expected = {"request.exception", "agent_core.request.exception", "stream.error"}
     check_against_table(recorder, expected, tagged=recorder.names())
     failures = recorder.of("request.exception")

@@ -36,6 +36,7 @@ import pytest
 from temporalio.client import Client
 
 import managedloop as ml
+from host_models import model_for
 from managedloop.contrib import temporal as mlt
 from managedloop.providers import ClaudeManagedAgents, Local
 from managedloop.stores import FileStore, MemoryStore
@@ -67,7 +68,7 @@ def slow_add(a: int, b: int) -> str:
 
 
 SPEC = ml.AgentSpec(
-    name="calc", system_prompt="Use tools.", tools=[slow_add], model="claude-haiku-4-5"
+    name="calc", system_prompt="Use tools.", tools=[slow_add], model=model_for("claude")
 )
 
 

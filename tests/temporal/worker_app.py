@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -24,6 +25,9 @@ from managedloop.contrib import temporal as mlt
 from managedloop.hosts import Provider
 from managedloop.providers import BedrockAgentCore, ClaudeManagedAgents, Local
 from managedloop.stores import FileStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for host_models
+from host_models import model_for
 
 MARKS = Path(os.environ["ML_MARKS"])
 TOOL_WAIT_BOUND = 120.0  # the test releases the tool long before; a bound, not a margin
@@ -42,8 +46,12 @@ def slow_add(a: int, b: int) -> str:
     return str(a + b)
 
 
+# The model the worker's host serves (Bedrock refuses a Claude API id).
 SPEC = ml.AgentSpec(
-    name="calc", system_prompt="Use tools.", tools=[slow_add], model="claude-haiku-4-5"
+    name="calc",
+    system_prompt="Use tools.",
+    tools=[slow_add],
+    model=model_for(os.environ.get("ML_HOST", "local")),
 )
 
 

@@ -17,7 +17,8 @@ repository                the base name (``spec.name``)
 
 What each verb guarantees:
 
-* **ensure** — a store hit returns the handle and makes **no request**. A miss creates
+* **ensure** — a store hit returns the handle and makes **no request** (except with
+  ``update=True`` on AgentCore, which always asks: see :func:`ensure_agent`). A miss creates
   ``<base>_<digest8>``; a ``409`` on create recovers by the exact live name (a live
   resource with that name *is* this spec): the host lists every page, archived included,
   and adopts the live exact match; an archived namesake is ``<kind>_archived``, no match
@@ -35,10 +36,13 @@ What each verb guarantees:
 * **prune** — archives (AgentCore: deletes) the live versions of exactly that base
   (strictly ``<base>_<8 hex>``), beyond the newest ``keep`` (required, ``>= 1``; no
   default), never a tagged digest, **oldest first**; after each archive the version's
-  store entry is removed. The first failure stops the prune and raises
-  ``ProvisioningError(code="prune_partial")`` whose ``context["report"]`` says what was
-  archived so far and what failed. ``dry_run=True`` returns the same report without
-  archiving anything.
+  store entry is removed. On AgentCore the versions of the harness named for the base
+  alone (``ensure_agent(update=True)``) count too, in the same newest-first order; the
+  service keeps every version and has no call that deletes one, so prune only *forgets*
+  those beyond ``keep`` (drops their store entries, ``PruneReport.forgotten``). The
+  first failure stops the prune and raises ``ProvisioningError(code="prune_partial")``
+  whose ``context["report"]`` says what was archived so far and what failed.
+  ``dry_run=True`` returns the same report without archiving anything.
 
 Store layout (JSON objects; one store may serve several hosts):
 
@@ -76,7 +80,7 @@ from managedloop.provisioning.handles import (
     HarnessHandle,
     handle_from_dict,
 )
-from managedloop.provisioning.names import NamePolicy, compose, version_of
+from managedloop.provisioning.names import NamePolicy, compose, compose_base, version_of
 from managedloop.provisioning.runtimes import bootstrap_for
 from managedloop.provisioning.specs import AgentSpec, EnvironmentSpec
 from managedloop.stores import MemoryStore, Store
@@ -85,6 +89,7 @@ __all__ = [
     "LifecycleHost",
     "Listed",
     "PruneReport",
+    "VersionedHost",
     "as_store",
     "default_store",
     "ensure_agent",
@@ -134,6 +139,9 @@ class Listed:
     """Not archived (Claude) / not DELETING (AgentCore)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Host fields a handle needs (AgentCore: ``arn``)."""
+    version: str | None = None
+    """Set for one version of a resource that keeps its versions itself (an AgentCore
+    harness named for its base): ``id`` is the resource's, ``version`` this version's."""
 
 
 class LifecycleHost(Protocol):
@@ -169,6 +177,20 @@ class LifecycleHost(Protocol):
     async def retire(self, kind: str, item: Listed) -> None:
         """Archive (Claude) or delete (AgentCore) one listed resource."""
         ...
+
+
+class VersionedHost(LifecycleHost, Protocol):
+    """A host whose agents can also be versions of one resource named for its base
+    (AgentCore: UpdateHarness + ListHarnessVersions); ``ensure_agent(update=True)``."""
+
+    async def version_listing(self, name: str) -> list[Listed]:
+        """Every version of the live resource called exactly ``name`` (none: ``[]``),
+        each a :class:`Listed` with ``version`` set."""
+        ...
+
+
+def _versioned(host: LifecycleHost) -> VersionedHost | None:
+    return host if callable(getattr(host, "version_listing", None)) else None  # type: ignore[return-value]
 
 
 def _host(provider: Any) -> AbstractAsyncContextManager[LifecycleHost]:
@@ -263,12 +285,19 @@ async def ensure_agent(
     :class:`AgentHandle` (environments are separate: :func:`ensure_environment`); on
     AgentCore a :class:`HarnessHandle` for a harness folding ``environment`` in, and
     ``options`` are ``provision``'s (``execution_role_arn`` required, ``timeout``,
-    ``endpoint_name``, ``progress``, ``clock``/``sleep``...).
+    ``endpoint_name``, ``create_endpoint``, ``progress``, ``clock``/``sleep``...).
+
+    ``update=True`` (AgentCore): one harness named for the base alone, a changed spec a new
+    **version** of it (UpdateHarness), the handle's ``harness_version`` the version that
+    is this spec. It always asks the host (the harness's latest version may have moved
+    since the store saw it) and stores the handle under the spec's digest as usual, so
+    ``tag``/``resolve`` give that version and ``prune_agents`` sees every version.
     """
     agent = AgentSpec.coerce(spec)
     base = name if name is not None else agent.require_name()
     env = EnvironmentSpec.coerce(environment)
     st = _store(store)
+    update = options.get("update", False)
     async with _host(provider) as host:
         if env is not None and host.agent_kind == "agent":
             raise InvalidOptionsError(
@@ -277,8 +306,26 @@ async def ensure_agent(
                 option="environment",
             )
         digest = host.agent_digest(agent, env)
-        host_name = compose(base, digest, host.policy, kind="agent")
         key = index_key(host.agent_kind, base, digest[:8])
+        if update is True:
+            if _versioned(host) is None:
+                raise InvalidOptionsError(
+                    f"update=True (versions of one agent under its base name) is not "
+                    f"supported on {host.host}: each spec is its own agent <base>_<digest8>",
+                    code="not_supported",
+                    option="update",
+                    host=host.host,
+                )
+            handle = await host.build_agent(
+                agent,
+                name=compose_base(base, host.policy, kind="agent"),
+                digest=digest,
+                environment=env,
+                options=options,
+            )
+            await _remember(st, key, handle, host.account)
+            return handle
+        host_name = compose(base, digest, host.policy, kind="agent")
         hit = await _cached(st, key, host.agent_kind, host.account)
         if isinstance(hit, AgentHandle | HarnessHandle):
             return hit
@@ -505,7 +552,7 @@ async def resolve(ref: str, *, store: Store | None = None, kind: str | None = No
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PruneReport:
-    """What a prune archived (in order), kept, and (on a partial failure) failed on."""
+    """What a prune archived (in order), forgot, kept, and (on a partial failure) failed on."""
 
     base: str
     kind: str
@@ -516,12 +563,18 @@ class PruneReport:
     failed: str | None = None
     reason: str | None = None
     dry_run: bool = False
+    forgotten: list[str] = field(default_factory=list)
+    """Versions of one resource (``<name>@<version>``, oldest first) beyond ``keep``: the
+    host keeps every version and has no call to delete one (AgentCore: no
+    DeleteHarnessVersion), so prune only drops their store entries (``resolve`` stops
+    giving them). Nothing on the host changes."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "base": self.base,
             "kind": self.kind,
             "archived": list(self.archived),
+            "forgotten": list(self.forgotten),
             "kept": list(self.kept),
             "failed": self.failed,
             "reason": self.reason,
@@ -548,10 +601,53 @@ def _when(created_at: str) -> float:
         return 0.0
 
 
+def _age(item: Listed) -> tuple[float, int, str]:
+    """Sort key, oldest smallest: the listed time, then the version number (versions made
+    within one clock tick), then the name."""
+    number = int(item.version) if item.version and item.version.isdigit() else 0
+    return (_when(item.created_at), number, item.name)
+
+
 def versions(items: Sequence[Listed], base: str, policy: NamePolicy) -> list[Listed]:
     """The live versions of ``base`` among ``items``, newest first."""
     out = [i for i in items if i.live and version_of(i.name, base, policy) is not None]
-    return sorted(out, key=lambda i: (_when(i.created_at), i.name), reverse=True)
+    return sorted(out, key=_age, reverse=True)
+
+
+async def _stored_versions(st: Store, kind: str, base: str) -> dict[tuple[str, str], str]:
+    """``{(resource id, version): digest8}`` of the versioned handles stored for ``base``."""
+    try:
+        entries = await _s(st.scan, f"ml:{kind}:{base}:")
+    except StoreError as exc:
+        logger.warning("prune could not scan the store for %s (%s)", base, exc.code)
+        return {}
+    out: dict[tuple[str, str], str] = {}
+    for entry in entries.values():
+        try:
+            handle = handle_from_dict(kind, entry.get("handle") or {})
+        except (InvalidOptionsError, TypeError):
+            continue
+        version = getattr(handle, "harness_version", None)
+        hid = getattr(handle, "harness_id", None)
+        if isinstance(version, str) and isinstance(hid, str):
+            out[(hid, version)] = handle.digest8
+    return out
+
+
+async def _forget(st: Store, key: str, item: Listed) -> None:
+    """Drop the store entry under ``key`` if it is still ``item``'s version (a concurrent
+    ``ensure`` may have moved the digest to a newer version: that entry stays)."""
+
+    def drop(entry: dict[str, Any] | None) -> dict[str, Any] | None:
+        handle = (entry or {}).get("handle") or {}
+        if handle.get("harness_id") == item.id and handle.get("harness_version") == item.version:
+            return None
+        return entry
+
+    try:
+        await _s(st.update, key, drop)
+    except StoreError as exc:
+        logger.warning("prune could not drop the store entry of %s (%s)", item.name, exc)
 
 
 async def _prune(
@@ -571,17 +667,37 @@ async def _prune(
         tagged = set(_tags_of(await _s(st.get, tags_key(which, base))).values())
         live = versions(await host.listing(which), base, host.policy)
         digest8 = {i.name: version_of(i.name, base, host.policy) for i in live}
+        versioned = _versioned(host)
+        if versioned is not None and which == host.agent_kind:
+            steps = [
+                i for i in await versioned.version_listing(host.policy.host_base(base)) if i.live
+            ]
+            stored = await _stored_versions(st, which, base)
+            digest8 |= {i.name: stored.get((i.id, str(i.version))) for i in steps}
+            live = sorted([*live, *steps], key=_age, reverse=True)
         kept = [i.name for i in live[:count]]
         kept += [i.name for i in live[count:] if digest8[i.name] in tagged]
         doomed = [i for i in reversed(live[count:]) if digest8[i.name] not in tagged]
         if dry_run:
             return PruneReport(
-                base=base, kind=which, archived=[i.name for i in doomed], kept=kept, dry_run=True
+                base=base,
+                kind=which,
+                archived=[i.name for i in doomed if i.version is None],
+                forgotten=[i.name for i in doomed if i.version is not None],
+                kept=kept,
+                dry_run=True,
             )
         archived: list[str] = []
+        forgotten: list[str] = []
         for item in doomed:
             if digest8[item.name] in _tags_of(await _s(st.get, tags_key(which, base))).values():
                 kept.append(item.name)  # tagged since the listing (another process): spared
+                continue
+            if item.version is not None:  # the host keeps it: only the store forgets it
+                known = digest8[item.name]
+                if known is not None:
+                    await _forget(st, index_key(which, base, known), item)
+                forgotten.append(item.name)
                 continue
             try:
                 await host.retire(which, item)
@@ -591,6 +707,7 @@ async def _prune(
                     base=base,
                     kind=which,
                     archived=list(archived),
+                    forgotten=list(forgotten),
                     kept=kept,
                     failed=item.name,
                     reason=code,
@@ -609,7 +726,7 @@ async def _prune(
                 await _s(st.delete, index_key(which, base, str(digest8[item.name])))
             except StoreError as exc:
                 logger.warning("prune could not drop the store entry of %s (%s)", item.name, exc)
-        return PruneReport(base=base, kind=which, archived=archived, kept=kept)
+        return PruneReport(base=base, kind=which, archived=archived, forgotten=forgotten, kept=kept)
 
 
 async def prune_agents(
@@ -621,7 +738,8 @@ async def prune_agents(
     dry_run: bool = False,
 ) -> PruneReport:
     """Archive the versions of agent ``base`` beyond the newest ``keep`` (AgentCore: delete
-    the harnesses), never a tagged one, oldest first."""
+    the harnesses, and forget the versions of a versioned harness), never a tagged one,
+    oldest first."""
     return await _prune(provider, base, kind=None, keep=keep, store=store, dry_run=dry_run)
 
 

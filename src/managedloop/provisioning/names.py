@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from managedloop.errors import InvalidOptionsError
 
-__all__ = ["AGENTCORE_HARNESS", "CLAUDE", "NamePolicy", "compose", "version_of"]
+__all__ = ["AGENTCORE_HARNESS", "CLAUDE", "NamePolicy", "compose", "compose_base", "version_of"]
 
 _DIGEST8 = re.compile(r"[0-9a-f]{8}")
 
@@ -62,6 +62,17 @@ CLAUDE = NamePolicy(host="claude", max_length=256)
 
 def compose(base: str, digest: str, policy: NamePolicy, *, kind: str = "agent") -> str:
     """``<host base>_<digest[:8]>``, or ``<kind>_base_too_long`` / ``invalid_name``."""
+    return f"{_host_base(base, policy, kind, room=policy.max_base)}_{digest[:8]}"
+
+
+def compose_base(base: str, policy: NamePolicy, *, kind: str = "agent") -> str:
+    """``<host base>`` alone: the name of a resource that keeps its versions itself (an
+    AgentCore harness under ``ensure_agent(..., update=True)``); the same checks as
+    :func:`compose`, with the whole ``max_length`` to fit in."""
+    return _host_base(base, policy, kind, room=policy.max_length)
+
+
+def _host_base(base: str, policy: NamePolicy, kind: str, *, room: int) -> str:
     if not isinstance(base, str) or not base:
         raise InvalidOptionsError(
             f"a {kind} base name must be a non-empty string, got {base!r}",
@@ -75,17 +86,18 @@ def compose(base: str, digest: str, policy: NamePolicy, *, kind: str = "agent") 
             option="name",
         )
     host_base = policy.host_base(base)
-    if len(host_base) > policy.max_base:
+    if len(host_base) > room:
+        suffix = " before the _<digest8> suffix" if room < policy.max_length else ""
         raise InvalidOptionsError(
             f"{kind} base {base!r} is {len(host_base)} characters on {policy.host}; at most "
-            f"{policy.max_base} fit before the _<digest8> suffix (names are never shortened, "
-            "so prune can always read them back)",
+            f"{room} fit{suffix} (names are never shortened, so prune can always read them "
+            "back)",
             code=f"{kind}_base_too_long",
             option="name",
             base=base,
-            max_base=policy.max_base,
+            max_base=room,
         )
-    return f"{host_base}_{digest[:8]}"
+    return host_base
 
 
 def version_of(name: str, base: str, policy: NamePolicy) -> str | None:

@@ -143,7 +143,10 @@ class AgentSpec:
     bare ``ToolDefinition`` s."""
     model: str | None = None
     model_config: dict[str, Any] = field(default_factory=dict)
-    """Host-specific model settings, passed through verbatim."""
+    """Host-specific model settings: Claude takes ``model``, ``effort``, ``speed`` and
+    ``inference_geo`` (the members of an agent's ``model``; any other key is refused);
+    AgentCore a model union (``bedrockModelConfig`` ...); Local passes its keys to the chat
+    request."""
     terminal_tool: str | None = None
     """The tool that finishes the agent's work (see ``require_terminal_tool``)."""
     description: str | None = None

@@ -10,6 +10,7 @@ from managedloop.errors import InvalidOptionsError, ProvisioningError
 from managedloop.providers.agentcore._harness_body import coerce_environment, harness_digest
 from managedloop.providers.agentcore._provision import ProvisionOptions, execute, prepare
 from managedloop.providers.agentcore._teardown import teardown
+from managedloop.providers.agentcore._versions import harness_versions
 from managedloop.providers.agentcore._waits import ControlPlane, WaitBudget, call, classify
 from managedloop.provisioning.handles import EnvironmentHandle, HarnessHandle
 from managedloop.provisioning.lifecycle import Listed
@@ -22,7 +23,9 @@ __all__ = ["AgentCoreLifecycle"]
 class AgentCoreLifecycle:
     """The lifecycle verbs' view of AgentCore (``ml.ensure_agent`` ...): an agent is a
     harness (model, tools and environment folded in), built exactly as :func:`provision`
-    builds one (one deadline, the harness then its endpoint, rollback); prune deletes."""
+    builds one (one deadline, the harness then its endpoint, rollback); prune deletes.
+    With ``update=True`` the harness is named for its base and a changed spec is a new
+    version (UpdateHarness); :meth:`version_listing` lists them for prune."""
 
     host = "agentcore"
     policy = AGENTCORE_HARNESS
@@ -49,18 +52,15 @@ class AgentCoreLifecycle:
                 "ensure_agent names the harness <base>_<digest8>; pass name= as the base",
                 option="name_prefix",
             )
-        if options.get("update"):
-            raise InvalidOptionsError(
-                "ensure_agent keeps one harness per digest (<base>_<digest8>, tagged and "
-                "pruned by digest); for versions of one harness use "
-                "BedrockAgentCore.provision(spec, update=True)",
-                option="update",
-            )
         given = ProvisionOptions.of({"environment": environment, **options})
         run = prepare(self.provider, spec, given, name=name)
         made = await execute(run)
         return HarnessHandle(
-            harness_arn=made.harness_arn, harness_id=made.harness_id, name=name, digest=digest
+            harness_arn=made.harness_arn,
+            harness_id=made.harness_id,
+            name=name,
+            digest=digest,
+            harness_version=made.harness_version if given.update else None,
         )
 
     async def build_environment(
@@ -101,6 +101,28 @@ class AgentCoreLifecycle:
             if not next_token or next_token == token:
                 return out
             token = str(next_token)
+
+    async def version_listing(self, name: str) -> list[Listed]:
+        """Every version (ListHarnessVersions, all pages) of the live harness called
+        exactly ``name``; ``[]`` when there is none."""
+        found = [i for i in await self.listing("harness") if i.name == name and i.live]
+        out: list[Listed] = []
+        for harness in found:
+            for item in await harness_versions(self.provider, harness.id):
+                version = item.get("harnessVersion")
+                if not isinstance(version, str):
+                    continue
+                out.append(
+                    Listed(
+                        id=harness.id,
+                        name=f"{name}@{version}",
+                        created_at=_iso(item.get("createdAt")),
+                        live=classify(item.get("status")) in ("ready", "creating"),
+                        extra={"arn": harness.extra.get("arn"), "status": item.get("status")},
+                        version=version,
+                    )
+                )
+        return out
 
     async def retire(self, kind: str, item: Listed) -> None:
         await teardown(self.provider, item.id)

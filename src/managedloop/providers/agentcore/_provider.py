@@ -502,10 +502,11 @@ class BedrockAgentCore:
         description: str | None = None,
     ) -> dict[str, Any]:
         """Create endpoint ``name`` (pinned to ``target_version``, else the latest)."""
-        return await _versions.create_endpoint(
+        return await _versions.change_endpoint(
             self,
             harness or self._own_harness(),
             name,
+            create=True,
             target_version=target_version,
             description=description,
         )
@@ -514,15 +515,16 @@ class BedrockAgentCore:
         self,
         name: str,
         *,
-        harness: Any = None,
         target_version: str | None = None,
         description: str | None = None,
+        harness: Any = None,
     ) -> dict[str, Any]:
         """Point endpoint ``name`` at ``target_version`` (or change its description)."""
-        return await _versions.update_endpoint(
+        return await _versions.change_endpoint(
             self,
             harness or self._own_harness(),
             name,
+            create=False,
             target_version=target_version,
             description=description,
         )

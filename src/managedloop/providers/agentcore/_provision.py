@@ -154,11 +154,14 @@ def prepare(
         )
     digest = harness_digest(agent, env)
     tags = dict(options.tags or {})
-    if name is None and options.update:
-        name = base_name(agent, options.name_prefix)
+    if options.update:
         tags[DIGEST_TAG] = digest[:16]
-    elif name is None:
-        name = harness_name(agent, options.name_prefix, env)
+    if name is None:
+        name = (
+            base_name(agent, options.name_prefix)
+            if options.update
+            else harness_name(agent, options.name_prefix, env)
+        )
     body = create_body(agent, name=name, execution_role_arn=role, environment=env, tags=tags)
     return Run(
         provider=provider,
@@ -193,9 +196,9 @@ async def execute(run: Run) -> AgentCoreHandle:
             caller=run.caller,
             progress=run.progress,
         )
+        if (run.update or run.create_endpoint) and handle.harness_version is None:
+            handle = await _with_version(run, handle)
         if run.create_endpoint:
-            if handle.harness_version is None:
-                handle = await _with_version(run, handle)
             await ensure_endpoint(provider, budget, handle, endpoint_name)
         await wait(
             budget,

@@ -31,17 +31,16 @@ from managedloop.providers.agentcore._ids import (
     harness_id_of,
     validate_endpoint_name,
 )
-from managedloop.providers.agentcore._waits import ControlPlane, WaitBudget, call
+from managedloop.providers.agentcore._waits import READ_ATTEMPTS, ControlPlane, WaitBudget, call
 
 __all__ = [
     "DIGEST_TAG",
-    "create_endpoint",
+    "change_endpoint",
     "delete_endpoint",
     "ensure_endpoint",
     "harness_versions",
     "list_endpoints",
     "update_body",
-    "update_endpoint",
     "update_if_changed",
 ]
 
@@ -168,42 +167,27 @@ def _hid(harness: Any) -> str:
     raise InvalidOptionsError("a harness is a handle, a harness id or an ARN", option="harness")
 
 
-async def create_endpoint(
+async def change_endpoint(
     provider: ControlPlane,
     harness: Any,
     name: str,
     *,
+    create: bool,
     target_version: str | None = None,
     description: str | None = None,
 ) -> dict[str, Any]:
+    """CreateHarnessEndpoint (``create``) or UpdateHarnessEndpoint with the members given;
+    the endpoint the service returns."""
     validate_endpoint_name(name)
     params: dict[str, Any] = {"harnessId": _hid(harness), "endpointName": name}
     if target_version is not None:
         params["targetVersion"] = target_version
     if description is not None:
         params["description"] = description
+    operation = "create_harness_endpoint" if create else "update_harness_endpoint"
+    attempts = 1 if create else READ_ATTEMPTS  # a create is not idempotent without a token
     budget = WaitBudget.new(_CALL_TIMEOUT)
-    result = await call(provider, "create_harness_endpoint", budget, attempts=1, **params)
-    return dict(result.get("endpoint") or {})
-
-
-async def update_endpoint(
-    provider: ControlPlane,
-    harness: Any,
-    name: str,
-    *,
-    target_version: str | None = None,
-    description: str | None = None,
-) -> dict[str, Any]:
-    validate_endpoint_name(name)
-    params: dict[str, Any] = {"harnessId": _hid(harness), "endpointName": name}
-    if target_version is not None:
-        params["targetVersion"] = target_version
-    if description is not None:
-        params["description"] = description
-    result = await call(
-        provider, "update_harness_endpoint", WaitBudget.new(_CALL_TIMEOUT), **params
-    )
+    result = await call(provider, operation, budget, attempts=attempts, **params)
     return dict(result.get("endpoint") or {})
 
 

@@ -229,6 +229,7 @@ def _environment_target(environment: Any) -> tuple[str | None, EnvironmentSpec |
 
 def _agent_body(spec: AgentSpec, agent_name: str, digest: str) -> dict[str, Any]:
     """The create-agent request: the spec's model, system prompt and custom tools."""
+    settings = _model_settings(spec)
     model = spec.model or spec.model_config.get("model") or DEFAULT_MODEL
     if not isinstance(model, str):
         raise InvalidOptionsError("the Claude model must be a model id string", option="model")
@@ -251,13 +252,16 @@ def _agent_body(spec: AgentSpec, agent_name: str, digest: str) -> dict[str, Any]
     refuse_fields(spec, "claude", {"harness_config": "AgentCore harness settings"})
     model_id = normalize_model_id(model)
     options = {
-        k: v
-        for k, v in (
-            ("effort", spec.effort),
-            ("speed", spec.speed),
-            ("inference_geo", spec.inference_geo),
-        )
-        if v is not None
+        **settings,
+        **{
+            k: v
+            for k, v in (
+                ("effort", spec.effort),
+                ("speed", spec.speed),
+                ("inference_geo", spec.inference_geo),
+            )
+            if v is not None
+        },
     }
     _check_mcp(spec)
     body: dict[str, Any] = {
@@ -279,6 +283,44 @@ def _agent_body(spec: AgentSpec, agent_name: str, digest: str) -> dict[str, Any]
     if spec.description is not None:
         body["description"] = spec.description
     return body
+
+
+MODEL_CONFIG_KEYS = ("model", "effort", "speed", "inference_geo")
+"""The ``AgentSpec.model_config`` keys a Claude agent takes: ``model`` (the id) and the
+members of the create-agent ``model`` object (``BetaManagedAgentsModelConfigParams``)."""
+
+
+def _model_settings(spec: AgentSpec) -> dict[str, Any]:
+    """``model_config``'s ``effort``/``speed``/``inference_geo`` for the ``model`` object;
+    any other key, or one that disagrees with the spec's own field, is refused (before any
+    request, naming the host and the keys)."""
+    config = spec.model_config
+    unknown = sorted(k for k in config if k not in MODEL_CONFIG_KEYS)
+    if unknown:
+        raise InvalidOptionsError(
+            f"AgentSpec.model_config key(s) {', '.join(map(repr, unknown))}: the claude host "
+            f"cannot take them (a Claude agent's model takes {', '.join(MODEL_CONFIG_KEYS)})",
+            code="unsupported_spec_field",
+            option="model_config",
+            host="claude",
+            keys=unknown,
+        )
+    out: dict[str, Any] = {}
+    for key in MODEL_CONFIG_KEYS:
+        if key not in config:
+            continue
+        own = getattr(spec, key)
+        if own is not None and own != config[key]:
+            raise InvalidOptionsError(
+                f"AgentSpec.{key}={own!r} and model_config[{key!r}]={config[key]!r} disagree: "
+                "set one",
+                code="invalid_agent_spec",
+                option="model_config",
+                host="claude",
+            )
+        if key != "model":
+            out[key] = config[key]
+    return out
 
 
 def _check_mcp(spec: AgentSpec) -> None:
@@ -325,9 +367,17 @@ def _environment_body(env_spec: EnvironmentSpec | None, agent_name: str) -> dict
         "name": (env_spec.name if env_spec and env_spec.name else f"{agent_name}_env"),
         "config": wire_config(env_spec),
     }
+    return {**body, **_environment_labels(env_spec)}
+
+
+def _environment_labels(env_spec: EnvironmentSpec | None) -> dict[str, Any]:
+    """The create-environment ``description`` and ``metadata`` of a spec that sets them."""
+    out: dict[str, Any] = {}
     if env_spec is not None and env_spec.description is not None:
-        body["description"] = env_spec.description
-    return body
+        out["description"] = env_spec.description
+    if env_spec is not None and env_spec.metadata:
+        out["metadata"] = dict(env_spec.metadata)
+    return out
 
 
 async def _create_environment(api: Api, body: dict[str, Any], *, agent_id: str | None) -> str:
@@ -536,9 +586,7 @@ class ClaudeLifecycle:
         self, spec: EnvironmentSpec, *, name: str, digest: str
     ) -> EnvironmentHandle:
         coerce_environment(spec)  # refuses AgentCore-only fields
-        body: dict[str, Any] = {"name": name, "config": wire_config(spec)}
-        if spec.description is not None:
-            body["description"] = spec.description
+        body = {"name": name, "config": wire_config(spec), **_environment_labels(spec)}
         made = await create_or_adopt(self.api, "environment", body)
         return EnvironmentHandle(environment_id=made.id, name=name, digest=digest)
 
