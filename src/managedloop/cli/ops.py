@@ -294,7 +294,11 @@ async def _prune(args: argparse.Namespace, spec: SpecFile, store: Store, out: Ou
     if not out.json:
         for r in reports:
             action = "would archive" if r["dry_run"] else "archived"
-            rows = [[n, action] for n in r["archived"]] + [[n, "kept"] for n in r["kept"]]
+            # A harness version the host cannot delete is only forgotten by the store.
+            forgot = "would forget" if r["dry_run"] else "forgotten (the host keeps versions)"
+            rows = [[n, action] for n in r["archived"]]
+            rows += [[n, forgot] for n in r.get("forgotten", [])]
+            rows += [[n, "kept"] for n in r["kept"]]
             if r["failed"]:
                 rows.append([r["failed"], f"FAILED ({r['reason']})"])
             title = f"{r['kind']} {r['base']}: prune --keep {args.keep}"
