@@ -13,9 +13,12 @@ not change with the caches). Variants:
 * ``off``: uninstrumented;
 * ``events``: a listener that does nothing on the nine events the bridge listens to (the
   session's telemetry spans: what any listener pays before doing anything);
+* ``hooks``: a span hook (``telemetry.attach_span``, what the bridge is) that does nothing
+  on the three spans: what the session pays to emit its spans to any hook (the driver's
+  traced branches, ``telemetry.span``), before the bridge does anything;
 * ``noop``: ``managedloop.otel.instrument()`` on the API's no-op tracer and meter providers;
-* ``standin``: the bridge on a *stand-in SDK* (:class:`StandInTracerProvider`,
-  :class:`StandInMeterProvider`): recording spans and histograms whose every method
+* ``standin``: the bridge on a *stand-in SDK* (:class:`bench.otel.StandInTracerProvider`,
+  :class:`bench.otel.StandInMeterProvider`): recording spans and histograms whose every method
   returns at once. The bridge does all its work (it cannot tell the stand-in from an SDK),
   and the stand-in does none, so ``standin - off`` is the bridge's own cost plus the
   stand-in's calls, which ``floor_standin`` counts alone;
@@ -42,113 +45,38 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from itertools import starmap
 from typing import Any
 
-from opentelemetry import metrics, trace
-from opentelemetry.context import Context
 from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.trace import NoOpTracerProvider
-from opentelemetry.util.types import Attributes
 
 import managedloop.otel
-from bench.otel import _BRIDGE_EVENTS, TOOL_CALLS, _ignore, _providers, _run, _sdk_floor
+from bench.otel import (
+    _BRIDGE_EVENTS,
+    TOOL_CALLS,
+    StandInMeterProvider,
+    StandInTracerProvider,
+    _ignore,
+    _providers,
+    _run,
+    _sdk_floor,
+)
 from managedloop import telemetry
 from managedloop.providers import Local
 
 WARM_UP = 3
 RUNS = 10  # conversations counted: 210 requests
-VARIANTS = ("off", "events", "noop", "standin", "sdk", "floor_sdk", "floor_standin")
+VARIANTS = ("off", "events", "hooks", "noop", "standin", "sdk", "floor_sdk", "floor_standin")
 
 
-class StandInSpan(trace.Span):
-    """A recording span that keeps nothing: every method returns at once."""
-
-    __slots__ = ("_context",)
-
-    def __init__(self, context: trace.SpanContext) -> None:
-        self._context = context
-
-    def get_span_context(self) -> trace.SpanContext:
-        return self._context
-
-    def is_recording(self) -> bool:
-        return True
-
-    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
-        pass
-
-    def set_attribute(self, key: str, value: Any) -> None:
-        pass
-
-    def add_event(self, name: str, attributes: Attributes = None, timestamp: Any = None) -> None:
-        pass
-
-    def add_link(self, context: trace.SpanContext, attributes: Attributes = None) -> None:
-        pass
-
-    def update_name(self, name: str) -> None:
-        pass
-
-    def set_status(self, status: Any, description: str | None = None) -> None:
-        pass
-
-    def record_exception(self, exception: BaseException, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def end(self, end_time: int | None = None) -> None:
-        pass
+def _hook_start(_meta: Any, _tags: Any) -> Any:
+    return True
 
 
-_CONTEXT = trace.SpanContext(
-    trace_id=0x0123456789ABCDEF0123456789ABCDEF,
-    span_id=0x0123456789ABCDEF,
-    is_remote=False,
-    trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
-)
-
-
-class StandInTracer(trace.Tracer):
-    def start_span(
-        self, name: str, context: Context | None = None, *args: Any, **kwargs: Any
-    ) -> trace.Span:
-        return StandInSpan(_CONTEXT)
-
-    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
-
-class StandInTracerProvider(trace.TracerProvider):
-    def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
-        return StandInTracer()
-
-
-class StandInHistogram(metrics.Histogram):
-    def __init__(self) -> None:
-        pass
-
-    def record(self, amount: Any, attributes: Any = None, context: Any = None) -> None:
-        pass
-
-
-class StandInMeter(metrics.Meter):
-    def __init__(self) -> None:
-        super().__init__("standin")
-
-    def create_histogram(self, *args: Any, **kwargs: Any) -> metrics.Histogram:
-        return StandInHistogram()
-
-    def _unused(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
-    create_counter = create_up_down_counter = create_observable_counter = _unused
-    create_observable_gauge = create_observable_up_down_counter = create_gauge = _unused
-
-
-class StandInMeterProvider(metrics.MeterProvider):
-    def get_meter(self, *args: Any, **kwargs: Any) -> metrics.Meter:
-        return StandInMeter()
+def _hook_stop(*_args: Any) -> None:
+    pass
 
 
 def _child(variant: str, n: int) -> None:
@@ -172,6 +100,9 @@ def _child(variant: str, n: int) -> None:
         managedloop.otel.instrument(tracer_provider, meter_provider=meter_provider)
     elif variant == "events":
         telemetry.attach(_ignore, _BRIDGE_EVENTS)
+    elif variant == "hooks":
+        for span in ("session.request", "session.turn", "tool"):
+            telemetry.attach_span(span, _hook_start, _hook_stop)
     loop = asyncio.new_event_loop()
     with serve(TOOL_CALLS) as (base_url, key):
         provider = Local(model="m", base_url=base_url, api_key=key)
@@ -232,6 +163,11 @@ def main() -> None:
     print(
         f"  the session's telemetry spans to a no-op listener: {events:+,.0f} "
         f"= {events / off:.1%} of 'off'"
+    )
+    hooks = ir["hooks"] - off
+    print(
+        f"  the session's spans to a no-op span hook: {hooks:+,.0f} = {hooks / off:.1%} of 'off' "
+        f"(of the bridge's own cost below; the bridge's logic: {own_standin - hooks:,.0f})"
     )
     print(
         f"  the bridge's own cost (standin - off - floor_standin): {own_standin:,.0f} "
