@@ -254,6 +254,10 @@ class ConnectionBase:
     * ``model -> str | None``: the model id the connection's turns ask for, as the host
       sends it (``None``: the host does not say, e.g. a server-side agent's own model).
       Telemetry reports it (``gen_ai.request.model``); the loop works it out nowhere else.
+    * ``gen_ai_provider -> str | None``: the API the connection's turns speak, as the
+      OpenTelemetry GenAI conventions name it (``gen_ai.provider.name``: ``openai``,
+      ``anthropic``, ``aws.bedrock``...); ``None``: telemetry names the host's own (Local
+      reports ``anthropic`` for its ``anthropic:`` models, ``openai`` otherwise).
     """
 
     session_id: str | None = None
@@ -270,6 +274,12 @@ class ConnectionBase:
     @property
     def model(self) -> str | None:
         """The model id this connection's turns send (``None``: the host does not say)."""
+        return None
+
+    @property
+    def gen_ai_provider(self) -> str | None:
+        """The GenAI provider name of the API this connection's turns speak (``None``: the
+        host's own, see the class doc)."""
         return None
 
     async def interrupt(self) -> None:

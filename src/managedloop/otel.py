@@ -22,9 +22,12 @@ the ``opentelemetry-semantic-conventions`` constants)::
     │   └── (the tool's spans)    a tool's own spans nest here, sync tools included
     └── chat {model} ...
 
-Attributes: ``gen_ai.operation.name``, ``gen_ai.provider.name`` (``anthropic`` for Claude,
-``aws.bedrock`` for AgentCore, ``openai`` for Local's Chat Completions or ``anthropic``
-for its ``anthropic:`` models), ``gen_ai.agent.name``/``gen_ai.agent.id``,
+Attributes: ``gen_ai.operation.name``, ``gen_ai.provider.name`` (the API the session's
+turns speak, as the host's connection reports it, ``Connection.gen_ai_provider``:
+``openai`` for Local's Chat Completions and ``anthropic`` for its ``anthropic:`` models;
+else the host's own: ``anthropic`` for Claude, ``aws.bedrock`` for AgentCore; a run's
+``invoke_agent`` starts before the connection is open and takes the reported one at its
+end), ``gen_ai.agent.name``/``gen_ai.agent.id``,
 ``gen_ai.conversation.id`` (the session id), ``gen_ai.request.model``,
 ``gen_ai.usage.input_tokens``/``output_tokens`` (and, where the host reported prompt-cache
 use, ``gen_ai.usage.cache_read.input_tokens``/``cache_creation.input_tokens``; a cost has
@@ -53,10 +56,11 @@ call answered with an error result), so after 1,000 distinct names a new one is
 ``_OTHER`` in the tool-duration metric (the SDK's aggregation has no cardinality limit of
 its own); spans keep every name.
 
-How the nesting works (the invariant this module relies on): telemetry listeners run
-synchronously in the emitting task, and a span's ``start`` and ``stop``/``exception`` are
-emitted in the same context (:mod:`managedloop.telemetry`). On ``start`` the bridge opens
-the span and makes it the current one (``context.attach``); on ``stop`` it detaches and
+How the nesting works (the invariant this module relies on): the bridge is a span hook
+(:func:`managedloop.telemetry.attach_span`: no event dict is built for it), hooks run
+synchronously in the emitting task, and a span's start and stop are
+emitted in the same context (:mod:`managedloop.telemetry`). On the start the bridge opens
+the span and makes it the current one (``context.attach``); on the stop it detaches and
 ends it. The session driver emits ``session.turn`` around the host's I/O, so HTTP client
 instrumentations parent their spans under ``chat``: ``HTTPX2ClientInstrumentor`` from
 ``opentelemetry-instrumentation-httpx`` for the ``anthropic`` SDK (it sends over
@@ -71,24 +75,18 @@ parents and a tool's own span under ``execute_tool`` are pinned in
 ``tests/telemetry/test_otel.py``, and what the real instrumentations make of it in
 ``tests/telemetry/test_otel_http_instrumentations.py``; the cost, in ``bench/otel.py``.
 
-Cost (``bench/otel.py``, Local over HTTP, 21 requests with 20 tool calls; callgrind
-instructions per request): uninstrumented 369k; the session's telemetry spans delivered
-to a listener that does nothing +57k; this bridge on the API's no-op providers +58k more
-(most of it the API calls a span needs: start, make current, end, record; the listeners'
-own logic is under 20k); the SDK with a batch processor and a no-op exporter +755k more. So
-the issue's 1.05x target is out of reach with the SDK behind any bridge: the SDK's own
-work for one request, timed alone in a tight loop, is already ~20% of an uninstrumented
-request, and in a real request the same instructions take more time.
+Cost: ``python -m bench otel`` (CPU and wall time) and ``python -m bench.otel_instructions``
+(callgrind instructions, the bridge's own work against the SDK's calls in the same
+session) print it; the figures are in ``bench/README.md``. On the API's no-op tracer and
+meter providers nothing is attached at all (no span, no measurement: nothing a session
+pays for); on the global providers the bridge always runs, since an SDK set later makes
+them real. With the API's no-op meter alone, spans are made and no measurement.
 
-Span ends are inline, in the task that stopped the operation. Deferring the SDK's end
-work (stop attributes, ``end()``, histogram records) to a loop callback was built and
-measured (``bench/otel.py``, paired runs): it moved ~70 µs of CPU per request off the
-critical path but gave no wall-time gain on the benchmark machine, so the simpler inline
-ends stay.
+Span ends are inline, in the task that stopped the operation.
 
 Instrumenting or uninstrumenting while a session runs: a span that started before an
 ``uninstrument()`` still ends, and the caller's context is restored (a telemetry span
-delivers its stop to the listeners that heard its start); a span whose start came before
+delivers its stop to the hooks that heard its start); a span whose start came before
 an ``instrument()`` is not opened, and its stop is ignored. A timeout ends
 ``invoke_agent`` with ``error.type = "timeout"`` (the deadline's cancel stays inside it).
 Provisioning and raw request events are not spanned (the HTTP instrumentations cover
@@ -204,13 +202,6 @@ def _end(span: trace.Span, attrs: Mapping[str, Any] | None, error: str | None) -
 
 # -- the bridge --------------------------------------------------------------------------
 
-# A span this context opened and has not ended yet: (kind, span, the otel context token
-# that made it current, its metric attributes, the enclosing node or None, the otel
-# context it was opened in, which detaching the token makes current again). A context
-# variable: each task (each concurrent tool call) has its own chain.
-_Node = tuple[str, trace.Span, Any, Any, Any, Any]
-_stack: ContextVar[_Node | None] = ContextVar("managedloop_otel_spans", default=None)
-
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
@@ -249,13 +240,6 @@ def _output_messages(meta: Mapping[str, Any]) -> str | None:
     return _json([{"role": "assistant", "parts": parts}])
 
 
-def _seconds(m: Mapping[str, Any]) -> float:
-    value = m.get("duration")
-    if type(value) is float:  # always, from managedloop.telemetry.span
-        return value
-    return float(value) if isinstance(value, int | float) else 0.0
-
-
 def _stop_attributes(meta: Mapping[str, Any]) -> dict[str, Any]:
     """Usage and finish reason of a request or turn (a key the event lacks is left out)."""
     attrs: dict[str, Any] = {}
@@ -285,16 +269,46 @@ def _stop_attributes(meta: Mapping[str, Any]) -> dict[str, Any]:
     return attrs
 
 
-class _Bridge:
-    """The telemetry listeners: events in, spans and measurements out.
+class _Request:
+    """The bridge's state for one ``session.request`` span (current in its context, so the
+    turns and tool calls of the request find it): the GenAI provider its turns report
+    (a run's request starts before the connection says) names its tool calls."""
 
-    Each event has a listener of its own (no dispatch per event), and the attributes a
-    span shares with the other turns or calls of its shape are built once (``_shapes``).
+    __slots__ = ("metric", "model", "parent", "provider", "span", "token", "var_token")
+
+    def __init__(self, span: trace.Span, parent: Any, metric: Any, provider: str, model: Any):
+        self.span = span
+        self.parent = parent
+        self.metric = metric
+        self.provider = provider
+        self.model = model
+        self.token: Any = None
+        self.var_token: Any = None
+
+
+_request: ContextVar[_Request | None] = ContextVar("managedloop_otel_request", default=None)
+# A turn's or a tool call's state, from its start hook to its stop hook: (span, the otel
+# context token that made it current, the otel context it was opened in (its parent's,
+# which detaching the token makes current again), its metric attributes).
+_Node = tuple[trace.Span, Any, Any, Any]
+
+
+class _Bridge:
+    """The span hooks (:func:`managedloop.telemetry.attach_span`): spans in, OTel spans and
+    measurements out.
+
+    Each span kind has a start and a stop hook of its own (no dispatch per event), the
+    attributes a span shares with the other turns or calls of its shape are built once
+    (``_shapes``), and a hook reads the span's own metadata: no event dict is merged for
+    it. On the API's no-op meter no measurement is recorded (``metrics`` off).
     """
 
-    def __init__(self, tracer: trace.Tracer, meter: metrics.Meter, capture: bool) -> None:
+    def __init__(
+        self, tracer: trace.Tracer, meter: metrics.Meter, capture: bool, record: bool
+    ) -> None:
         self.tracer = tracer
         self.capture = capture
+        self.record = record
         # The conventions' bucket boundaries (the SDK's default ones, 0-10,000, would put
         # nearly every duration in seconds into the first bucket); semconv's create_*
         # helpers pass none, so the histograms are made here with its names.
@@ -316,41 +330,23 @@ class _Bridge:
             description="Duration of custom tool calls.",
             explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
         )
-        # (kind, host, model or tool) -> its shape (see _shape)
-        self._shapes: dict[tuple[str, Any, Any], _Shape] = {}
+        # (kind, GenAI provider, model or tool) -> its shape (see _shape)
+        self._shapes: dict[tuple[str, str, Any], _Shape] = {}
         self._tool_names: set[Any] = set()  # the names the tool metric has kept (see _OTHER)
 
-    def listeners(self) -> dict[str, telemetry.Listener]:
-        p = telemetry.PREFIX
+    def hooks(self) -> dict[str, tuple[telemetry.SpanStart, telemetry.SpanStop]]:
         return {
-            p + "session.request.start": self.request_start,
-            p + "session.request.stop": self.request_stop,
-            p + "session.request.exception": self.request_failed,
-            p + "session.turn.start": self.turn_start,
-            p + "session.turn.stop": self.turn_stop,
-            p + "session.turn.exception": self.turn_failed,
-            p + "tool.start": self.tool_start,
-            p + "tool.stop": self.tool_stop,
-            p + "tool.exception": self.tool_failed,
+            "session.request": (self.request_start, self.request_stop),
+            "session.turn": (self.turn_start, self.turn_stop),
+            "tool": (self.tool_start, self.tool_stop),
         }
 
-    # -- opening -----------------------------------------------------------------------
-
-    def _open(
-        self, kind: str, name: str, span_kind: SpanKind, attrs: dict[str, Any], metric: Any
-    ) -> None:
-        parent = otel_context.get_current()
-        # Positional: the API's order, and cheaper than keywords on every span.
-        span = self.tracer.start_span(name, parent, span_kind, attrs)
-        token = otel_context.attach(trace.set_span_in_context(span, parent))
-        _stack.set((kind, span, token, metric, _stack.get(), parent))
-
-    def _shape(self, kind: str, host: Any, key: Any) -> _Shape:
+    def _shape(self, kind: str, provider: str, key: Any) -> _Shape:
         """(span name, start attributes, metric attributes, span kind) of a turn or a tool
         call."""
         attrs: dict[str, Any]
         if kind == "session.turn":
-            attrs = {_OPERATION: _CHAT, _PROVIDER: _provider_name(host, key)}
+            attrs = {_OPERATION: _CHAT, _PROVIDER: provider}
             if key is not None:
                 attrs[_MODEL] = key
             name = f"{_CHAT} {key}" if key else _CHAT
@@ -362,7 +358,7 @@ class _Bridge:
                 {**point, gen_ai.GEN_AI_TOKEN_TYPE: _OUTPUT},
             )
         else:  # a tool
-            attrs = {_OPERATION: _EXECUTE_TOOL, _PROVIDER: _provider_name(host, None)}
+            attrs = {_OPERATION: _EXECUTE_TOOL, _PROVIDER: provider}
             if key is not None:
                 attrs[_TOOL_NAME] = key
             attrs[gen_ai.GEN_AI_TOOL_TYPE] = "function"
@@ -376,15 +372,15 @@ class _Bridge:
                     metric = {**metric, _TOOL_NAME: _OTHER}
         if len(self._shapes) >= _SHAPES_MAX:
             self._shapes.clear()
-        shape = self._shapes[kind, host, key] = (name, attrs, metric, span_kind)
+        shape = self._shapes[kind, provider, key] = (name, attrs, metric, span_kind)
         return shape
 
-    def request_start(self, _n: str, _m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+    # -- the request ---------------------------------------------------------------------
+
+    def request_start(self, meta: Mapping[str, Any], _tags: Any) -> _Request:
         host, model, agent = meta.get("provider"), meta.get("model"), meta.get("agent")
-        attrs: dict[str, Any] = {
-            _OPERATION: _INVOKE_AGENT,
-            _PROVIDER: _provider_name(host, model),
-        }
+        provider = meta.get("gen_ai_provider") or _provider_name(host, model)
+        attrs: dict[str, Any] = {_OPERATION: _INVOKE_AGENT, _PROVIDER: provider}
         for key, value in (
             (_CONVERSATION, meta.get("session_id")),
             (gen_ai.GEN_AI_AGENT_NAME, agent),
@@ -395,145 +391,152 @@ class _Bridge:
                 attrs[key] = value
         name = f"{_INVOKE_AGENT} {agent}" if agent else _INVOKE_AGENT
         kind = SpanKind.CLIENT if host in _REMOTE_AGENT else SpanKind.INTERNAL
-        self._open("session.request", name, kind, attrs, _metric_attributes(attrs))
+        parent = otel_context.get_current()
+        span = self.tracer.start_span(name, parent, kind, attrs)
+        request = _Request(span, parent, _metric_attributes(attrs), provider, model)
+        request.token = otel_context.attach(trace.set_span_in_context(span, parent))
+        request.var_token = _request.set(request)
+        return request
 
-    # The turn and tool listeners run for every model call and tool call: they share
-    # one helper (_start), and the attributes of their shape are built once (_shape).
-
-    def _start(
-        self, kind: str, key: Any, meta: Mapping[str, Any], extra: Mapping[str, Any] | None
+    def request_stop(
+        self, request: _Request, seconds: float, extra: Mapping[str, Any], exc: Any
     ) -> None:
-        """Open the span of a turn (``key``: the model) or a tool call (the tool) and make
-        it current: its shape's attributes, the session id, then ``extra``."""
-        host = meta.get("provider")
-        shape = self._shapes.get((kind, host, key))
+        _request.reset(request.var_token)
+        otel_context.detach(request.token)
+        metric = request.metric
+        if exc is not None:
+            error = self._failed(request.span, exc)
+            if self.record:
+                self.duration.record(seconds, {**metric, ERROR_TYPE: error}, request.parent)
+            return
+        attrs = _stop_attributes(extra)
+        session_id = extra.get("session_id")
+        if session_id is not None:
+            attrs[_CONVERSATION] = session_id
+        # A run learns the model and the API the host sends after its start.
+        model = extra.get("model")
+        if isinstance(model, str) and model != request.model:
+            attrs[_MODEL] = model
+            metric = {**metric, _MODEL: model}
+        provider = extra.get("gen_ai_provider") or request.provider
+        if provider != metric[_PROVIDER]:
+            attrs[_PROVIDER] = provider
+            metric = {**metric, _PROVIDER: provider}
+        _end(request.span, attrs, None)
+        if self.record:
+            self.duration.record(seconds, metric, request.parent)
+
+    @staticmethod
+    def _failed(span: trace.Span, exc: BaseException) -> str:
+        """End ``span`` with the error type of ``exc`` (its stable code, else its type's
+        name; never its message); that error type."""
+        code = getattr(exc, "code", None)
+        error = code if isinstance(code, str) and code else type(exc).__name__
+        _end(span, {ERROR_TYPE: error}, error)
+        return error
+
+    # -- turns and tool calls: for every model call and tool call ----------------------
+
+    def turn_start(self, meta: Mapping[str, Any], _tags: Any) -> _Node:
+        model = meta.get("model")
+        provider = meta.get("gen_ai_provider")
+        if provider is None:
+            provider = _provider_name(meta.get("provider"), model)
+        request = _request.get()
+        if request is not None and request.provider != provider:
+            request.provider = provider  # the request's tool calls name it too
+        shape = self._shapes.get(("session.turn", provider, model))
         if shape is None:
-            shape = self._shape(kind, host, key)
+            shape = self._shape("session.turn", provider, model)
         attrs = shape[1].copy()
         session_id = meta.get("session_id")
         if session_id is not None:
             attrs[_CONVERSATION] = session_id
-        if extra is not None:
-            attrs.update(extra)
-        self._open(kind, shape[0], shape[3], attrs, shape[2])
-
-    def turn_start(self, _n: str, _m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        extra = None
         if self.capture:
             messages = _input_messages(meta.get("input"))
             if messages is not None:
-                extra = {gen_ai.GEN_AI_INPUT_MESSAGES: messages}
-        self._start("session.turn", meta.get("model"), meta, extra)
+                attrs[gen_ai.GEN_AI_INPUT_MESSAGES] = messages
+        parent = otel_context.get_current()
+        # Positional: the API's order, and cheaper than keywords on every span.
+        span = self.tracer.start_span(shape[0], parent, shape[3], attrs)
+        return span, otel_context.attach(trace.set_span_in_context(span, parent)), parent, shape[2]
 
-    def tool_start(self, _n: str, _m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        call_id = meta.get("tool_use_id")
-        extra = {_TOOL_CALL_ID: call_id} if call_id else None
-        if self.capture and "arguments" in meta:
-            arguments = _json(meta["arguments"])
-            extra = {**(extra or {}), gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS: arguments}
-        self._start("tool", meta.get("tool"), meta, extra)
-
-    # -- closing -----------------------------------------------------------------------
-
-    @staticmethod
-    def _close(kind: str) -> _Node | None:
-        node = _stack.get()
-        if node is None or node[0] != kind:
-            return None  # instrumented after this span started: nothing to end
-        _stack.set(node[4])
-        otel_context.detach(node[2])
-        return node
-
-    def request_stop(self, _n: str, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        node = self._close("session.request")
-        if node is None:
+    def turn_stop(self, node: _Node, seconds: float, extra: Mapping[str, Any], exc: Any) -> None:
+        span, token, context, metric = node
+        otel_context.detach(token)
+        if exc is not None:
+            error = self._failed(span, exc)
+            if self.record:
+                self.duration.record(seconds, {**metric[0], ERROR_TYPE: error}, context)
             return
-        attrs = _stop_attributes(meta)
+        attrs = _stop_attributes(extra)
+        if self.capture:
+            output = _output_messages(extra)
+            if output is not None:
+                attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = output
+        if attrs:
+            span.set_attributes(attrs)
+        span.end()
+        if not self.record:
+            return
+        self.duration.record(seconds, metric[0], context)
+        count = extra.get("input_tokens")
+        if type(count) is int:
+            self.tokens.record(count, metric[1], context)
+        count = extra.get("output_tokens")
+        if type(count) is int:
+            self.tokens.record(count, metric[2], context)
+
+    def tool_start(self, meta: Mapping[str, Any], tags: Mapping[str, Any] | None) -> _Node:
+        request = _request.get()
+        if request is not None:
+            provider = request.provider
+        else:  # instrumented while the request ran
+            provider = _provider_name(tags.get("provider") if tags else None, None)
+        name = meta.get("tool")
+        shape = self._shapes.get(("tool", provider, name))
+        if shape is None:
+            shape = self._shape("tool", provider, name)
+        attrs = shape[1].copy()
         session_id = meta.get("session_id")
         if session_id is not None:
             attrs[_CONVERSATION] = session_id
-        metric = node[3]
-        model = meta.get("model")  # a run learns the model the host sends after its start
-        if isinstance(model, str) and metric.get(_MODEL) != model:
-            attrs[_MODEL] = model
-            metric = {**metric, _MODEL: model}
-        _end(node[1], attrs, None)
-        self.duration.record(_seconds(m), metric, node[5])
+        call_id = meta.get("tool_use_id")
+        if call_id:
+            attrs[_TOOL_CALL_ID] = call_id
+        if self.capture and "arguments" in meta:
+            attrs[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS] = _json(meta["arguments"])
+        parent = otel_context.get_current()
+        # Positional: the API's order, and cheaper than keywords on every span.
+        span = self.tracer.start_span(shape[0], parent, shape[3], attrs)
+        return span, otel_context.attach(trace.set_span_in_context(span, parent)), parent, shape[2]
 
-    # The turn and tool stops run for every model call and tool call: they end the span
-    # and record inline (no tuple of records to build and walk).
-
-    def turn_stop(self, _n: str, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        node = _stack.get()
-        if node is None or node[0] != "session.turn":
-            return  # instrumented after this span started: nothing to end
-        _stack.set(node[4])
-        otel_context.detach(node[2])
-        attrs = _stop_attributes(meta)
-        if self.capture:
-            output = _output_messages(meta)
-            if output is not None:
-                attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = output
-        _end(node[1], attrs, None)
-        metric, tokens_in, tokens_out = node[3]
-        context = node[5]
-        seconds = m.get("duration")
-        if type(seconds) is not float:
-            seconds = _seconds(m)
-        self.duration.record(seconds, metric, context)
-        count = meta.get("input_tokens")
-        if isinstance(count, int):
-            self.tokens.record(count, tokens_in, context)
-        count = meta.get("output_tokens")
-        if isinstance(count, int):
-            self.tokens.record(count, tokens_out, context)
-
-    def tool_stop(self, _n: str, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        node = _stack.get()
-        if node is None or node[0] != "tool":
-            return  # instrumented after this span started: nothing to end
-        _stack.set(node[4])
-        otel_context.detach(node[2])
-        metric = node[3]
-        if meta.get("is_error") or self.capture:
+    def tool_stop(self, node: _Node, seconds: float, extra: Mapping[str, Any], exc: Any) -> None:
+        span, token, context, metric = node
+        otel_context.detach(token)
+        if exc is not None:
+            failure = self._failed(span, exc)
+            if self.record:
+                self.tool_duration.record(seconds, {**metric, ERROR_TYPE: failure}, context)
+            return
+        if extra.get("is_error") or self.capture:
             attrs: dict[str, Any] = {}
             error = None
-            if meta.get("is_error"):
+            if extra.get("is_error"):
                 error = attrs[ERROR_TYPE] = "tool_error"
                 metric = {**metric, ERROR_TYPE: error}
-            if self.capture and "result" in meta:
-                attrs[gen_ai.GEN_AI_TOOL_CALL_RESULT] = str(meta["result"])
-            _end(node[1], attrs, error)
+            if self.capture and "result" in extra:
+                attrs[gen_ai.GEN_AI_TOOL_CALL_RESULT] = str(extra["result"])
+            _end(span, attrs, error)
         else:  # the usual call: no stop attributes
-            node[1].end()
-        seconds = m.get("duration")
-        if type(seconds) is not float:
-            seconds = _seconds(m)
-        self.tool_duration.record(seconds, metric, node[5])
-
-    def _failed(
-        self, kind: str, histogram: Any, m: Mapping[str, Any], meta: Mapping[str, Any]
-    ) -> None:
-        node = self._close(kind)
-        if node is None:
-            return
-        error = str(meta.get("code") or meta.get("kind") or "error")
-        metric = node[3][0] if kind == "session.turn" else node[3]
-        _end(node[1], {ERROR_TYPE: error}, error)
-        histogram.record(_seconds(m), {**metric, ERROR_TYPE: error}, node[5])
-
-    def request_failed(self, _n: str, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        self._failed("session.request", self.duration, m, meta)
-
-    def turn_failed(self, _n: str, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        self._failed("session.turn", self.duration, m, meta)
-
-    def tool_failed(self, _n: str, m: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
-        self._failed("tool", self.tool_duration, m, meta)
+            span.end()
+        if self.record:
+            self.tool_duration.record(seconds, metric, context)
 
 
 _lock = threading.Lock()
 _attachments: list[telemetry.Attachment] = []
+_on = False  # instrument() in force (on the no-op providers, with nothing attached)
 
 
 def _version() -> str:
@@ -557,22 +560,30 @@ def instrument(
     version = _version()
     tracer = trace.get_tracer("managedloop", version, tracer_provider=tracer_provider)
     meter = metrics.get_meter("managedloop", version, meter_provider=meter_provider)
-    bridge = _Bridge(tracer, meter, bool(capture_content))
+    # On the API's no-op providers (not the global proxies, which an SDK set later makes
+    # real) there is nothing to record: no span, no measurement, and no hook is attached,
+    # so a session pays nothing. A no-op meter alone: spans without measurements.
+    record = not isinstance(meter, metrics.NoOpMeter)
+    bridge = _Bridge(tracer, meter, bool(capture_content), record)
     with _lock:
+        global _on
         _detach()
-        _attachments.extend(
-            telemetry.attach(listener, [name]) for name, listener in bridge.listeners().items()
-        )
+        _on = True
+        if record or not isinstance(tracer, trace.NoOpTracer):
+            _attachments.extend(
+                telemetry.attach_span(name, start, stop)
+                for name, (start, stop) in bridge.hooks().items()
+            )
         telemetry.set_capture_content(bool(capture_content))
 
 
 def _detach() -> bool:
-    if not _attachments:
-        return False
+    global _on
+    was, _on = _on, False
     for attachment in _attachments:
         telemetry.detach(attachment)
     _attachments.clear()
-    return True
+    return was
 
 
 def uninstrument() -> bool:
@@ -586,4 +597,4 @@ def uninstrument() -> bool:
 
 def instrumented() -> bool:
     """Whether :func:`instrument` is in force."""
-    return bool(_attachments)
+    return _on

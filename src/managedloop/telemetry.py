@@ -51,6 +51,7 @@ __all__ = [
     "TABLE",
     "Listener",
     "attach",
+    "attach_span",
     "capture_content",
     "detach",
     "emit",
@@ -106,7 +107,11 @@ EVENTS: tuple[str, ...] = tuple(
 _REQUEST = ("method", "path")
 _AC_REQUEST = ("operation", "service", "method", "path")
 _SESSION = ("provider", "session_id")
-_AGENT = ("agent", "agent_id", "model")
+# ``gen_ai_provider``: the API the host's turns speak, as the OpenTelemetry GenAI
+# conventions name it (``openai``, ``anthropic``, ``aws.bedrock``), as the connection reports
+# it (``Connection.gen_ai_provider``; ``None``: the host does not say, or, on a run's
+# request start, the connection is not open yet).
+_AGENT = ("agent", "agent_id", "model", "gen_ai_provider")
 _TOKENS = (
     "input_tokens",
     "output_tokens",
@@ -134,7 +139,7 @@ TABLE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "session.tool_uses": (("tool_use_count",), ("turn", "tool_use_ids", *_SESSION)),
     "session.terminal": ((), ("terminal", "reason", *_SESSION)),
     "session.output": (("error_count",), ("strategy", "valid", "turn", *_SESSION)),
-    "session.request.start": (("system_time",), ("agent", "agent_id", "model", *_SESSION)),
+    "session.request.start": (("system_time",), (*_AGENT, *_SESSION)),
     "session.request.stop": (
         ("duration",),
         (
@@ -150,14 +155,26 @@ TABLE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "session.request.exception": (
         ("duration",),
-        ("agent", "agent_id", "model", *_SESSION, "kind", "code"),
+        (*_AGENT, *_SESSION, "kind", "code"),
     ),
-    "session.turn.start": (("system_time",), ("turn", "model", *_SESSION)),
+    "session.turn.start": (("system_time",), ("turn", "model", "gen_ai_provider", *_SESSION)),
     "session.turn.stop": (
         ("duration",),
-        ("turn", "model", *_SESSION, "terminal", "stop_reason", "tool_use_count", *_TOKENS),
+        (
+            "turn",
+            "model",
+            "gen_ai_provider",
+            *_SESSION,
+            "terminal",
+            "stop_reason",
+            "tool_use_count",
+            *_TOKENS,
+        ),
     ),
-    "session.turn.exception": (("duration",), ("turn", "model", *_SESSION, "kind", "code")),
+    "session.turn.exception": (
+        ("duration",),
+        ("turn", "model", "gen_ai_provider", *_SESSION, "kind", "code"),
+    ),
 }
 
 Listener = Callable[[str, Mapping[str, Any], Mapping[str, Any]], None]
@@ -176,12 +193,19 @@ _PHASES: dict[str, tuple[str, str, str]] = {
 }
 
 
+# A span hook (see attach_span): start(metadata, tags) -> a state, or None to skip this span;
+# stop(state, duration, stop metadata, exception or None).
+SpanStart = Callable[[Mapping[str, Any], Mapping[str, Any] | None], Any]
+SpanStop = Callable[[Any, float, Mapping[str, Any], BaseException | None], None]
+
+
 @dataclass(frozen=True, slots=True)
 class Attachment:
-    """Handle returned by :func:`attach`; pass it to :func:`detach`."""
+    """Handle returned by :func:`attach` (or :func:`attach_span`); pass it to :func:`detach`."""
 
-    listener: Listener
+    listener: Listener | None
     events: frozenset[str] | None
+    hook: tuple[str, SpanStart, SpanStop] | None = None
 
 
 _lock = threading.Lock()
@@ -194,6 +218,9 @@ _content = False
 _by_event: dict[str, tuple[str, tuple[Listener, ...]]] = {}
 _on: frozenset[str] = frozenset()  # the short names with a listener (enabled)
 _spans_on: frozenset[str] = frozenset()  # the span names with a listener (span_enabled)
+# Span name -> (its start, stop and exception entries of _by_event, its hooks), for each
+# span with a listener or a hook: one lookup per span entered.
+_spans: dict[str, tuple[Any, Any, Any, tuple[tuple[SpanStart, SpanStop], ...]]] = {}
 _attachments: tuple[Attachment, ...] = ()
 # A clock patchable in tests (durations); system_time stays the wall clock.
 _perf_counter = time.perf_counter
@@ -213,6 +240,27 @@ def attach(listener: Listener, events: list[str] | None = None) -> Attachment:
     return attachment
 
 
+def attach_span(name: str, start: SpanStart, stop: SpanStop) -> Attachment:
+    """Call ``start(metadata, tags)`` when a :func:`span` named ``name`` (``"tool"``,
+    ``"session.turn"``...) starts, and ``stop(state, duration, stop_metadata, exception)``
+    when it ends, with what ``start`` returned (``None``: nothing to stop).
+
+    The hook of a listener that keeps state per span (``managedloop.otel``): ``metadata`` is
+    the span's own metadata, not merged with the caller's tags (``tags``, the
+    :func:`session_scope` tags or the span's ``caller``, carry the host's ``provider``);
+    ``stop_metadata`` is what the body added (a live dict: read it, do not keep it). No
+    dict is merged and no event is built for a hook. Both run in the span's context, like
+    a listener; what either raises is logged and the span goes on."""
+    global _attachments
+    if name not in _PHASES:
+        raise ValueError(f"unknown telemetry span: {name!r}")
+    attachment = Attachment(None, frozenset(), (name, start, stop))
+    with _lock:
+        _attachments = (*_attachments, attachment)
+        _rebuild()
+    return attachment
+
+
 def detach(attachment: Attachment) -> bool:
     """Remove a listener; ``False`` if it was not attached. A :func:`span` that started
     while it was attached still delivers its stop (or exception) to it."""
@@ -226,17 +274,25 @@ def detach(attachment: Attachment) -> bool:
 
 
 def _rebuild() -> None:
-    global _by_event, _on, _spans_on
-    by_event = {
-        short: (
-            full,
-            tuple(a.listener for a in _attachments if a.events is None or full in a.events),
+    global _by_event, _on, _spans_on, _spans
+    by_event: dict[str, tuple[str, tuple[Listener, ...]]] = {}
+    for short, full in _FULL.items():
+        listeners = tuple(
+            a.listener
+            for a in _attachments
+            if a.listener is not None and (a.events is None or full in a.events)
         )
-        for short, full in _FULL.items()
-    }
-    _by_event = {k: v for k, v in by_event.items() if v[1]}
-    _on = frozenset(_by_event)
-    _spans_on = frozenset(span for span, names in _PHASES.items() if _on & set(names))
+        if listeners:
+            by_event[short] = (full, listeners)
+    spans: dict[str, tuple[Any, Any, Any, tuple[tuple[SpanStart, SpanStop], ...]]] = {}
+    for span, names in _PHASES.items():
+        hooks = tuple((a.hook[1], a.hook[2]) for a in _attachments if a.hook and a.hook[0] == span)
+        start, stop, exception = (by_event.get(name) for name in names)
+        if hooks or start or stop or exception:
+            spans[span] = (start, stop, exception, hooks)
+    _by_event, _spans = by_event, spans
+    _on = frozenset(by_event)
+    _spans_on = frozenset(spans)
 
 
 def enabled(name: str) -> bool:
@@ -324,63 +380,111 @@ def emit(
     _deliver(entry[0], entry[1], measurements or {}, meta)
 
 
-class _Span:
-    """What :func:`span` returns: a class rather than a generator context manager, because
-    the session driver enters one per turn and per tool call (a generator-based one costs
-    several calls more on each side; the delivery loop is inlined for the same reason)."""
+class span:  # noqa: N801 - called like the function it replaced
+    """A context manager: emit ``name.start``, then ``name.stop`` or ``name.exception``
+    with a ``duration`` (the exception propagates); a span hook (:func:`attach_span`) hears
+    the same span without an event.
 
-    __slots__ = ("_caller", "_extra", "_meta", "_metadata", "_name", "_start", "_stops")
+    It yields a dict the body may fill with extra stop metadata (e.g. ``status``).
+
+    A class, not a function returning one or a generator context manager: the session
+    driver enters one per turn and per tool call, and each layer costs a call on both
+    sides (the delivery loops are inlined for the same reason)."""
+
+    __slots__ = ("_caller", "_entries", "_extra", "_meta", "_metadata", "_name", "_start",
+                 "_state", "_states", "_stop")  # fmt: skip
 
     def __init__(
-        self, name: str, metadata: Mapping[str, Any], caller: Mapping[str, Any] | None
+        self, name: str, metadata: Mapping[str, Any], *, caller: Mapping[str, Any] | None = None
     ) -> None:
         self._name = name
         self._metadata = metadata
         self._caller = caller
-        self._meta: dict[str, Any] | None = None
 
     def __enter__(self) -> dict[str, Any]:
         extra: dict[str, Any] = {}
         self._extra = extra
-        if self._name not in _spans_on:
+        # The listeners and hooks as attached now: a listener detached while the body
+        # runs still hears the end of what it saw start.
+        entries = self._entries = _spans.get(self._name)
+        if entries is None:
             return extra
-        # The metadata is merged with the tags once: the stop reuses it.
+        start_entry, stop_entry, exception_entry, hooks = entries
         caller, scope = self._caller, _scope.get()
-        if caller and caller is not scope:
-            caller = {**caller, **scope} if scope else caller
-        else:
-            caller = scope
-        meta = self._meta = {**caller, **self._metadata} if caller else dict(self._metadata)
-        phases = _PHASES[self._name]
-        # The listeners of the stop and the exception as attached now: a listener detached
-        # while the body runs still hears the end of what it saw start.
-        self._stops = (_by_event.get(phases[1]), _by_event.get(phases[2]))
-        entry = _by_event.get(phases[0])
-        if entry is not None:
-            full, listeners = entry
-            measurements = {"system_time": time.time()}
-            for listener in listeners:
+        self._stop = self._states = None
+        if hooks:
+            tags = caller if caller is not None else scope
+            if len(hooks) == 1:  # the usual case (managedloop.otel): no list of states
+                start, self._stop = hooks[0]
                 try:
-                    listener(full, measurements, meta)
+                    self._state = start(self._metadata, tags)
                 except Exception:
-                    logger.exception("telemetry listener %r failed on %s", listener, full)
+                    logger.exception("telemetry span hook %r failed on %s", start, self._name)
+                    self._stop = None
+                else:
+                    if self._state is None:
+                        self._stop = None
+            else:
+                states = []
+                for start, stop in hooks:
+                    try:
+                        state = start(self._metadata, tags)
+                    except Exception:
+                        logger.exception("telemetry span hook %r failed on %s", start, self._name)
+                        continue
+                    if state is not None:
+                        states.append((stop, state))
+                self._states = states
+        if start_entry is None and stop_entry is None and exception_entry is None:
+            self._meta = None
+        else:
+            # The metadata is merged with the tags once: the stop reuses it.
+            if caller and caller is not scope:
+                caller = {**caller, **scope} if scope else caller
+            else:
+                caller = scope
+            meta = {**caller, **self._metadata} if caller else dict(self._metadata)
+            self._meta = meta
+            if start_entry is not None:
+                full, listeners = start_entry
+                measurements = {"system_time": time.time()}
+                for listener in listeners:
+                    try:
+                        listener(full, measurements, meta)
+                    except Exception:
+                        logger.exception("telemetry listener %r failed on %s", listener, full)
         self._start = _perf_counter()
         return extra
 
     def __exit__(
         self, typ: type[BaseException] | None, exc: BaseException | None, _tb: object
     ) -> None:
+        entries = self._entries
+        if entries is None:
+            return
+        duration = _perf_counter() - self._start
+        stop = self._stop
+        if stop is not None:
+            try:
+                stop(self._state, duration, self._extra, exc)
+            except Exception:
+                logger.exception("telemetry span hook %r failed on %s", stop, self._name)
+        elif self._states:
+            for stop, state in self._states:
+                try:
+                    stop(state, duration, self._extra, exc)
+                except Exception:
+                    logger.exception("telemetry span hook %r failed on %s", stop, self._name)
         meta = self._meta
         if meta is None:
             return
-        measurements = {"duration": _perf_counter() - self._start}
         if exc is None:
-            entry = self._stops[0]
+            entry = entries[1]
             if entry is None:
                 return
             meta = {**meta, **self._extra}  # a new dict: a listener may keep the start's
         else:
-            entry = self._stops[1]
+            entry = entries[2]
             if entry is None:
                 return
             code = getattr(exc, "code", None)
@@ -390,20 +494,10 @@ class _Span:
                 "kind": type(exc).__name__,
                 "code": code if isinstance(code, str) else None,
             }
+        measurements = {"duration": duration}
         full, listeners = entry
         for listener in listeners:
             try:
                 listener(full, measurements, meta)
             except Exception:
                 logger.exception("telemetry listener %r failed on %s", listener, full)
-
-
-def span(
-    name: str, metadata: Mapping[str, Any], *, caller: Mapping[str, Any] | None = None
-) -> _Span:
-    """A context manager: emit ``name.start``, then ``name.stop`` or ``name.exception``
-    with a ``duration`` (the exception propagates).
-
-    It yields a dict the body may fill with extra stop metadata (e.g. ``status``).
-    """
-    return _Span(name, metadata, caller)

@@ -170,6 +170,8 @@ class Driver:
         # What telemetry names as the model: what the host says it sends, else the spec's.
         sent = getattr(conn, "model", None)
         self.model: str | None = sent if isinstance(sent, str) else prepared.model
+        api = getattr(conn, "gen_ai_provider", None)  # the API it speaks (telemetry)
+        self.gen_ai_provider: str | None = api if isinstance(api, str) else None
         # The session record (opt-in, managedloop.session.record): events through the hook
         rec = prepared.record
         self.rec = (
@@ -242,6 +244,7 @@ class Driver:
         meta = {
             "turn": self.machine.turns,
             "model": self.model,
+            "gen_ai_provider": self.gen_ai_provider,
             "provider": self.p.provider.name,
             "session_id": self.conn.session_id,
         }
@@ -475,7 +478,12 @@ class Driver:
         try:
             if not telemetry.span_enabled("session.request"):
                 return await self._within(first, timeout)
-            meta = {**self.p.agent_meta, "model": self.model, **self._ids()}
+            meta = {
+                **self.p.agent_meta,
+                "model": self.model,
+                "gen_ai_provider": self.gen_ai_provider,
+                **self._ids(),
+            }
             with telemetry.span("session.request", meta) as extra:
                 result = await self._within(first, timeout)
                 extra.update(_request_stop(result))
@@ -901,12 +909,13 @@ async def run(
         # The request's span covers the open too: a run's session create is part of it; and
         # the deadline, so a timeout ends it with the SessionTimeoutError, not a cancel.
         # It starts before the host says which model it sends: the stop names that one.
-        meta = {**prepared.agent_meta, "model": prepared.model}
+        meta = {**prepared.agent_meta, "model": prepared.model, "gen_ai_provider": None}
         meta |= {"provider": prepared.provider.name, "session_id": None}
         with telemetry.span("session.request", meta) as extra:
             result = await _run_within(prepared, prompt, coerced, timeout, opened)
             extra.update(_request_stop(result))
             extra["model"] = opened[0].model if opened else prepared.model
+            extra["gen_ai_provider"] = opened[0].gen_ai_provider if opened else None
         return result
     finally:
         telemetry.exit_scope(token)

@@ -164,6 +164,8 @@ def from_messages_response(body: Mapping[str, Any]) -> ChatResponse:
 class AnthropicChat:
     """A chat function over ``anthropic.AsyncAnthropic().messages.create``."""
 
+    gen_ai_provider = "anthropic"  # what telemetry names (LocalConnection.gen_ai_provider)
+
     def __init__(
         self,
         *,

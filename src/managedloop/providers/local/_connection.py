@@ -231,6 +231,14 @@ class LocalConnection(ConnectionBase):
         """The model id every request of this conversation sends."""
         return self._model
 
+    @property
+    def gen_ai_provider(self) -> str:
+        """The API the chat function speaks: ``anthropic`` for the Messages API of the
+        ``anthropic:`` models, else ``openai`` (Chat Completions, a ``chat=`` function's
+        contract too) unless the function names its own (a ``gen_ai_provider`` attribute)."""
+        name = getattr(self._chat, "gen_ai_provider", None)
+        return name if isinstance(name, str) and name else "openai"
+
     def __init__(
         self,
         *,
