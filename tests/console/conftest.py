@@ -3,7 +3,9 @@ port, in a thread of the test process), and Debian's Chromium driven by Playwrig
 
 The browser is the one ``scripts/ensure-chromium`` installs (Playwright's own download
 needs a network CI does not have); a missing browser fails the tests, never skips them.
-Screenshots for the docs are written to ``docs/img/console-*.png`` by the browser tests.
+The browser tests take a screenshot of each page; with ``MANAGEDLOOP_SCREENSHOTS=1`` in the
+environment they replace the docs' ``docs/img/console-*.png`` (else they go to a temporary
+folder, so a test run leaves the tree as it found it).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
@@ -24,7 +27,11 @@ import pytest
 import uvicorn
 
 ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "docs" / "img"
+SHOTS = (
+    ROOT / "docs" / "img"
+    if os.environ.get("MANAGEDLOOP_SCREENSHOTS") == "1"
+    else Path(tempfile.gettempdir()) / "managedloop-console-shots"
+)
 TOKEN = "test-token-0123456789abcdef"
 LAUNCH_ARGS = [
     "--headless",
