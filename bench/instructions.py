@@ -18,14 +18,18 @@ default ``inline``):
   with ``output=Weather``, text strategy), ``validate_python`` and ``validate_json``
   (``TypeAdapter(Weather)`` on the same payload and its text: the validation itself).
 
-Callgrind counts user-space instructions in every thread; what a thread hop costs in the
-kernel and the scheduler it does not see. Not part of ``python -m bench`` (each loop takes
-a minute or two under valgrind).
+``python -m bench.instructions --opcodes [LOOP ...]`` counts, without valgrind, the
+Python opcodes, calls and event-loop iterations per unit and the functions with the most
+opcodes (:func:`opcodes`). Callgrind counts user-space instructions in every thread;
+what a thread hop costs in the kernel and the scheduler it does not see. Not part of
+``python -m bench`` (each loop takes a minute or two under valgrind).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import gc
 import json
 import os
 import re
@@ -74,6 +78,12 @@ def _output_loop(kind: str) -> Callable[[], Awaitable[None]]:
             validate(payload)
 
     return runs if kind in ("typed", "plain") else validations
+
+
+def _without_gc() -> Callable[[], Awaitable[None]]:
+    """``inline`` with the garbage collector off: what the collector costs it."""
+    gc.disable()
+    return ours_runner("inline")
 
 
 def _scripted_model() -> Callable[[], Awaitable[None]]:
@@ -130,6 +140,7 @@ LOOPS: dict[str, tuple[Callable[[], Callable[[], Awaitable[None]]], int, str]] =
     "bare_async": (lambda: bare_async_run, TOOL_CALLS, "tool call"),
     "bare_to_thread": (lambda: bare_to_thread_run, TOOL_CALLS, "tool call"),
     "bare_anyio": (lambda: bare_anyio_run, TOOL_CALLS, "tool call"),
+    "inline_nogc": (_without_gc, TOOL_CALLS, "tool call"),
     "scripted_model": (_scripted_model, TOOL_CALLS, "tool call"),
     "tool_call": (lambda: _tool_calls(False), TOOL_CALLS, "tool call"),
     "tool_input": (lambda: _tool_calls(True), TOOL_CALLS, "tool call"),
@@ -169,6 +180,61 @@ def _instructions(loop: str, n: int) -> int:
     return int(found.group(1))
 
 
+def opcodes(loop: str, rounds: int = 5, top: int = 12) -> None:
+    """``--opcodes LOOP``: the Python opcodes and calls per unit (``sys.settrace``, after
+    the warm-up), the event loop's iterations per unit, and the functions with the most
+    opcodes: where the interpreter's work goes, without callgrind (the C work inside each
+    opcode is not counted)."""
+    import asyncio.base_events
+
+    make, units, unit = LOOPS[loop]
+    ops: collections.Counter[str] = collections.Counter()
+    calls: collections.Counter[str] = collections.Counter()
+    iterations = [0]
+    run_once = asyncio.base_events.BaseEventLoop._run_once  # type: ignore[attr-defined]
+
+    def counted(self: Any) -> None:
+        iterations[0] += 1
+        run_once(self)
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        key = f"{frame.f_code.co_filename.rsplit('/src/', 1)[-1]}:{frame.f_code.co_name}"
+        calls[key] += event == "call"
+
+        def local(frame: Any, event: str, arg: Any) -> Any:
+            if event == "opcode":
+                ops[key] += 1
+            return local
+
+        return local
+
+    async def main() -> None:
+        run = make()
+        for _ in range(WARM_UP):
+            await run()
+        iterations[0] = 0
+        sys.settrace(tracer)
+        try:
+            for _ in range(rounds):
+                await run()
+        finally:
+            sys.settrace(None)
+
+    asyncio.base_events.BaseEventLoop._run_once = counted  # type: ignore[attr-defined]
+    try:
+        asyncio.run(main())
+    finally:
+        asyncio.base_events.BaseEventLoop._run_once = run_once  # type: ignore[attr-defined]
+    n = rounds * units
+    print(
+        f"{loop}: {sum(ops.values()) / n:,.0f} opcodes, {sum(calls.values()) / n:.1f} Python "
+        f"calls and {iterations[0] / n:.2f} event-loop iterations per {unit} (sys.settrace)"
+    )
+    for key, count in ops.most_common(top):
+        print(f"  {count / n:7.1f} opcodes {calls[key] / n:5.2f} calls  {key}")
+
+
 def main(loops: list[str]) -> None:
     for loop in loops or ["inline"]:
         if loop not in LOOPS:
@@ -184,5 +250,8 @@ def main(loops: list[str]) -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
         asyncio.run(_rounds(sys.argv[2], int(sys.argv[3])))
+    elif sys.argv[1:2] == ["--opcodes"]:
+        for name in sys.argv[2:] or ["inline"]:
+            opcodes(name)
     else:
         main(sys.argv[1:])
