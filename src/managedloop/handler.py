@@ -331,7 +331,7 @@ async def _call(
             uid, f"invalid input for tool {use.name!r}: {use.input_error}", is_error=True
         )
     try:
-        if timeout is None:  # no cancel scope without a timeout: entering one costs ~5 µs
+        if timeout is None:  # no cancel scope without a timeout: an untimed call skips its work
             value = handler.handle_tool_call(use.name, use.input, info)  # _invoke, inlined
             if type(value) is _Coroutine or inspect.isawaitable(value):
                 value = await value

@@ -361,7 +361,8 @@ def tool(
             ``tool_timeout`` applies as well; the first bound to fire wins). A sync function
             that overruns is abandoned in its worker thread, never awaited.
         inline: Run a *sync* function directly on the event loop instead of in a worker
-            thread. Saves the ~90 µs thread hop; only for fast functions that never block
+            thread. Saves the thread hop, which costs more than all the rest of a call ("The
+            tool-call floor" in ``bench/README.md``); only for fast functions that never block
             (nothing can interrupt a function running on the event loop, not even a timeout).
         requires_approval: ``True``, or a predicate on the call's input (``True`` or a
             reason string: hold it): the call does not run until someone decides. The

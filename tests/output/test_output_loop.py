@@ -380,3 +380,33 @@ async def test_a_too_deep_output_is_refused_never_validated() -> None:
     result = await ml.run(provider, agent=TOOLED, prompt="x", output=Weather)
     assert isinstance(result.output, Weather)
     assert "nested deeper than 64" in chat.requests[1].tool_results[0].text
+
+
+async def test_the_host_spec_is_made_once_per_setup_and_matches_a_fresh_one() -> None:
+    from managedloop.session.output import plan_and_spec
+
+    provider, chat = _local([say(json.dumps(GOOD)), say(json.dumps(GOOD))])
+    spec = ml.AgentSpec(name="once", system_prompt="Be brief.")
+    options: dict[str, Any] = {
+        "strategy": "text",
+        "retries": 2,
+        "validators": None,
+        "provider": provider,
+        "spec": spec,
+        "tools": [],
+    }
+    plan, host = plan_and_spec(Weather, **options)
+    again, host_again = plan_and_spec(Weather, **options)
+    assert again is plan
+    assert host_again is host  # the cached copy, not a new one per run
+    assert host == plan.host_spec(spec, provider)  # what a fresh copy would be
+    assert host is not None
+    assert host.system_prompt != spec.system_prompt  # the schema added
+    for _ in range(2):
+        result = await ml.run(
+            provider, agent=spec, prompt="x", output=Weather, output_strategy="text"
+        )
+        assert isinstance(result.output, Weather)
+    prompts = [r.system for r in chat.requests]
+    assert prompts == [host.system_prompt, host.system_prompt]
+    assert spec.system_prompt == "Be brief."  # the user's spec is unchanged

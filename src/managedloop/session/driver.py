@@ -92,7 +92,7 @@ from managedloop.session import output as _output
 from managedloop.session.machine import CheckOutput, Finish, Machine, RunTools, Send
 from managedloop.session.options import Prepared, SessionOptions, prepare
 
-if TYPE_CHECKING:  # annotations only: anyio loads these with the first session (~5 ms)
+if TYPE_CHECKING:  # annotations only: anyio loads these with the first session
     from anyio.streams.memory import MemoryObjectSendStream
 
 __all__ = [
@@ -302,7 +302,11 @@ class Driver:
                 elif isinstance(item, TextDelta):
                     if item.text and self._on_event is not None:
                         await self._deliver({"type": TEXT_DELTA, "text": item.text}, raw=False)
-                    if self._streams_output and item.text:
+                    if (
+                        self._streams_output
+                        and item.text
+                        and (self._on_event is not None or self.partial_subscribers)
+                    ):  # _partial's own first check, without its coroutine when nobody listens
                         await self._partial(item.text)
                 elif isinstance(item, TurnRestart):
                     self.buffer = []
@@ -579,16 +583,19 @@ class Driver:
         # handler that asks for no approvals no approval check.
         traced = telemetry.span_enabled("session.turn")  # a flag: no bound method kept
         may_hold = _approvals.may_hold(self.p.handler)
+        machine, rec, conn = self.machine, self.rec, self.conn  # fixed for the session
         while True:
             if isinstance(step, SessionResult):
-                return self._finish(step) if self.rec is None else await self._recorded(step)
-            step = self.machine.before_turn(step)
-            if self.rec is not None:
-                await self.rec.sent(self.info, step)
-            turn = _bounded(await (self._traced_turn(step) if traced else self._turn(step)))
-            if self.rec is not None:
-                await self.rec.turn(self.info, turn)
-            action = self.machine.on_turn(turn, self.conn.session_id)
+                return self._finish(step) if rec is None else await self._recorded(step)
+            step = machine.before_turn(step)
+            if rec is not None:
+                await rec.sent(self.info, step)
+            turn = await (self._traced_turn(step) if traced else self._turn(step))
+            if turn.custom_tool_uses:  # _bounded's own first check, without the call
+                turn = _bounded(turn)
+            if rec is not None:
+                await rec.turn(self.info, turn)
+            action = machine.on_turn(turn, conn.session_id)
             if isinstance(action, RunTools):
                 if not action.host_approvals and not may_hold:  # _answer's plain path, inline
                     step = await self._run_tools(action.tool_uses)
@@ -622,13 +629,16 @@ class Driver:
             answered = ran
         plan = self.p.output
         assert plan is not None  # the machine checks outputs only with output=
-        value, errors = await plan.check(check.payload, check.input_error)
-        for later in check.output_uses[1:]:  # several output calls: the first valid one
-            if errors is None:
-                break
-            value, again = await plan.check(later.input, later.input_error)
-            if again is None:
-                errors = None
+        if plan.validators:
+            value, errors = await plan.check(check.payload, check.input_error)
+        else:  # pydantic alone: no coroutine
+            value, errors = plan.validated(check.payload, check.input_error)
+        if errors is not None and len(check.output_uses) > 1:
+            for later in check.output_uses[1:]:  # several output calls: the first valid one
+                value, again = await plan.check(later.input, later.input_error)
+                if again is None:
+                    errors = None
+                    break
         if telemetry.enabled("session.output"):
             telemetry.emit(
                 "session.output",

@@ -36,7 +36,7 @@ from managedloop.session.driver import (
 )
 from managedloop.session.options import Prepared, SessionOptions, coerce_outcome, prepare
 
-if TYPE_CHECKING:  # annotations only: anyio loads these with the first session (~5 ms)
+if TYPE_CHECKING:  # annotations only: anyio loads these with the first session
     from anyio.abc import TaskGroup
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 

@@ -143,10 +143,14 @@ class Finish:
     result: SessionResult
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CheckOutput:
     """Validate ``payload`` (the output tool's input, or the turn's text); run
-    ``tool_uses`` (the turn's other custom calls) first."""
+    ``tool_uses`` (the turn's other custom calls) first.
+
+    Not frozen, unlike the other actions: one is made per typed answer, on the path whose
+    cost ``output=`` adds to a run (issue 24), and a frozen ``__init__`` sets each of the
+    five fields through ``object.__setattr__``. Nothing changes one once made."""
 
     payload: Any
     tool_uses: Sequence[ToolUse] = ()
@@ -159,30 +163,6 @@ class CheckOutput:
 
 
 Action = RunTools | Send | Finish | CheckOutput
-
-_CheckOutputB = fast_builder(
-    CheckOutput, ("payload", "tool_uses", "output_uses", "host_approvals", "input_error")
-)
-
-
-def _check_output(
-    payload: Any,
-    tool_uses: Sequence[ToolUse] = (),
-    output_uses: Sequence[ToolUse] = (),
-    host_approvals: Sequence[ApprovalRequest] = (),
-    input_error: str | None = None,
-) -> CheckOutput:
-    """``CheckOutput(...)``, faster (one per typed answer; see :mod:`managedloop.results`
-    on the fast constructors)."""
-    check: Any = _CheckOutputB()
-    check.payload = payload
-    check.tool_uses = tool_uses
-    check.output_uses = output_uses
-    check.host_approvals = host_approvals
-    check.input_error = input_error
-    check.__class__ = CheckOutput
-    return check  # type: ignore[no-any-return]
-
 
 _RunToolsB = fast_builder(RunTools, ("tool_uses", "host_approvals"))
 
@@ -356,8 +336,19 @@ class Machine:
                 if not turn.custom_tool_uses and not turn.host_approvals:
                     # the host answered every call: ask again
                     return Send(ToolResults(tool_uses=[], results=[]))
-                self.add_tool_uses(turn.custom_tool_uses)
-                return _run_tools(turn.custom_tool_uses, turn.host_approvals)
+                uses = turn.custom_tool_uses
+                if opts.terminal_tool is None:  # add_tool_uses, inline: one call per tool turn
+                    listed, ids = req.custom_tool_uses, req.custom_ids
+                    for use in uses:
+                        uid = use.id
+                        if uid is None:
+                            listed.append(use)
+                        elif uid not in ids:
+                            listed.append(use)
+                            ids.add(uid)
+                else:
+                    self.add_tool_uses(uses)
+                return _run_tools(uses, turn.host_approvals)
             if turn.server_tool_uses:
                 # The host holds its own (server) tools for a confirmation only the caller
                 # can give (``send_event``): still waiting, but not on anything we can run.
@@ -396,13 +387,13 @@ class Machine:
             others = [u for u in turn.custom_tool_uses if u.name != tool]
             self.add_tool_uses(others)  # the output call is never a user tool
             first = outs[0]
-            return _check_output(first.input, others, outs, turn.host_approvals, first.input_error)
+            return CheckOutput(first.input, others, outs, turn.host_approvals, first.input_error)
         if turn.terminal is not _END_TURN or turn.reason is not None:
             return None
         if opts.require_terminal_tool and not req.terminal_tool_called:
             return None  # the terminal tool's re-prompt comes first
         if tool is None:  # text or native: the answer is the output
-            return _check_output(turn.text)
+            return CheckOutput(turn.text)
         error = {"loc": [], "msg": f"the answer did not call {tool}", "type": "missing_output"}
         return self._refused(CheckOutput(turn.text), [error], None, session_id)
 

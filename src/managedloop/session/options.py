@@ -44,8 +44,8 @@ class Prepared:
     """With ``output=``: how the typed output is asked for and checked."""
 
 
-# What ``isinstance(x, Provider)`` checks, without a runtime-checkable Protocol's ~10 µs
-# attribute scan on every run.
+# What ``isinstance(x, Provider)`` checks, without a runtime-checkable Protocol's
+# attribute scan (the slowest isinstance there is) on every run.
 _PROVIDER_ATTRS = ("name", "supports_outcomes", "supports_raw_events", "open")
 
 
@@ -287,7 +287,7 @@ def prepare(
     plan = None
     host_spec = spec
     if o.output is not None:
-        plan = _output.cached_plan(
+        plan, host = _output.plan_and_spec(
             o.output,
             strategy=o.output_strategy,
             retries=o.output_retries,
@@ -298,8 +298,8 @@ def prepare(
         )
         if plan.tool is not None and plan.tool.name not in {t.name for t in tools}:
             tools = [*tools, plan.tool]
-        if spec is not None:
-            host_spec = plan.host_spec(spec, provider)
+        if host is not None:
+            host_spec = host
 
     info_metadata = _info_metadata(o.telemetry_metadata, spec)
     # Built with their slots set directly (see managedloop.results on the builders): once

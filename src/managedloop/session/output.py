@@ -67,6 +67,7 @@ __all__ = [
     "output_tool",
     "partial_output",
     "plan",
+    "plan_and_spec",
     "schema_type",
     "type_path",
 ]
@@ -209,14 +210,9 @@ class OutputPlan:
         """``(instance, None)`` for an output that validates, else ``(None, errors)``.
 
         ``payload``: the output tool's input (tool) or the answer's text (native, text)."""
-        if input_error is not None:
-            return None, [{"loc": [], "msg": input_error, "type": "invalid_json"}]
-        try:
-            value = self._validate(payload)
-        except ValueError as exc:  # pydantic's ValidationError is one
-            return None, _errors(exc)
-        if not self.validators:
-            return value, None
+        value, errors = self.validated(payload, input_error)
+        if errors is not None or not self.validators:
+            return value, errors
         for validator in self.validators:
             try:
                 checked = validator(value)
@@ -227,6 +223,18 @@ class OutputPlan:
             if checked is not None:
                 value = checked
         return value, None
+
+    def validated(
+        self, payload: Any, input_error: str | None = None
+    ) -> tuple[Any, list[dict[str, Any]] | None]:
+        """:meth:`check` without the ``output_validator`` functions: pydantic's verdict,
+        at once (no coroutine: a plan without validators needs no await)."""
+        if input_error is not None:
+            return None, [{"loc": [], "msg": input_error, "type": "invalid_json"}]
+        try:
+            return self._validate(payload), None
+        except ValueError as exc:  # pydantic's ValidationError is one
+            return None, _errors(exc)
 
     def _validate(self, payload: Any) -> Any:
         derived = self._type
@@ -304,7 +312,7 @@ def _schema_name(name: str) -> str:
     return cleaned or "output"
 
 
-_PLANS: dict[tuple[Any, ...], tuple[Any, Any, OutputPlan]] = {}
+_PLANS: dict[tuple[Any, ...], tuple[Any, Any, OutputPlan, AgentSpec]] = {}
 _PLANS_MAX = 256  # (output, options, provider, spec) combinations kept; cleared beyond
 
 
@@ -318,12 +326,37 @@ def cached_plan(
     spec: AgentSpec | None,
     tools: Sequence[ToolDefinition],
 ) -> OutputPlan:
-    """:func:`plan`, made once per (output, options, provider, spec): a spec's tools are
-    fixed at construction and a provider's host and profile do not change, so the checks
-    and the choice need not run again for every run of the same session setup. Held by
-    weak references to the provider and spec (an entry is used only while both live)."""
+    """:func:`plan`, made once per (output, options, provider, spec) (see
+    :func:`plan_and_spec`)."""
+    return plan_and_spec(
+        output,
+        strategy=strategy,
+        retries=retries,
+        validators=validators,
+        provider=provider,
+        spec=spec,
+        tools=tools,
+    )[0]
+
+
+def plan_and_spec(
+    output: Any,
+    *,
+    strategy: Any,
+    retries: Any,
+    validators: Any,
+    provider: Any,
+    spec: AgentSpec | None,
+    tools: Sequence[ToolDefinition],
+) -> tuple[OutputPlan, AgentSpec | None]:
+    """:func:`plan` and the spec the host is given (:meth:`OutputPlan.host_spec`; ``None``
+    without a spec), made once per (output, options, provider, spec): a spec's tools are
+    fixed at construction and a provider's host and profile do not change, so the checks,
+    the choice and the copy need not be made again for every run of the same session
+    setup. Held by weak references to the provider and spec (an entry is used only while
+    both live)."""
     if spec is None or isinstance(validators, list):
-        return plan(
+        made = plan(
             output,
             strategy=strategy,
             retries=retries,
@@ -332,13 +365,14 @@ def cached_plan(
             spec=spec,
             tools=tools,
         )
+        return made, made.host_spec(spec, provider) if spec is not None else None
     key: tuple[Any, ...] = (output, strategy, retries, validators, id(provider), id(spec))
     try:
         entry = _PLANS.get(key)
     except TypeError:  # an unhashable output or validator: no cache
         entry, key = None, ()
     if entry is not None and entry[0]() is provider and entry[1]() is spec:
-        return entry[2]
+        return entry[2], entry[3]
     made = plan(
         output,
         strategy=strategy,
@@ -348,15 +382,16 @@ def cached_plan(
         spec=spec,
         tools=tools,
     )
+    host = made.host_spec(spec, provider)
     if key:
         try:
             refs = (weakref.ref(provider), weakref.ref(spec))
         except TypeError:  # pragma: no cover - a provider without weakrefs
-            return made
+            return made, host
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.clear()
-        _PLANS[key] = (*refs, made)
-    return made
+        _PLANS[key] = (*refs, made, host)
+    return made, host
 
 
 def plan(
