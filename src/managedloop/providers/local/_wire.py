@@ -139,6 +139,15 @@ class UnsupportedEncodingError(WireError):
     kind = "UnsupportedContentEncoding"
 
 
+# Header names as they arrived -> their lower-case str, shared by every answer: a server
+# sends the same few names each time, and each answer's headers dict keeps its keys while
+# its connection lives (10,000 of them at once in bench/local.py (c)). Bounded: a server
+# inventing names cannot grow it.
+_NAMES: dict[bytes, str] = {}
+_NO_HEADERS: dict[str, str] = {}  # an idle connection's (start() makes each answer its own)
+_MAX_NAMES = 256
+
+
 class _StopParsing(Exception):  # noqa: N818 - not an error: the answer already failed
     """Raised from a parser callback to stop llhttp (the exchange has failed already)."""
 
@@ -189,7 +198,7 @@ class _Conn(asyncio.Protocol):
         self.waiter: asyncio.Future[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.error: WireError | None = None
-        self.headers: dict[str, str] = {}
+        self.headers: dict[str, str] = _NO_HEADERS  # start() gives each answer its own
         self.body: list[bytes] = []
         self.decoder: Any = None
         self.status = 0
@@ -264,7 +273,11 @@ class _Conn(asyncio.Protocol):
         if self.header_bytes > MAX_HEAD:
             self._fail(HeadTooLargeError(f"the answer's head is over {MAX_HEAD} bytes"))
             raise _StopParsing
-        key = name.decode("latin-1").lower()
+        key = _NAMES.get(name)
+        if key is None:
+            key = name.decode("latin-1").lower()
+            if len(_NAMES) < _MAX_NAMES:
+                _NAMES[name] = key
         text = value.decode("latin-1")
         old = self.headers.get(key)
         self.headers[key] = text if old is None else f"{old}, {text}"
@@ -716,6 +729,7 @@ class Pool:
     def _release(self, conn: _Conn) -> None:
         if conn.pooled and conn in self._all and conn.reusable() and not self._closed:
             conn.idle_since = self.loop.time()
+            conn.headers = _NO_HEADERS  # the Response keeps its own; an idle one holds none
             self._idle.setdefault(conn.key, {})[conn] = None
             if self._sweeper is None:
                 self._sweeper = self.loop.call_later(_IDLE_FOR, self._sweep)
