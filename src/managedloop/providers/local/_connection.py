@@ -333,6 +333,7 @@ class LocalConnection(ConnectionBase):
         fresh: list[dict[str, Any]] = []
         duplicates: list[RawEvent] = []  # each is answered in history after the message
         truncated = response.finish_reason == "length"
+        renamed = False  # a call runs under a minted id (the event shows that id)
         seen = self._seen
         for call in message.get("tool_calls", ()):
             fn = call["function"]
@@ -360,7 +361,11 @@ class LocalConnection(ConnectionBase):
                     use_id = wire_id
                 else:
                     use_id = self._identity(wire_id)
-            fresh.append(call if use_id == wire_id else {**call, "id": use_id})
+            if use_id == wire_id:
+                fresh.append(call)
+            else:
+                fresh.append({**call, "id": use_id})
+                renamed = True
             uses.append(make_tool_use(name, use_id, arguments, error))
         self.history.append(message)
         for event in duplicates:
@@ -385,10 +390,12 @@ class LocalConnection(ConnectionBase):
             yield event
         events.extend(duplicates)
         shown = dict(message)  # the event shows only the calls the loop must run
-        if fresh:
-            shown["tool_calls"] = fresh
-        else:
+        if not fresh:
             shown.pop("tool_calls", None)
+        elif duplicates or renamed:
+            shown["tool_calls"] = fresh
+        # else every call runs under the server's id: the message's own list of the same
+        # call objects, not a second list per turn
         usage = dict(response.usage) if response.usage is not None else None
         answer = {
             "type": MODEL_RESPONSE,

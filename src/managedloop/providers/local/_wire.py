@@ -43,6 +43,7 @@ What it does and does not do:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import ssl
 import zlib
@@ -144,7 +145,11 @@ class UnsupportedEncodingError(WireError):
 # its connection lives (10,000 of them at once in bench/local.py (c)). Bounded: a server
 # inventing names cannot grow it.
 _NAMES: dict[bytes, str] = {}
-_NO_HEADERS: dict[str, str] = {}  # an idle connection's (start() makes each answer its own)
+_NO_HEADERS: dict[str, str] = {}
+# The read timer's callback reads no context variable: it runs in one shared empty
+# context, not in a copy of the requester's (loop.call_at copies the current context by
+# default: one more gc-tracked object per request in flight).
+_TIMER_CONTEXT = contextvars.Context()  # an idle connection's (start() makes each answer its own)
 _MAX_NAMES = 256
 
 
@@ -354,7 +359,9 @@ class _Conn(asyncio.Protocol):
         self.error = None
         self.last_io = self.loop.time()
         self.waiter = waiter = self.loop.create_future()
-        self.timer = self.loop.call_at(self.last_io + self.read_timeout, self._on_timer)
+        self.timer = self.loop.call_at(
+            self.last_io + self.read_timeout, self._on_timer, context=_TIMER_CONTEXT
+        )
         # Two pieces, not one joined copy: the caller keeps the body (a redirect re-sends
         # it), and a second copy of every body in flight showed in the memory per session.
         self.transport.writelines((head, body))
@@ -392,7 +399,7 @@ class _Conn(asyncio.Protocol):
             return
         due = self.last_io + self.read_timeout
         if self.loop.time() < due:
-            self.timer = self.loop.call_at(due, self._on_timer)
+            self.timer = self.loop.call_at(due, self._on_timer, context=_TIMER_CONTEXT)
             return
         self._fail(ReadTimeoutError(f"no bytes from the server for {self.read_timeout:g} s"))
 
