@@ -8,7 +8,8 @@ divided by N; ``cpu_s`` is this process's CPU time over the run (less moved by o
 than the wall time); the ``gc_*`` figures are the collector's full (generation 2)
 collections and the seconds spent in them and in the young ones (``gc.callbacks``);
 ``tracked_per_session`` is the most gc-tracked objects a full collection left alive, over
-the baseline, per session (what every full collection walks; load does not move it).
+the baseline, per session (what every full collection walks; load does not move it;
+0 when no full collection ran).
 
 Clients: ``managedloop`` (Local, default pool, a default sync tool: it runs in a worker
 thread), ``managedloop-inline`` (the same with an ``inline=True`` tool: no thread hop),
