@@ -2,15 +2,20 @@
 
 ``python -m bench._concurrent CLIENT BASE_URL KEY N`` prints one JSON line:
 ``{"client", "sessions", "wall_s", "cpu_s", "kib_per_session", "failed", "errors",
-"gc_full", "gc_full_s", "gc_young_s"}``. Memory is the growth of peak RSS over the baseline
-taken after imports and a warm-up session, divided by N; ``cpu_s`` is this process's CPU
-time over the run (less moved by other load than the wall time); the ``gc_*`` figures are
-the collector's full (generation 2) collections and the seconds spent in them and in the
-young ones (``gc.callbacks``). Clients: ``managedloop`` (Local, default pool, a default
-sync tool: it runs in a worker thread), ``wire`` (a bare loop on Local's transport,
-``providers/local/_wire.py``), ``aiohttp`` / ``httpx`` (a bare loop with the library's
-default pool), each optionally ``:N`` for a pool of N
-connections (0: unbounded; not httpx), and ``raw`` (the floor: the same requests over
+"gc_full", "gc_full_s", "gc_young_s", "tracked_per_session"}``. Memory is the growth of
+peak RSS over the baseline taken after imports, a warm-up session and a collection,
+divided by N; ``cpu_s`` is this process's CPU time over the run (less moved by other load
+than the wall time); the ``gc_*`` figures are the collector's full (generation 2)
+collections and the seconds spent in them and in the young ones (``gc.callbacks``);
+``tracked_per_session`` is the most gc-tracked objects a full collection left alive, over
+the baseline, per session (what every full collection walks; load does not move it;
+0 when no full collection ran).
+
+Clients: ``managedloop`` (Local, default pool, a default sync tool: it runs in a worker
+thread), ``managedloop-inline`` (the same with an ``inline=True`` tool: no thread hop),
+``wire`` (a bare loop on Local's transport, ``providers/local/_wire.py``), ``aiohttp`` /
+``httpx`` (a bare loop with the library's default pool), each optionally ``:N`` for a pool
+of N connections (0: unbounded; not httpx), and ``raw`` (the floor: the same requests over
 asyncio streams, one keep-alive connection per session, no HTTP library).
 """
 
@@ -107,11 +112,12 @@ async def run(client: str, base_url: str, key: str, n: int) -> dict[str, Any]:
     failed = 0
 
     name, _, size = client.partition(":")
-    if name == "managedloop":
+    if name in ("managedloop", "managedloop-inline"):
         import managedloop as ml
         from managedloop.providers import Local
 
-        tool = ml.tool(get_weather)  # the default: a sync tool runs in a worker thread
+        # the default: a sync tool runs in a worker thread; -inline runs it on the loop
+        tool = ml.tool(inline=name.endswith("-inline"))(get_weather)
         agent = ml.AgentSpec(tools=[tool])
         pool = {"max_connections": int(size)} if size else {}
         async with Local(model="m", base_url=base_url, api_key=key, **pool) as provider:
@@ -190,21 +196,28 @@ class _GCStats:
     def __init__(self) -> None:
         self.count = [0, 0, 0]
         self.seconds = [0.0, 0.0, 0.0]
+        self.tracked = 0  # the most gc-tracked objects a full collection left alive
         self._start = 0.0
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        import gc
+
         if phase == "start":
             self._start = time.perf_counter()
         else:
             generation = info["generation"]
             self.count[generation] += 1
             self.seconds[generation] += time.perf_counter() - self._start
+            if generation == 2:  # counted after the clock stopped: not in gc_full_s
+                self.tracked = max(self.tracked, len(gc.get_objects()))
 
 
 async def _measure(client: str, n: int, one: Any) -> dict[str, Any]:
     import gc
 
     await one()  # warm-up: imports, first connection
+    gc.collect()
+    tracked_base = len(gc.get_objects())
     stats = _GCStats()
     gc.callbacks.append(stats)
     base = _rss_kib()
@@ -243,6 +256,8 @@ async def _measure(client: str, n: int, one: Any) -> dict[str, Any]:
         "gc_full": stats.count[2],
         "gc_full_s": round(stats.seconds[2], 2),
         "gc_young_s": round(stats.seconds[0] + stats.seconds[1], 2),
+        # gc-tracked objects per session at the fullest full collection (what each walks)
+        "tracked_per_session": round(max(0, stats.tracked - tracked_base) / n, 1),
     }
 
 

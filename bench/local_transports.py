@@ -11,7 +11,8 @@ the memory per session at 10,000 concurrent sessions on the default transport.
      settings). Target: <= 1.10.
 (t3) 10,000 concurrent sessions x 3 requests (``bench._concurrent``): ``managedloop`` (the
      default transport) next to ``wire`` (a bare loop on its pool) and ``raw`` (asyncio
-     streams), KiB per session and wall time.
+     streams): wall and CPU time, KiB and gc-tracked objects per session, each as a ratio
+     to ``raw`` from the same run.
 
 Runs interleave (a run of each loop, then the next round); medians are reported, with the
 load average: on a shared machine absolute figures move, ratios far less.
@@ -108,9 +109,20 @@ def main() -> None:
     for row in rows:
         print(
             f"   {row['client']:<12} wall {row['wall_s']:6.2f} s  cpu {row['cpu_s']:6.2f} s  "
-            f"{row['kib_per_session']:5.1f} KiB/session  failed {row['failed']}"
+            f"{row['kib_per_session']:5.1f} KiB/session  {row['tracked_per_session']:5.1f} "
+            f"tracked/session  failed {row['failed']}"
         )
-    print(f"    (target: managedloop keeps its ~24.4 KiB/session of bench/README.md; {_load()})")
+    by = {row["client"]: row for row in rows}
+    raw = by.get("raw")
+    for name in ("wire", "managedloop"):
+        if raw is not None and name in by:
+            row = by[name]
+            print(
+                f"    {name} / raw (same run): wall {row['wall_s'] / raw['wall_s']:.2f}x, CPU "
+                f"{row['cpu_s'] / raw['cpu_s']:.2f}x, KiB/session "
+                f"{row['kib_per_session'] / raw['kib_per_session']:.2f}x"
+            )
+    print(f"    ({_load()})")
 
 
 if __name__ == "__main__":

@@ -335,6 +335,33 @@ async def test_many_small_headers_over_the_limit_are_refused() -> None:
     assert len(srv.requests) == 1
 
 
+async def test_header_names_are_read_case_blind_and_the_name_cache_stays_bounded() -> None:
+    # The pool shares each header name's lower-case str between answers; a server that
+    # invents names must neither grow that cache without bound nor lose a header.
+    many = b"".join(b"X-Invented-%d: v%d\r\n" % (i, i) for i in range(_wire._MAX_NAMES + 50))
+    first = (
+        b"HTTP/1.1 200 OK\r\nX-Twice: a\r\nx-twice: b\r\n" + many + b"Content-Length: 2\r\n\r\nok"
+    )
+    second = b"HTTP/1.1 200 OK\r\nX-TWICE: c\r\nContent-Length: 2\r\n\r\nok"
+    async with RawServer([first, second]) as srv:
+        pool = _wire.Pool(read_timeout=5, connect_timeout=5)
+        try:
+            head = b"POST /v1 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+            key = ("http", "127.0.0.1", srv.port)
+            answers = []
+            for _ in range(2):
+                resp = await pool.request(key, head)
+                assert await resp.read() == b"ok"
+                answers.append(dict(resp.headers))
+                resp.release()
+        finally:
+            await pool.aclose()
+    assert answers[0]["x-twice"] == "a, b"
+    assert answers[0][f"x-invented-{_wire._MAX_NAMES + 49}"] == f"v{_wire._MAX_NAMES + 49}"
+    assert answers[1] == {"x-twice": "c", "content-length": "2"}
+    assert len(_wire._NAMES) <= _wire._MAX_NAMES
+
+
 async def test_a_streamed_line_over_the_limit_is_a_malformed_response(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

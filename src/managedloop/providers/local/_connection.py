@@ -201,18 +201,23 @@ def _policy(max_retries: int, backoff: float, max_retry_after: float) -> _retry.
 _canonical = encoder(sort_keys=True, default=str)
 
 
-def _key(name: str, arguments: dict[str, Any]) -> tuple[str, str | frozenset[tuple[str, str]]]:
+_Key = tuple[str, str | tuple[tuple[str, str], ...]]
+
+
+def _key(name: str, arguments: dict[str, Any]) -> _Key:
     """Equal for two calls exactly when their names and canonical JSON arguments are equal.
 
-    Arguments whose values are all strings (most calls) are keyed by their items, without
-    encoding them: JSON keys are strings, and two such objects encode to the same canonical
-    JSON exactly when their items are equal. No other object can encode like one of them (a
-    non-string value never encodes as a string), so the two kinds of key never need to meet.
+    Arguments whose values are all strings (most calls) are keyed by their items, sorted,
+    without encoding them: JSON keys are strings, and two such objects encode to the same
+    canonical JSON exactly when their sorted items are equal. No other object can encode
+    like one of them (a non-string value never encodes as a string), so the two kinds of key
+    never need to meet. A tuple, not a frozenset: a tuple of strings is a third of the size
+    and the garbage collector stops tracking it (a session keeps its keys per request).
     """
     for value in arguments.values():
         if type(value) is not str:
             return name, _canonical(arguments)
-    return name, frozenset(arguments.items())
+    return name, tuple(sorted(arguments.items()))
 
 
 class LocalConnection(ConnectionBase):
@@ -273,7 +278,7 @@ class LocalConnection(ConnectionBase):
         self._closed = False
         self._plain: ChatRequest | None = None
         # per-request guard state
-        self._seen: set[tuple[str, str | frozenset[tuple[str, str]]]] = set()
+        self._seen: set[_Key] = set()
         self._errors: dict[str, int] = {}
         # per-session call identity: every call the loop sees gets an id unused so far in
         # this session; ``_wire`` maps a minted id back to the id the server sent
@@ -316,13 +321,27 @@ class LocalConnection(ConnectionBase):
             async for delta in self._call_streaming(box):
                 yield delta
             response = box[0]
-        else:  # a plain await: no generator frames between the loop and the socket
-            response = await self._call()
+        else:
+            # One model call, retried on transient failures: a plain await here, not a
+            # helper coroutine (each suspended frame is one more object per session in
+            # flight for the garbage collector to walk; bench/README.md).
+            attempts: _retry.Attempts | None = None  # made on the first failure only
+            while True:
+                try:
+                    answer = await self._chat(self._plain or self._plain_request())
+                    # coerce_response's common case inline: a chat function's ChatResponse
+                    response = answer if type(answer) is ChatResponse else coerce_response(answer)
+                    break
+                except ProviderError as exc:
+                    if attempts is None:
+                        attempts = self._attempts()
+                    await attempts.failed(exc)
         message = _assistant_message(response.message, self._null_content)
         uses: list[ToolUse] = []
         fresh: list[dict[str, Any]] = []
         duplicates: list[RawEvent] = []  # each is answered in history after the message
         truncated = response.finish_reason == "length"
+        renamed = False  # a call runs under a minted id (the event shows that id)
         seen = self._seen
         for call in message.get("tool_calls", ()):
             fn = call["function"]
@@ -350,7 +369,11 @@ class LocalConnection(ConnectionBase):
                     use_id = wire_id
                 else:
                     use_id = self._identity(wire_id)
-            fresh.append(call if use_id == wire_id else {**call, "id": use_id})
+            if use_id == wire_id:
+                fresh.append(call)
+            else:
+                fresh.append({**call, "id": use_id})
+                renamed = True
             uses.append(make_tool_use(name, use_id, arguments, error))
         self.history.append(message)
         for event in duplicates:
@@ -375,10 +398,12 @@ class LocalConnection(ConnectionBase):
             yield event
         events.extend(duplicates)
         shown = dict(message)  # the event shows only the calls the loop must run
-        if fresh:
-            shown["tool_calls"] = fresh
-        else:
+        if not fresh:
             shown.pop("tool_calls", None)
+        elif duplicates or renamed:
+            shown["tool_calls"] = fresh
+        # else every call runs under the server's id: the message's own list of the same
+        # call objects, not a second list per turn
         usage = dict(response.usage) if response.usage is not None else None
         answer = {
             "type": MODEL_RESPONSE,
@@ -535,19 +560,6 @@ class LocalConnection(ConnectionBase):
             tools_json=self._tools_json,
         )
 
-    async def _call(self) -> ChatResponse:
-        """One model call, retried on transient failures."""
-        attempts: _retry.Attempts | None = None  # made on the first failure only
-        while True:
-            try:
-                response = await self._chat(self._plain or self._plain_request())
-                # coerce_response's common case inline: a chat function's own ChatResponse
-                return response if type(response) is ChatResponse else coerce_response(response)
-            except ProviderError as exc:
-                if attempts is None:
-                    attempts = self._attempts()
-                await attempts.failed(exc)
-
     def _plain_request(self) -> ChatRequest:
         """The non-streamed request, built once: every field is the same object each call
         (``messages`` is the history itself, which grows in place)."""
@@ -679,7 +691,9 @@ def _usage(raw: Any) -> Usage | None:
         return None  # null or missing prompt_tokens: this call reported no usage
     completion = raw.get("completion_tokens")
     completion = completion if isinstance(completion, int) else 0
-    return make_usage(prompt, completion, [dict(raw)])
+    # ``raw`` is the turn's own copy (the model_response event's ``usage``): shared, not
+    # copied again (a copy per turn showed in the memory per session).
+    return make_usage(prompt, completion, [raw])
 
 
 def _tool_use(call: Mapping[str, Any]) -> ToolUse:

@@ -17,7 +17,7 @@ import math
 import re
 import secrets
 import ssl
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit
 
@@ -249,6 +249,7 @@ class Local:
         self.model_config = dict(model_config or {})
         self._anthropic = model is not None and model.startswith(ANTHROPIC_PREFIX)
         self._chat = chat
+        self._tools_cache: tuple[tuple[Any, ...], list[dict[str, Any]], bytes | None] | None = None
         self._retry = RetryPolicy(
             max_retries=_int("max_retries", max_retries),
             backoff=_seconds("retry_backoff", retry_backoff, allow_zero=True),
@@ -353,6 +354,32 @@ class Local:
         if self._pool is not None:
             await self._pool.unpin()
 
+    def _wire_tools(self, definitions: Sequence[Any]) -> tuple[list[dict[str, Any]], bytes | None]:
+        """The OpenAI tool list and its encoding for ``definitions``, made once per set of
+        definitions (a spec's are the same objects every session): at 10,000 sessions a
+        copy per session was ~1 KiB and four tracked objects each (bench/README.md)."""
+        cached = self._tools_cache
+        if (
+            cached is not None
+            and len(cached[0]) == len(definitions)
+            and all(a is b for a, b in zip(cached[0], definitions, strict=True))
+        ):
+            return cached[1], cached[2]
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description or "",
+                    "parameters": t.input_schema or {"type": "object"},
+                },
+            }
+            for t in definitions
+        ]
+        tools_json = encode(tools) if tools else None
+        self._tools_cache = (tuple(definitions), tools, tools_json)
+        return tools, tools_json
+
     async def open(self, request: OpenRequest) -> LocalConnection:
         if request.environment is not None:
             raise InvalidOptionsError(
@@ -395,17 +422,7 @@ class Local:
             self._pool.acquire()
             on_close = self._pool.release
 
-        tools = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.name,
-                    "description": t.description or "",
-                    "parameters": t.input_schema or {"type": "object"},
-                },
-            }
-            for t in request.tools
-        ]
+        tools, tools_json = self._wire_tools(request.tools)
         if request.transcript:
             history = History(request.transcript)
             resumed = True
@@ -421,7 +438,7 @@ class Local:
             resumed=resumed,
             session_id=request.session_id or "local_" + secrets.token_hex(8),
             tools=tools,
-            tools_json=encode(tools) if tools else None,
+            tools_json=tools_json,
             options=options,
             terminal_tool=spec.terminal_tool if spec is not None else None,
             stream=self.stream,

@@ -201,22 +201,10 @@ def _proxy_authorization(proxy: Proxy | None) -> bytes:
     return f"Proxy-Authorization: {proxy.authorization.reveal()}\r\n".encode("latin-1")
 
 
-class HttpTransport(AsyncTransport):
-    """Local's default transport: keep-alive HTTP/1.1 on httptools (:mod:`._wire`).
+class _NetworkTransport(AsyncTransport):
+    """The network options both built-in transports take, checked and kept alike."""
 
-    One pool per event loop, made on first use; :meth:`aclose` closes it.
-    """
-
-    __slots__ = (
-        "_connect_timeout",
-        "_loop",
-        "_max_connections",
-        "_pool",
-        "_routes",
-        "_timeout",
-        "proxies",
-        "ssl_context",
-    )
+    __slots__ = ("_connect_timeout", "_max_connections", "_timeout", "proxies", "ssl_context")
 
     def __init__(
         self,
@@ -237,6 +225,22 @@ class HttpTransport(AsyncTransport):
         self._timeout = float(timeout)
         self._connect_timeout = float(connect_timeout)
         self._max_connections = max_connections
+        self._start()
+
+    @abc.abstractmethod
+    def _start(self) -> None:
+        """Set up the transport's own state (its pools, none open yet)."""
+
+
+class HttpTransport(_NetworkTransport):
+    """Local's default transport: keep-alive HTTP/1.1 on httptools (:mod:`._wire`).
+
+    One pool per event loop, made on first use; :meth:`aclose` closes it.
+    """
+
+    __slots__ = ("_loop", "_pool", "_routes")
+
+    def _start(self) -> None:
         self._pool: _wire.Pool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._routes: dict[tuple[str, str], _Route] = {}
@@ -282,32 +286,14 @@ class HttpTransport(AsyncTransport):
             await pool.aclose()
 
 
-class AiohttpTransport(AsyncTransport):
+class AiohttpTransport(_NetworkTransport):
     """The same options as :class:`HttpTransport`, on an aiohttp ``ClientSession`` (one
     per event loop, made on first use). Proxies are chosen by :mod:`._proxy` (not by
     aiohttp's ``trust_env``, which also reads ``.netrc``), so both transports agree."""
 
-    __slots__ = ("_connect_timeout", "_max_connections", "_sessions", "_ssl", "_timeout", "proxies")
+    __slots__ = ("_sessions",)
 
-    def __init__(
-        self,
-        *,
-        proxy: str | None = None,
-        trust_env: bool = True,
-        verify: bool | str | ssl.SSLContext = True,
-        client_cert: str | tuple[str, str] | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        max_connections: int = 0,
-    ) -> None:
-        _check_network_options(timeout, connect_timeout, max_connections)
-        if not isinstance(trust_env, bool):
-            raise InvalidOptionsError("trust_env must be True or False", option="trust_env")
-        self.proxies = ProxyRules(proxy, trust_env=trust_env)
-        self._ssl = ssl_context(verify, client_cert)
-        self._timeout = float(timeout)
-        self._connect_timeout = float(connect_timeout)
-        self._max_connections = max_connections
+    def _start(self) -> None:
         self._sessions: dict[asyncio.AbstractEventLoop, Any] = {}
 
     def __repr__(self) -> str:
@@ -323,7 +309,7 @@ class AiohttpTransport(AsyncTransport):
                 del self._sessions[old]
             session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
-                    limit=self._max_connections, ssl=self._ssl or default_context()
+                    limit=self._max_connections, ssl=self.ssl_context or default_context()
                 ),
                 timeout=aiohttp.ClientTimeout(
                     total=None, connect=self._connect_timeout, sock_read=self._timeout

@@ -43,6 +43,7 @@ What it does and does not do:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import ssl
 import zlib
@@ -139,6 +140,19 @@ class UnsupportedEncodingError(WireError):
     kind = "UnsupportedContentEncoding"
 
 
+# Header names as they arrived -> their lower-case str, shared by every answer: a server
+# sends the same few names each time, and each answer's headers dict keeps its keys while
+# its connection lives (10,000 of them at once in bench/local.py (c)). Bounded: a server
+# inventing names cannot grow it.
+_NAMES: dict[bytes, str] = {}
+_NO_HEADERS: dict[str, str] = {}
+# The read timer's callback reads no context variable: it runs in one shared empty
+# context, not in a copy of the requester's (loop.call_at copies the current context by
+# default: one more gc-tracked object per request in flight).
+_TIMER_CONTEXT = contextvars.Context()  # an idle connection's (start() makes each answer its own)
+_MAX_NAMES = 256
+
+
 class _StopParsing(Exception):  # noqa: N818 - not an error: the answer already failed
     """Raised from a parser callback to stop llhttp (the exchange has failed already)."""
 
@@ -189,7 +203,7 @@ class _Conn(asyncio.Protocol):
         self.waiter: asyncio.Future[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.error: WireError | None = None
-        self.headers: dict[str, str] = {}
+        self.headers: dict[str, str] = _NO_HEADERS  # start() gives each answer its own
         self.body: list[bytes] = []
         self.decoder: Any = None
         self.status = 0
@@ -264,7 +278,11 @@ class _Conn(asyncio.Protocol):
         if self.header_bytes > MAX_HEAD:
             self._fail(HeadTooLargeError(f"the answer's head is over {MAX_HEAD} bytes"))
             raise _StopParsing
-        key = name.decode("latin-1").lower()
+        key = _NAMES.get(name)
+        if key is None:
+            key = name.decode("latin-1").lower()
+            if len(_NAMES) < _MAX_NAMES:
+                _NAMES[name] = key
         text = value.decode("latin-1")
         old = self.headers.get(key)
         self.headers[key] = text if old is None else f"{old}, {text}"
@@ -341,7 +359,9 @@ class _Conn(asyncio.Protocol):
         self.error = None
         self.last_io = self.loop.time()
         self.waiter = waiter = self.loop.create_future()
-        self.timer = self.loop.call_at(self.last_io + self.read_timeout, self._on_timer)
+        self.timer = self.loop.call_at(
+            self.last_io + self.read_timeout, self._on_timer, context=_TIMER_CONTEXT
+        )
         # Two pieces, not one joined copy: the caller keeps the body (a redirect re-sends
         # it), and a second copy of every body in flight showed in the memory per session.
         self.transport.writelines((head, body))
@@ -379,7 +399,7 @@ class _Conn(asyncio.Protocol):
             return
         due = self.last_io + self.read_timeout
         if self.loop.time() < due:
-            self.timer = self.loop.call_at(due, self._on_timer)
+            self.timer = self.loop.call_at(due, self._on_timer, context=_TIMER_CONTEXT)
             return
         self._fail(ReadTimeoutError(f"no bytes from the server for {self.read_timeout:g} s"))
 
@@ -716,6 +736,7 @@ class Pool:
     def _release(self, conn: _Conn) -> None:
         if conn.pooled and conn in self._all and conn.reusable() and not self._closed:
             conn.idle_since = self.loop.time()
+            conn.headers = _NO_HEADERS  # the Response keeps its own; an idle one holds none
             self._idle.setdefault(conn.key, {})[conn] = None
             if self._sweeper is None:
                 self._sweeper = self.loop.call_later(_IDLE_FOR, self._sweep)
