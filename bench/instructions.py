@@ -35,7 +35,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from bench.local import (
@@ -157,18 +157,19 @@ async def _rounds(loop: str, n: int) -> None:
         await run()
 
 
-def _instructions(loop: str, n: int) -> int:
+def callgrind(module: str, args: Sequence[str], options: Sequence[str] = ()) -> int:
+    """The instructions callgrind counts in ``python -m module args`` (``options``: more
+    callgrind flags, e.g. what to collect), with a fixed hash seed."""
     out = subprocess.run(
         [
             "valgrind",
             "--tool=callgrind",
             "--callgrind-out-file=/dev/null",
+            *options,
             sys.executable,
             "-m",
-            "bench.instructions",
-            "--child",
-            loop,
-            str(n),
+            module,
+            *args,
         ],
         capture_output=True,
         text=True,
@@ -178,6 +179,10 @@ def _instructions(loop: str, n: int) -> int:
     found = re.search(r"Collected : (\d+)", out.stderr)
     assert found, out.stderr[-500:]
     return int(found.group(1))
+
+
+def _instructions(loop: str, n: int) -> int:
+    return callgrind("bench.instructions", ["--child", loop, str(n)])
 
 
 def opcodes(loop: str, rounds: int = 5, top: int = 12) -> None:

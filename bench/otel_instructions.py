@@ -41,9 +41,6 @@ Not part of ``python -m bench`` (each variant takes a minute or two under valgri
 from __future__ import annotations
 
 import asyncio
-import os
-import re
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from itertools import starmap
@@ -53,6 +50,7 @@ from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.trace import NoOpTracerProvider
 
 import managedloop.otel
+from bench.instructions import callgrind
 from bench.otel import (
     _BRIDGE_EVENTS,
     TOOL_CALLS,
@@ -118,28 +116,12 @@ def _child(variant: str, n: int) -> None:
 
 
 def _instructions(variant: str, n: int) -> int:
-    out = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--callgrind-out-file=/dev/null",
-            "--collect-atstart=no",
-            "--toggle-collect=starmap_next",
-            sys.executable,
-            "-m",
-            "bench.otel_instructions",
-            "--child",
-            variant,
-            str(n),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "PYTHONHASHSEED": "0"},
+    # Only the measured conversations count: collection toggles on inside them.
+    return callgrind(
+        "bench.otel_instructions",
+        ["--child", variant, str(n)],
+        ["--collect-atstart=no", "--toggle-collect=starmap_next"],
     )
-    found = re.search(r"Collected : (\d+)", out.stderr)
-    assert found, out.stderr[-500:]
-    return int(found.group(1))
 
 
 def measure(variants: Sequence[str] = VARIANTS) -> dict[str, float]:

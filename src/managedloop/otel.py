@@ -456,6 +456,12 @@ class _Bridge:
             messages = _input_messages(meta.get("input"))
             if messages is not None:
                 attrs[gen_ai.GEN_AI_INPUT_MESSAGES] = messages
+        return self._open(shape, attrs)
+
+    def _open(self, shape: Any, attrs: dict[str, Any]) -> _Node:
+        """Start ``shape``'s span (name, kind) under the current context and make it current;
+        the node keeps what its stop needs (the span, the token, the parent, the metric
+        attributes)."""
         parent = otel_context.get_current()
         # Positional: the API's order, and cheaper than keywords on every span.
         span = self.tracer.start_span(shape[0], parent, shape[3], attrs)
@@ -506,10 +512,7 @@ class _Bridge:
             attrs[_TOOL_CALL_ID] = call_id
         if self.capture and "arguments" in meta:
             attrs[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS] = _json(meta["arguments"])
-        parent = otel_context.get_current()
-        # Positional: the API's order, and cheaper than keywords on every span.
-        span = self.tracer.start_span(shape[0], parent, shape[3], attrs)
-        return span, otel_context.attach(trace.set_span_in_context(span, parent)), parent, shape[2]
+        return self._open(shape, attrs)
 
     def tool_stop(self, node: _Node, seconds: float, extra: Mapping[str, Any], exc: Any) -> None:
         span, token, context, metric = node

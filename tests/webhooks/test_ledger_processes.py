@@ -10,15 +10,13 @@ the releasing delivery's own, and a sweep never drops a record refreshed since i
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import procs
 from managedloop.stores import MemoryStore, Updater
 from managedloop.webhooks._ledger import Ledger
 
@@ -29,36 +27,11 @@ PROCS, N = 4, 40
 @pytest.mark.parametrize("backend", ["file", "sqlite"])
 def test_each_delivery_and_tool_use_is_won_by_one_process(backend: str, tmp_path: Path) -> None:
     target = str(tmp_path / ("store.json" if backend == "file" else "store.sqlite3"))
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    children = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), backend, target, str(p), str(N)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for p in range(PROCS)
-    ]
+    argvs = [[backend, target, str(p), str(N)] for p in range(PROCS)]
     won: Counter[str] = Counter()
-    try:
-        for child in children:
-            assert child.stdout is not None
-            assert child.stdout.readline() == "ready\n"
-        for child in children:
-            assert child.stdin is not None
-            child.stdin.write("go\n")
-            child.stdin.flush()
-        for child in children:
-            out, _ = child.communicate(timeout=120)
-            assert child.returncode == 0
-            won.update(json.loads(out))
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
+    for code, out in procs.run_together(WORKER, argvs, timeout=120):
+        assert code == 0
+        won.update(json.loads(out))
     everything = {f"d{i}" for i in range(N)} | {f"t{i}" for i in range(N)}
     assert set(won) == everything
     assert [k for k, n in won.items() if n != 1] == []  # nothing won twice

@@ -62,7 +62,6 @@ __all__ = [
     "OUTPUT_TOOL",
     "STRATEGIES",
     "OutputPlan",
-    "cached_plan",
     "import_type",
     "output_tool",
     "partial_output",
@@ -314,29 +313,6 @@ def _schema_name(name: str) -> str:
 
 _PLANS: dict[tuple[Any, ...], tuple[Any, Any, OutputPlan, AgentSpec]] = {}
 _PLANS_MAX = 256  # (output, options, provider, spec) combinations kept; cleared beyond
-
-
-def cached_plan(
-    output: Any,
-    *,
-    strategy: Any,
-    retries: Any,
-    validators: Any,
-    provider: Any,
-    spec: AgentSpec | None,
-    tools: Sequence[ToolDefinition],
-) -> OutputPlan:
-    """:func:`plan`, made once per (output, options, provider, spec) (see
-    :func:`plan_and_spec`)."""
-    return plan_and_spec(
-        output,
-        strategy=strategy,
-        retries=retries,
-        validators=validators,
-        provider=provider,
-        spec=spec,
-        tools=tools,
-    )[0]
 
 
 def plan_and_spec(
