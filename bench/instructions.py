@@ -16,7 +16,9 @@ default ``inline``):
 * per run (a round is 10 runs or calls; issue 24's measure, load-independent):
   ``output_plain`` (``bench.output``'s plain one-turn run), ``output_typed`` (the same
   with ``output=Weather``, text strategy), ``validate_python`` and ``validate_json``
-  (``TypeAdapter(Weather)`` on the same payload and its text: the validation itself).
+  (``TypeAdapter(Weather)`` on the same payload and its text: the validation itself),
+  ``check_tool`` and ``check_text`` (the driver's validation step alone,
+  ``OutputPlan.validated``, of the output tool's input and of the answer's text).
 
 ``python -m bench.instructions --opcodes [LOOP ...]`` counts, without valgrind, the
 Python opcodes, calls and event-loop iterations per unit and the functions with the most
@@ -77,6 +79,26 @@ def _output_loop(kind: str) -> Callable[[], Awaitable[None]]:
         for _ in range(OUTPUT_BATCH):
             validate(payload)
 
+    if kind.startswith("check_"):  # the driver's validation step alone, as it calls it
+        from managedloop.session.output import plan
+
+        strategy = kind.removeprefix("check_")
+        checked = plan(
+            Weather,
+            strategy=strategy,
+            retries=2,
+            validators=None,
+            provider=provider,
+            spec=AGENT,
+            tools=[],
+        )
+        payload = PAYLOAD if strategy == "tool" else text
+
+        async def checks() -> None:
+            for _ in range(OUTPUT_BATCH):
+                checked.validated(payload)
+
+        return checks
     return runs if kind in ("typed", "plain") else validations
 
 
@@ -148,6 +170,8 @@ LOOPS: dict[str, tuple[Callable[[], Callable[[], Awaitable[None]]], int, str]] =
     "output_typed": (lambda: _output_loop("typed"), OUTPUT_BATCH, "run"),
     "validate_python": (lambda: _output_loop("python"), OUTPUT_BATCH, "call"),
     "validate_json": (lambda: _output_loop("json"), OUTPUT_BATCH, "call"),
+    "check_tool": (lambda: _output_loop("check_tool"), OUTPUT_BATCH, "call"),
+    "check_text": (lambda: _output_loop("check_text"), OUTPUT_BATCH, "call"),
 }
 
 
