@@ -10,7 +10,7 @@ never handed back what it yielded. ``docs/hosts.md`` writes a host from scratch 
 host, run by the test suite).
 
 The items of a turn (:data:`TurnItem`): raw events (``dict``), :class:`TextDelta`,
-:data:`RESTART` and, last, the :class:`TurnResult`.
+:class:`ToolInputDelta`, :data:`RESTART` and, last, the :class:`TurnResult`.
 
 Invariants a connection keeps (the loop relies on them; ``tests/test_hosts_contract.py``
 checks each one on every host):
@@ -38,6 +38,13 @@ checks each one on every host):
    turn makes at most one model call (one host turn on a managed host).
 6. **Cancellation** of ``turn()`` (a timeout, ``close()``: the loop closes the generator)
    tears down the in-flight request.
+7. **Tool input.** A host that receives a tool call's arguments in pieces may yield each
+   piece as a :class:`ToolInputDelta` as it arrives (optional: a host that never does
+   loses nothing, and the loop never needs one). Like text deltas they reach live
+   consumers only and are never recorded in ``SessionResult.events``; the loop reads
+   those of the output tool (``output=``, tool strategy) to stream partial typed outputs
+   and ignores the rest. The fragments of one call share its ``id`` and concatenate to
+   the JSON text of its input; after a :data:`RESTART` they start again.
 
 Loop policy stays in the loop (:mod:`managedloop.session`): the turn budget, turn guards,
 token budgets, terminal-tool re-prompts and at-most-once tool runs. A host only learns
@@ -82,6 +89,7 @@ __all__ = [
     "RawInput",
     "Terminal",
     "TextDelta",
+    "ToolInputDelta",
     "ToolResult",
     "ToolResults",
     "ToolUse",
@@ -173,8 +181,25 @@ class TextDelta:
     text: str
 
 
-TurnItem = RawEvent | TextDelta | TurnRestart | TurnResult
-"""What ``turn()`` yields: raw events, text deltas, restarts, and last the turn's result."""
+@dataclass(frozen=True, slots=True)
+class ToolInputDelta:
+    """A piece of a tool call's input JSON as the model writes it (invariant 7 in the
+    module docstring)."""
+
+    id: str
+    """The call this piece belongs to, the same on each of its pieces: the host's tool-use
+    id where it has one by the first piece, else a key of the host's own (Local:
+    ``"#<index>"`` when the server sends no id). Not always the ``ToolUse.id`` the turn
+    ends with (Local renames an id the session already used)."""
+    name: str
+    """The tool's name, as far as the host knows it (``""``: not yet)."""
+    partial_json: str
+    """The next piece of the input's JSON text: a call's pieces concatenate to it."""
+
+
+TurnItem = RawEvent | TextDelta | ToolInputDelta | TurnRestart | TurnResult
+"""What ``turn()`` yields: raw events, text and tool-input deltas, restarts, and last the
+turn's result."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
