@@ -39,7 +39,6 @@ from managedloop.hosts import (
     ConnectionBase,
     DefineOutcome,
     RawInput,
-    TextDelta,
     ToolResults,
     TurnInput,
     TurnItem,
@@ -140,7 +139,8 @@ class AgentCoreConnection(ConnectionBase):
 
     async def turn(self, input: TurnInput) -> AsyncIterator[TurnItem]:
         """One InvokeHarness call (retried with :data:`RESTART`); its envelopes, a
-        :class:`TextDelta` after each text delta envelope, then its :class:`TurnResult`,
+        :class:`TextDelta` after each text delta envelope and a :class:`ToolInputDelta`
+        after each custom tool's input fragment, then its :class:`TurnResult`,
         from one parse that also builds the next resume (nothing is parsed twice)."""
         params = self.request_params(input)
         p = self.settings
@@ -191,6 +191,7 @@ class AgentCoreConnection(ConnectionBase):
                 trace=True,
             )
             check = _converse.StreamCheck()  # a frame delivered twice is named, not merged
+            deltas = _converse.StreamDeltas()
             try:
                 async with contextlib.aclosing(stream) as live:
                     async for event in live:
@@ -199,8 +200,8 @@ class AgentCoreConnection(ConnectionBase):
                         if "messageStop" in event:
                             stopped = True
                         yield event
-                        if (text := _converse.text_delta(event)) is not None:
-                            yield TextDelta(text)
+                        if (delta := deltas.feed(event)) is not None:
+                            yield delta
             except ManagedLoopError as exc:
                 if not retryable(exc):
                     raise
