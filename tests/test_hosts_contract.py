@@ -14,11 +14,13 @@ invariant                            Local    Claude   AgentCore
 4 text deltas, never recorded        here     here     here
 5 one model call per turn            here     --       here
 6 closing turn() tears it down       see below
+7 tool-input deltas, never recorded  here     --       here
 ==================================  =======  =======  =========
 
 ``here(0)``: the host never yields RESTART (Local yields events only once a call has
 succeeded; Claude recovers a drop inside the turn), checked under a retried fault. Claude
-has no model-call count on the wire to compare with. Invariant 6 is pinned per host by
+has no model-call count on the wire to compare with, and hands a custom tool's input over
+whole (no tool-input deltas on its stream). Invariant 6 is pinned per host by
 ``test_run_timeout_tears_down_the_in_flight_request`` (tests/local/test_local_http.py),
 ``test_run_timeout_tears_down_and_keeps_the_partial_result`` (tests/claude/test_provider.py)
 and ``test_a_run_timeout_closes_the_in_flight_stream`` (tests/agentcore/test_faults.py).
@@ -27,6 +29,7 @@ and ``test_a_run_timeout_closes_the_in_flight_stream`` (tests/agentcore/test_fau
 from __future__ import annotations
 
 import ast
+import json
 import re
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -42,6 +45,7 @@ from managedloop.hosts import (
     ConnectionBase,
     OpenRequest,
     TextDelta,
+    ToolInputDelta,
     TurnInput,
     TurnItem,
     TurnResult,
@@ -127,18 +131,21 @@ class Recording:
 
 
 def check_turn(items: Sequence[Any]) -> TurnResult:
-    """Invariants 1, 2 and 4 on the items of one turn; returns its result."""
+    """Invariants 1, 2, 4 and 7 on the items of one turn; returns its result."""
     results = [i for i in items if isinstance(i, TurnResult)]
     assert len(results) == 1, "exactly one TurnResult per turn"
     assert items[-1] is results[0], "the TurnResult is the last item"
     result = results[0]
     since: list[Any] = []
     deltas: list[str] = []
+    inputs: dict[str, list[ToolInputDelta]] = {}  # tool-input pieces since RESTART, by call
     for item in items[:-1]:
         if item is RESTART:
-            since = []
+            since, inputs = [], {}
         elif isinstance(item, TextDelta):
             deltas.append(item.text)
+        elif isinstance(item, ToolInputDelta):
+            inputs.setdefault(item.id, []).append(item)
         else:
             since.append(item)
     assert len(result.events) == len(since)
@@ -147,6 +154,10 @@ def check_turn(items: Sequence[Any]) -> TurnResult:
         assert text in result.text or not text  # a delta streams the turn's own text
     if result.text:
         assert deltas, "a turn with text streams it as TextDelta items"
+    calls = [(u.name, u.input) for u in result.custom_tool_uses]
+    for pieces in inputs.values():  # each call's pieces concatenate to one call's input
+        assert len({p.name for p in pieces}) == 1
+        assert (pieces[0].name, json.loads("".join(p.partial_json for p in pieces))) in calls
     return result
 
 
@@ -155,7 +166,7 @@ def check_run(recording: Recording, result: ml.SessionResult) -> None:
     assert result.turns == len(turns)
     recorded = [e for t in turns for e in t.events]
     assert result.events == recorded  # the loop kept every event, added none
-    assert all(not isinstance(e, TextDelta) for e in result.events)
+    assert all(not isinstance(e, TextDelta | ToolInputDelta) for e in result.events)
 
 
 # -- the three hosts -----------------------------------------------------------------------
@@ -180,6 +191,9 @@ def test_local_streamed_turns_keep_the_contract() -> None:
     check_run(recording, result)
     last = recording.turns[-1]
     assert "".join(i.text for i in last if isinstance(i, TextDelta)) == "Sunny in Paris."
+    pieces = [i for i in recording.turns[0] if isinstance(i, ToolInputDelta)]
+    assert len(pieces) > 1
+    assert {p.name for p in pieces} == {"get_weather"}
 
 
 async def test_claude_keeps_the_contract_and_yields_each_event_once_across_a_drop() -> None:
@@ -216,6 +230,9 @@ async def test_agentcore_keeps_the_contract_and_restarts_a_retried_attempt() -> 
         invokes = len(emu.operations("InvokeHarness"))
     check_run(recording, result)
     assert any(i is RESTART for i in recording.turns[0])  # the truncated attempt
+    pieces = [i for i in recording.turns[0] if isinstance(i, ToolInputDelta)]
+    assert len(pieces) > 1
+    assert {p.name for p in pieces} == {"get_weather"}
     assert invokes == result.turns + 1  # one model call per turn (+ the truncated one)
     assert result.text == "Sunny in Paris."
 
