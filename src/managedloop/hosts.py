@@ -40,11 +40,14 @@ checks each one on every host):
    tears down the in-flight request.
 7. **Tool input.** A host that receives a tool call's arguments in pieces may yield each
    piece as a :class:`ToolInputDelta` as it arrives (optional: a host that never does
-   loses nothing, and the loop never needs one). Like text deltas they reach live
-   consumers only and are never recorded in ``SessionResult.events``; the loop reads
-   those of the output tool (``output=``, tool strategy) to stream partial typed outputs
-   and ignores the rest. The fragments of one call share its ``id`` and concatenate to
-   the JSON text of its input; after a :data:`RESTART` they start again.
+   loses nothing, and the loop never needs one). Like text deltas they are live only and
+   never recorded in ``SessionResult.events``; the loop reads those of the output tool
+   (``output=``, tool strategy) to stream partial typed outputs (the
+   ``managedloop.output_partial`` events of ``handle_event``, ``partial_outputs()``) and
+   ignores the rest. A host yields a piece after the raw event that carries it (or, with
+   none of its own, as it arrives). The pieces of one call share its ``id`` and
+   concatenate to the JSON text of the input its ``ToolUse`` ends with; after a
+   :data:`RESTART` they start again, and a retried call's pieces come under a new ``id``.
 
 Loop policy stays in the loop (:mod:`managedloop.session`): the turn budget, turn guards,
 token budgets, terminal-tool re-prompts and at-most-once tool runs. A host only learns
