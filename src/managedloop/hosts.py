@@ -46,8 +46,10 @@ checks each one on every host):
    ``managedloop.output_partial`` events of ``handle_event``, ``partial_outputs()``) and
    ignores the rest. A host yields a piece after the raw event that carries it (or, with
    none of its own, as it arrives). The pieces of one call share its ``id`` and
-   concatenate to the JSON text of the input its ``ToolUse`` ends with; after a
-   :data:`RESTART` they start again, and a retried call's pieces come under a new ``id``.
+   concatenate to the JSON text of the input its ``ToolUse`` ends with. After a
+   :data:`RESTART` they start again; a host that retries a model call without one (Local:
+   no raw event of the failed attempt went out) gives the retried call's pieces a new
+   ``id``, so the loop starts that input again too.
 
 Loop policy stays in the loop (:mod:`managedloop.session`): the turn budget, turn guards,
 token budgets, terminal-tool re-prompts and at-most-once tool runs. A host only learns
