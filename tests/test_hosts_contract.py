@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import anthropic
+import pydantic
 import pytest
 
 import managedloop as ml
@@ -172,6 +173,25 @@ def check_run(recording: Recording, result: ml.SessionResult) -> None:
 # -- the three hosts -----------------------------------------------------------------------
 
 
+class Forecast(pydantic.BaseModel):
+    city: str
+    sky: str
+
+
+SCRIPT_OUT = [
+    call("get_weather", {"city": "Paris"}),
+    call("final_result", {"city": "Paris", "sky": "sunny"}),
+]
+
+
+def check_pieces(recording: Recording) -> None:
+    """Invariant 7 where the loop reads the output tool's input: pieces of it, and (as
+    ``OpenRequest.tool_input_deltas`` lets the host) of no other tool."""
+    pieces = [i for t in recording.turns for i in t if isinstance(i, ToolInputDelta)]
+    assert len(pieces) > 1
+    assert {p.name for p in pieces} == {"final_result"}
+
+
 def test_local_keeps_the_contract_across_a_retried_500() -> None:
     with ChatEmulator(SCRIPT, faults=ChatFaults(statuses=(500,), retry_after="0")) as emu:
         recording = Recording(Local(model="m", base_url=emu.base_url, api_key=emu.api_key))
@@ -191,9 +211,17 @@ def test_local_streamed_turns_keep_the_contract() -> None:
     check_run(recording, result)
     last = recording.turns[-1]
     assert "".join(i.text for i in last if isinstance(i, TextDelta)) == "Sunny in Paris."
-    pieces = [i for i in recording.turns[0] if isinstance(i, ToolInputDelta)]
-    assert len(pieces) > 1
-    assert {p.name for p in pieces} == {"get_weather"}
+    assert not any(isinstance(i, ToolInputDelta) for t in recording.turns for i in t)
+
+
+def test_local_streams_the_output_tools_input_within_the_contract() -> None:
+    with ChatEmulator(SCRIPT_OUT, chunk_size=4) as emu:
+        provider = Local(model="m", base_url=emu.base_url, api_key=emu.api_key, stream=True)
+        recording = Recording(provider)
+        result = ml.run_sync(recording, agent=AGENT, prompt="Weather?", output=Forecast)
+    check_run(recording, result)
+    check_pieces(recording)
+    assert result.output == Forecast(city="Paris", sky="sunny")
 
 
 async def test_claude_keeps_the_contract_and_yields_each_event_once_across_a_drop() -> None:
@@ -230,11 +258,28 @@ async def test_agentcore_keeps_the_contract_and_restarts_a_retried_attempt() -> 
         invokes = len(emu.operations("InvokeHarness"))
     check_run(recording, result)
     assert any(i is RESTART for i in recording.turns[0])  # the truncated attempt
-    pieces = [i for i in recording.turns[0] if isinstance(i, ToolInputDelta)]
-    assert len(pieces) > 1
-    assert {p.name for p in pieces} == {"get_weather"}
+    assert not any(isinstance(i, ToolInputDelta) for t in recording.turns for i in t)
     assert invokes == result.turns + 1  # one model call per turn (+ the truncated one)
     assert result.text == "Sunny in Paris."
+
+
+async def test_agentcore_streams_the_output_tools_input_within_the_contract() -> None:
+    # the final_result invoke ends mid-input: the retry's pieces start again
+    faults = AgentCoreFaults(truncate_after=5, skip=1)
+    async with AgentCoreEmulator(SCRIPT_OUT, faults=faults, tool_input_chunk=4) as emu:
+        provider = BedrockAgentCore(
+            harness_arn=emu.harness_arn,
+            retry_backoff=0.0,
+            **emu.client_kwargs,  # type: ignore[arg-type]
+        )
+        with provider:
+            recording = Recording(provider)
+            result = await ml.run(recording, agent=AGENT, prompt="Weather?", output=Forecast)
+    check_run(recording, result)
+    check_pieces(recording)
+    restart = recording.turns[1].index(RESTART)
+    assert any(isinstance(i, ToolInputDelta) for i in recording.turns[1][:restart])
+    assert result.output == Forecast(city="Paris", sky="sunny")
 
 
 class _Tools:

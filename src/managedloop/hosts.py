@@ -44,12 +44,13 @@ checks each one on every host):
    never recorded in ``SessionResult.events``; the loop reads those of the output tool
    (``output=``, tool strategy) to stream partial typed outputs (the
    ``managedloop.output_partial`` events of ``handle_event``, ``partial_outputs()``) and
-   ignores the rest. A host yields a piece after the raw event that carries it (or, with
-   none of its own, as it arrives). The pieces of one call share its ``id`` and
-   concatenate to the JSON text of the input its ``ToolUse`` ends with. After a
-   :data:`RESTART` they start again; a host that retries a model call without one (Local:
-   no raw event of the failed attempt went out) gives the retried call's pieces a new
-   ``id``, so the loop starts that input again too.
+   ignores the rest; :attr:`OpenRequest.tool_input_deltas` names the tools it reads, so
+   a host may skip the others' pieces. A host yields a piece after the raw event that
+   carries it (or, with none of its own, as it arrives). The pieces of one call share its
+   ``id`` and concatenate to the JSON text of the input its ``ToolUse`` ends with. After
+   a :data:`RESTART` they start again; a host that retries a model call without one
+   (Local: no raw event of the failed attempt went out) gives the retried call's pieces a
+   new ``id``, so the loop starts that input again too.
 
 Loop policy stays in the loop (:mod:`managedloop.session`): the turn budget, turn guards,
 token budgets, terminal-tool re-prompts and at-most-once tool runs. A host only learns
@@ -239,6 +240,11 @@ class OpenRequest:
     """The parked state being resumed (``resume=`` a result with ``pending``): a host that
     needs more than the session id to answer its tool uses reads ``pending.host_state``
     (what its connection's ``pending_state()`` returned)."""
+    tool_input_deltas: frozenset[str] = frozenset()
+    """The tools whose streamed input the loop reads (:class:`ToolInputDelta`, invariant
+    7): the output tool under ``output=``'s tool strategy. A host may leave out every
+    other call's pieces, and yield none when it is empty (the usual case); yielding them
+    anyway is harmless, the loop ignores them."""
 
 
 @runtime_checkable

@@ -198,9 +198,9 @@ def test_text_delta() -> None:
 
 
 def test_stream_deltas_name_each_fragment_by_the_block_open_at_its_index() -> None:
-    """Text and custom tools' input fragments become live items; a reused index names the
-    tool started there last (as parse assigns fragments); server tools, indices with no
-    tool and odd envelopes give none."""
+    """Text and the input fragments of the tools asked for become live items; a reused
+    index names the tool started there last (as parse assigns fragments); other tools,
+    server tools, indices with no tool and odd envelopes give none."""
     from managedloop.hosts import TextDelta, ToolInputDelta
 
     events = [
@@ -214,12 +214,14 @@ def test_stream_deltas_name_each_fragment_by_the_block_open_at_its_index() -> No
         {"contentBlockStop": {"contentBlockIndex": 1}},
         start(2, "tu_s", "search", kind="server_tool_use"),
         frag(2, '{"q": 1}'),
+        start(4, "tu_o", "other"),  # a custom tool the loop does not read
+        frag(4, "{}"),
         frag(3, "{}"),  # no block open there
         {"contentBlockDelta": "weird"},
         "not an envelope",
         stop("tool_use"),
     ]
-    deltas = cv.StreamDeltas()
+    deltas = cv.StreamDeltas(frozenset({"get_weather", "final_result", "search"}))
     items = [item for e in events if (item := deltas.feed(e)) is not None]
     assert items == [
         TextDelta("hi"),
@@ -231,7 +233,10 @@ def test_stream_deltas_name_each_fragment_by_the_block_open_at_its_index() -> No
     assert [(u.id, u.input) for u in ends.tool_uses] == [
         ("tu_a", {"city": "Paris"}),
         ("tu_b", {}),
+        ("tu_o", {}),
     ]
+    nothing = cv.StreamDeltas()  # the default: no tool's input
+    assert [d for e in events if (d := nothing.feed(e)) is not None] == [TextDelta("hi")]
 
 
 def test_user_message_shape() -> None:

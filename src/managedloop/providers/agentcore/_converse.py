@@ -447,13 +447,15 @@ def server_tool_results(source: Any) -> list[ToolResult]:
 class StreamDeltas:
     """The live items of an invoke's envelopes, fed each as it arrives: a
     :class:`TextDelta` per text delta, and a :class:`ToolInputDelta` per input fragment
-    of a custom tool block (named by the last tool ``contentBlockStart`` at its index,
-    as :func:`parse` assigns fragments, so a call's fragments concatenate to the input
-    it ends with); ``None`` for any other envelope."""
+    of a custom tool block whose tool is one of ``tools`` (the block named by the last
+    tool ``contentBlockStart`` at its index, as :func:`parse` assigns fragments, so a
+    call's fragments concatenate to the input it ends with); ``None`` for any other
+    envelope."""
 
-    __slots__ = ("_open",)
+    __slots__ = ("_open", "_tools")
 
-    def __init__(self) -> None:
+    def __init__(self, tools: frozenset[str] | set[str] = frozenset()) -> None:
+        self._tools = tools
         self._open: dict[int | None, tuple[str, str]] = {}  # index -> (toolUseId, name)
 
     def feed(self, event: Any) -> TextDelta | ToolInputDelta | None:
@@ -480,9 +482,10 @@ class StreamDeltas:
             uid = use.get("toolUseId")
             if isinstance(uid, str):
                 index = _index(start.get("contentBlockIndex"))
-                if use.get("type") in _CUSTOM_TYPES:
-                    self._open[index] = (uid, str(use.get("name", "")))
-                else:  # a server tool's: observe-only
+                name = str(use.get("name", ""))
+                if name in self._tools and use.get("type") in _CUSTOM_TYPES:
+                    self._open[index] = (uid, name)
+                else:  # another tool's, or a server tool's (observe-only)
                     self._open.pop(index, None)
         return None
 

@@ -261,6 +261,7 @@ class LocalConnection(ConnectionBase):
         retry: RetryPolicy,
         on_close: Callable[[], Awaitable[None]] | None = None,
         null_content: bool = False,
+        tool_input_deltas: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__()
         self.session_id = session_id
@@ -276,6 +277,9 @@ class LocalConnection(ConnectionBase):
         self._retry = retry
         self._on_close = on_close
         self._null_content = null_content
+        # the tools whose streamed input the loop reads (OpenRequest.tool_input_deltas):
+        # only their pieces are yielded, and none when it is empty
+        self._tool_inputs = tool_input_deltas
         self._closed = False
         self._plain: ChatRequest | None = None
         # per-request guard state
@@ -637,7 +641,15 @@ class LocalConnection(ConnectionBase):
         # as its own task.
         queue: asyncio.Queue[str | ToolInputDelta | None] = asyncio.Queue()
         put = queue.put_nowait
-        task = asyncio.ensure_future(self._chat(self._request(put, put)))
+        wanted = self._tool_inputs
+        on_tool_delta: Callable[[ToolInputDelta], None] | None = None
+        if wanted:
+
+            def on_tool_delta(delta: ToolInputDelta) -> None:
+                if delta.name in wanted:
+                    put(delta)
+
+        task = asyncio.ensure_future(self._chat(self._request(put, on_tool_delta)))
         task.add_done_callback(lambda _: queue.put_nowait(None))
         try:
             while (chunk := await queue.get()) is not None:
