@@ -311,3 +311,20 @@ def test_any_split_of_the_input_gives_prefix_consistent_partials(
             expected.append(value_so_far)
     assert events.partials == expected
     assert events.partials[-1] == result.output
+
+
+def test_a_validator_failing_on_a_partial_any_way_makes_no_partial_and_no_error() -> None:
+    from typing import Annotated
+
+    def picky(value: Weather) -> Weather:
+        if value.temperature.celsius < 20:
+            raise TypeError("not a ValueError")
+        return value
+
+    output: Any = Annotated[Weather, pydantic.AfterValidator(picky)]
+    plan = _output.plan(
+        output, strategy="tool", retries=0, validators=None, provider=None, spec=None, tools=()
+    )
+    text = json.dumps(GOOD)
+    assert _output.partial_output(plan, text[: text.index("21.5") + 1]) is None  # 2.0: raises
+    assert _output.partial_output(plan, text) == Weather.model_validate(GOOD)

@@ -535,5 +535,5 @@ def partial_output(plan: OutputPlan, text: str) -> Any:
                 return None
             data = data[_WRAP]
         return plan.adapter.validate_python(data, experimental_allow_partial=True)
-    except (ValueError, RecursionError):
+    except Exception:  # best effort: a user validator may fail on a partial any way it likes
         return None
