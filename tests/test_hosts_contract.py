@@ -14,11 +14,13 @@ invariant                            Local    Claude   AgentCore
 4 text deltas, never recorded        here     here     here
 5 one model call per turn            here     --       here
 6 closing turn() tears it down       see below
+7 tool-input deltas, never recorded  here     --       here
 ==================================  =======  =======  =========
 
 ``here(0)``: the host never yields RESTART (Local yields events only once a call has
 succeeded; Claude recovers a drop inside the turn), checked under a retried fault. Claude
-has no model-call count on the wire to compare with. Invariant 6 is pinned per host by
+has no model-call count on the wire to compare with, and hands a custom tool's input over
+whole (no tool-input deltas on its stream). Invariant 6 is pinned per host by
 ``test_run_timeout_tears_down_the_in_flight_request`` (tests/local/test_local_http.py),
 ``test_run_timeout_tears_down_and_keeps_the_partial_result`` (tests/claude/test_provider.py)
 and ``test_a_run_timeout_closes_the_in_flight_stream`` (tests/agentcore/test_faults.py).
@@ -27,12 +29,14 @@ and ``test_a_run_timeout_closes_the_in_flight_stream`` (tests/agentcore/test_fau
 from __future__ import annotations
 
 import ast
+import json
 import re
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import anthropic
+import pydantic
 import pytest
 
 import managedloop as ml
@@ -42,6 +46,7 @@ from managedloop.hosts import (
     ConnectionBase,
     OpenRequest,
     TextDelta,
+    ToolInputDelta,
     TurnInput,
     TurnItem,
     TurnResult,
@@ -127,18 +132,21 @@ class Recording:
 
 
 def check_turn(items: Sequence[Any]) -> TurnResult:
-    """Invariants 1, 2 and 4 on the items of one turn; returns its result."""
+    """Invariants 1, 2, 4 and 7 on the items of one turn; returns its result."""
     results = [i for i in items if isinstance(i, TurnResult)]
     assert len(results) == 1, "exactly one TurnResult per turn"
     assert items[-1] is results[0], "the TurnResult is the last item"
     result = results[0]
     since: list[Any] = []
     deltas: list[str] = []
+    inputs: dict[str, list[ToolInputDelta]] = {}  # tool-input pieces since RESTART, by call
     for item in items[:-1]:
         if item is RESTART:
-            since = []
+            since, inputs = [], {}
         elif isinstance(item, TextDelta):
             deltas.append(item.text)
+        elif isinstance(item, ToolInputDelta):
+            inputs.setdefault(item.id, []).append(item)
         else:
             since.append(item)
     assert len(result.events) == len(since)
@@ -147,6 +155,10 @@ def check_turn(items: Sequence[Any]) -> TurnResult:
         assert text in result.text or not text  # a delta streams the turn's own text
     if result.text:
         assert deltas, "a turn with text streams it as TextDelta items"
+    calls = [(u.name, u.input) for u in result.custom_tool_uses]
+    for pieces in inputs.values():  # each call's pieces concatenate to one call's input
+        assert len({p.name for p in pieces}) == 1
+        assert (pieces[0].name, json.loads("".join(p.partial_json for p in pieces))) in calls
     return result
 
 
@@ -155,10 +167,29 @@ def check_run(recording: Recording, result: ml.SessionResult) -> None:
     assert result.turns == len(turns)
     recorded = [e for t in turns for e in t.events]
     assert result.events == recorded  # the loop kept every event, added none
-    assert all(not isinstance(e, TextDelta) for e in result.events)
+    assert all(not isinstance(e, TextDelta | ToolInputDelta) for e in result.events)
 
 
 # -- the three hosts -----------------------------------------------------------------------
+
+
+class Forecast(pydantic.BaseModel):
+    city: str
+    sky: str
+
+
+SCRIPT_OUT = [
+    call("get_weather", {"city": "Paris"}),
+    call("final_result", {"city": "Paris", "sky": "sunny"}),
+]
+
+
+def check_pieces(recording: Recording) -> None:
+    """Invariant 7 where the loop reads the output tool's input: pieces of it, and (as
+    ``OpenRequest.tool_input_deltas`` lets the host) of no other tool."""
+    pieces = [i for t in recording.turns for i in t if isinstance(i, ToolInputDelta)]
+    assert len(pieces) > 1
+    assert {p.name for p in pieces} == {"final_result"}
 
 
 def test_local_keeps_the_contract_across_a_retried_500() -> None:
@@ -180,6 +211,17 @@ def test_local_streamed_turns_keep_the_contract() -> None:
     check_run(recording, result)
     last = recording.turns[-1]
     assert "".join(i.text for i in last if isinstance(i, TextDelta)) == "Sunny in Paris."
+    assert not any(isinstance(i, ToolInputDelta) for t in recording.turns for i in t)
+
+
+def test_local_streams_the_output_tools_input_within_the_contract() -> None:
+    with ChatEmulator(SCRIPT_OUT, chunk_size=4) as emu:
+        provider = Local(model="m", base_url=emu.base_url, api_key=emu.api_key, stream=True)
+        recording = Recording(provider)
+        result = ml.run_sync(recording, agent=AGENT, prompt="Weather?", output=Forecast)
+    check_run(recording, result)
+    check_pieces(recording)
+    assert result.output == Forecast(city="Paris", sky="sunny")
 
 
 async def test_claude_keeps_the_contract_and_yields_each_event_once_across_a_drop() -> None:
@@ -216,8 +258,28 @@ async def test_agentcore_keeps_the_contract_and_restarts_a_retried_attempt() -> 
         invokes = len(emu.operations("InvokeHarness"))
     check_run(recording, result)
     assert any(i is RESTART for i in recording.turns[0])  # the truncated attempt
+    assert not any(isinstance(i, ToolInputDelta) for t in recording.turns for i in t)
     assert invokes == result.turns + 1  # one model call per turn (+ the truncated one)
     assert result.text == "Sunny in Paris."
+
+
+async def test_agentcore_streams_the_output_tools_input_within_the_contract() -> None:
+    # the final_result invoke ends mid-input: the retry's pieces start again
+    faults = AgentCoreFaults(truncate_after=5, skip=1)
+    async with AgentCoreEmulator(SCRIPT_OUT, faults=faults, tool_input_chunk=4) as emu:
+        provider = BedrockAgentCore(
+            harness_arn=emu.harness_arn,
+            retry_backoff=0.0,
+            **emu.client_kwargs,  # type: ignore[arg-type]
+        )
+        with provider:
+            recording = Recording(provider)
+            result = await ml.run(recording, agent=AGENT, prompt="Weather?", output=Forecast)
+    check_run(recording, result)
+    check_pieces(recording)
+    restart = recording.turns[1].index(RESTART)
+    assert any(isinstance(i, ToolInputDelta) for i in recording.turns[1][:restart])
+    assert result.output == Forecast(city="Paris", sky="sunny")
 
 
 class _Tools:

@@ -10,7 +10,7 @@ never handed back what it yielded. ``docs/hosts.md`` writes a host from scratch 
 host, run by the test suite).
 
 The items of a turn (:data:`TurnItem`): raw events (``dict``), :class:`TextDelta`,
-:data:`RESTART` and, last, the :class:`TurnResult`.
+:class:`ToolInputDelta`, :data:`RESTART` and, last, the :class:`TurnResult`.
 
 Invariants a connection keeps (the loop relies on them; ``tests/test_hosts_contract.py``
 checks each one on every host):
@@ -38,6 +38,19 @@ checks each one on every host):
    turn makes at most one model call (one host turn on a managed host).
 6. **Cancellation** of ``turn()`` (a timeout, ``close()``: the loop closes the generator)
    tears down the in-flight request.
+7. **Tool input.** A host that receives a tool call's arguments in pieces may yield each
+   piece as a :class:`ToolInputDelta` as it arrives (optional: a host that never does
+   loses nothing, and the loop never needs one). Like text deltas they are live only and
+   never recorded in ``SessionResult.events``; the loop reads those of the output tool
+   (``output=``, tool strategy) to stream partial typed outputs (the
+   ``managedloop.output_partial`` events of ``handle_event``, ``partial_outputs()``) and
+   ignores the rest; :attr:`OpenRequest.tool_input_deltas` names the tools it reads, so
+   a host may skip the others' pieces. A host yields a piece after the raw event that
+   carries it (or, with none of its own, as it arrives). The pieces of one call share its
+   ``id`` and concatenate to the JSON text of the input its ``ToolUse`` ends with. After
+   a :data:`RESTART` they start again; a host that retries a model call without one
+   (Local: no raw event of the failed attempt went out) gives the retried call's pieces a
+   new ``id``, so the loop starts that input again too.
 
 Loop policy stays in the loop (:mod:`managedloop.session`): the turn budget, turn guards,
 token budgets, terminal-tool re-prompts and at-most-once tool runs. A host only learns
@@ -82,6 +95,7 @@ __all__ = [
     "RawInput",
     "Terminal",
     "TextDelta",
+    "ToolInputDelta",
     "ToolResult",
     "ToolResults",
     "ToolUse",
@@ -173,8 +187,25 @@ class TextDelta:
     text: str
 
 
-TurnItem = RawEvent | TextDelta | TurnRestart | TurnResult
-"""What ``turn()`` yields: raw events, text deltas, restarts, and last the turn's result."""
+@dataclass(frozen=True, slots=True)
+class ToolInputDelta:
+    """A piece of a tool call's input JSON as the model writes it (invariant 7 in the
+    module docstring)."""
+
+    id: str
+    """The call this piece belongs to, the same on each of its pieces: the host's tool-use
+    id where it has one by the first piece, else a key of the host's own (Local:
+    ``"#<index>"`` when the server sends no id). Not always the ``ToolUse.id`` the turn
+    ends with (Local renames an id the session already used)."""
+    name: str
+    """The tool's name, as far as the host knows it (``""``: not yet)."""
+    partial_json: str
+    """The next piece of the input's JSON text: a call's pieces concatenate to it."""
+
+
+TurnItem = RawEvent | TextDelta | ToolInputDelta | TurnRestart | TurnResult
+"""What ``turn()`` yields: raw events, text and tool-input deltas, restarts, and last the
+turn's result."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -209,6 +240,11 @@ class OpenRequest:
     """The parked state being resumed (``resume=`` a result with ``pending``): a host that
     needs more than the session id to answer its tool uses reads ``pending.host_state``
     (what its connection's ``pending_state()`` returned)."""
+    tool_input_deltas: frozenset[str] = frozenset()
+    """The tools whose streamed input the loop reads (:class:`ToolInputDelta`, invariant
+    7): the output tool under ``output=``'s tool strategy. A host may leave out every
+    other call's pieces, and yield none when it is empty (the usual case); yielding them
+    anyway is harmless, the loop ignores them."""
 
 
 @runtime_checkable

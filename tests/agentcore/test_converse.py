@@ -197,6 +197,48 @@ def test_text_delta() -> None:
     assert cv.text_delta({"contentBlockDelta": "weird"}) is None
 
 
+def test_stream_deltas_name_each_fragment_by_the_block_open_at_its_index() -> None:
+    """Text and the input fragments of the tools asked for become live items; a reused
+    index names the tool started there last (as parse assigns fragments); other tools,
+    server tools, indices with no tool and odd envelopes give none."""
+    from managedloop.hosts import TextDelta, ToolInputDelta
+
+    events = [
+        {"messageStart": {"role": "assistant"}},
+        text("hi"),
+        start(1, "tu_a", "get_weather"),
+        frag(1, '{"city": '),
+        frag(1, '"Paris"}'),
+        start(1, "tu_b", "final_result"),  # the same index, another tool, no stop between
+        frag(1, "{}"),
+        {"contentBlockStop": {"contentBlockIndex": 1}},
+        start(2, "tu_s", "search", kind="server_tool_use"),
+        frag(2, '{"q": 1}'),
+        start(4, "tu_o", "other"),  # a custom tool the loop does not read
+        frag(4, "{}"),
+        frag(3, "{}"),  # no block open there
+        {"contentBlockDelta": "weird"},
+        "not an envelope",
+        stop("tool_use"),
+    ]
+    deltas = cv.StreamDeltas(frozenset({"get_weather", "final_result", "search"}))
+    items = [item for e in events if (item := deltas.feed(e)) is not None]
+    assert items == [
+        TextDelta("hi"),
+        ToolInputDelta("tu_a", "get_weather", '{"city": '),
+        ToolInputDelta("tu_a", "get_weather", '"Paris"}'),
+        ToolInputDelta("tu_b", "final_result", "{}"),
+    ]
+    ends = cv.parse([*events[:-1], stop("tool_use")])  # the pieces are the inputs parse reads
+    assert [(u.id, u.input) for u in ends.tool_uses] == [
+        ("tu_a", {"city": "Paris"}),
+        ("tu_b", {}),
+        ("tu_o", {}),
+    ]
+    nothing = cv.StreamDeltas()  # the default: no tool's input
+    assert [d for e in events if (d := nothing.feed(e)) is not None] == [TextDelta("hi")]
+
+
 def test_user_message_shape() -> None:
     assert cv.user_message("hello") == [{"role": "user", "content": [{"text": "hello"}]}]
 

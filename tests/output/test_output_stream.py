@@ -1,6 +1,7 @@
 """Streaming partial output on live sessions: as the answer's JSON streams (text and native
 strategies, ``Local(stream=True)``), each partial is an instance of the output type,
-validated leniently, to ``partial_outputs()`` and to ``handle_event``."""
+validated leniently, to ``partial_outputs()`` and to ``handle_event``. (The tool
+strategy's: ``test_output_tool_stream.py``.)"""
 
 from __future__ import annotations
 
@@ -80,9 +81,10 @@ async def test_partials_stream_to_a_live_session(strategy: str) -> None:
     assert seen[-1] == result.output
 
 
-async def test_the_tool_strategy_streams_no_partials() -> None:
+async def test_an_unstreamed_host_streams_no_partials() -> None:
+    """Partials under the tool strategy: ``test_output_tool_stream.py``."""
     events = Events()
-    provider = Local(model="m", chat=ScriptedChatModel([call("final_result", GOOD)]), stream=True)
+    provider = Local(model="m", chat=ScriptedChatModel([call("final_result", GOOD)]))
     async with ml.start(
         provider, agent=SPEC, output=Weather, output_strategy="tool", handler=events
     ) as session:

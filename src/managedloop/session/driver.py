@@ -68,6 +68,7 @@ from managedloop.hosts import (
     DefineOutcome,
     Provider,
     TextDelta,
+    ToolInputDelta,
     ToolResults,
     TurnInput,
     TurnRestart,
@@ -114,7 +115,9 @@ __all__ = [
 TEXT_DELTA = "managedloop.text_delta"
 OUTPUT_PARTIAL = "managedloop.output_partial"
 """``handle_event`` gets ``{"type": OUTPUT_PARTIAL, "output": instance}`` as a typed
-output (text or native strategy) streams: the output so far, validated leniently."""
+output streams (the answer's text under the text and native strategies, the output tool's
+input under the tool strategy, on hosts that stream it): the output so far, validated
+leniently."""
 DEFAULT_PROMPT = "Begin."
 DEFAULT_TIMEOUT = 600.0  # seconds; a run is bounded by default so a stuck host cannot hang a caller
 
@@ -154,11 +157,14 @@ class Driver:
         # events() subscribers; a list from the first subscription on (an in-flight run
         # holds one GC-tracked container less: see bench/README.md on the collector)
         self.subscribers: Sequence[MemoryObjectSendStream[RawEvent]] = ()
-        # partial_outputs() subscribers, and the text of the turn so far: partial typed
-        # outputs stream only where the answer's text is the output (text, native)
+        # partial_outputs() subscribers, and the output's JSON of the turn so far: partial
+        # typed outputs stream from the answer's text (text, native) or from the output
+        # tool's input deltas (tool: _output_tool names it; _output_call is the call read)
         self.partial_subscribers: Sequence[MemoryObjectSendStream[Any]] = ()
         plan = prepared.output
         self._streams_output = plan is not None and plan.strategy != "tool"
+        self._output_tool = plan.tool.name if plan is not None and plan.tool is not None else None
+        self._output_call: str | None = None
         self._output_text = ""
         self._last_partial: Any = None
         # Interrupts by cancellation (hosts with ``interrupts_by_cancel``): the scope of
@@ -271,8 +277,8 @@ class Driver:
         """Drive one ``turn()`` to its end; its :class:`TurnResult` (invariants 1-4 of
         :mod:`managedloop.hosts` are checked here)."""
         self.buffer = []
-        if self._streams_output:
-            self._output_text, self._last_partial = "", None
+        if self._streams_output or self._output_tool is not None:
+            self._output_text, self._last_partial, self._output_call = "", None, None
         stream = self.conn.turn(input)
         step = stream.__anext__  # what anext() calls, bound once per turn
         finished = False
@@ -308,9 +314,19 @@ class Driver:
                         and (self._on_event is not None or self.partial_subscribers)
                     ):  # _partial's own first check, without its coroutine when nobody listens
                         await self._partial(item.text)
+                elif isinstance(item, ToolInputDelta):  # live only, like text; never kept
+                    if (
+                        item.name == self._output_tool
+                        and item.partial_json
+                        and (self._on_event is not None or self.partial_subscribers)
+                    ):  # the output tool's input, and someone listens: else no coroutine
+                        if item.id != self._output_call:  # another call of it: start again
+                            self._output_call, self._output_text = item.id, ""
+                            self._last_partial = None
+                        await self._partial(item.partial_json)
                 elif isinstance(item, TurnRestart):
                     self.buffer = []
-                    self._output_text, self._last_partial = "", None
+                    self._output_text, self._last_partial, self._output_call = "", None, None
                 else:
                     await self._event(item)
         finally:
@@ -331,8 +347,9 @@ class Driver:
         return result
 
     async def _partial(self, text: str) -> None:
-        """The typed output as far as the streamed text gives it, to ``handle_event`` and
-        the ``partial_outputs()`` subscribers, each time it grows (validated leniently)."""
+        """The typed output as far as the streamed text (or the output tool's streamed
+        input) gives it, to ``handle_event`` and the ``partial_outputs()`` subscribers,
+        each time it changes (validated leniently)."""
         if self._on_event is None and not self.partial_subscribers:
             return
         self._output_text += text

@@ -257,12 +257,14 @@ class LiveSession:
         return receive
 
     def partial_outputs(self) -> MemoryObjectReceiveStream[Any]:
-        """With ``output=`` (text or native strategy): the typed output as it streams
-        (``Local(stream=True)``), each value an instance of the output type validated
-        leniently from the text so far (pydantic's partial JSON: a string still being
-        written is cut where it stands, and so may a number be; the final, fully validated
-        output is ``result().output``). Iteration ends when the session closes. The tool
-        strategy streams none: hosts hand over a tool call's input whole."""
+        """With ``output=``: the typed output as it streams, each value an instance of the
+        output type validated leniently from the JSON so far (pydantic's partial JSON: a
+        string still being written is cut where it stands, and so may a number be; the
+        final, fully validated output is ``result().output``). The JSON is the answer's
+        text (text and native strategies, ``Local(stream=True)``) or the output tool's
+        input (tool strategy: ``Local(stream=True)`` and AgentCore stream it; Claude hands
+        a tool's input over whole, so no partials there). Iteration ends when the session
+        closes."""
         self._check_open()
         assert self._driver is not None
         send, receive = anyio.create_memory_object_stream[Any](math.inf)

@@ -327,6 +327,9 @@ def prepare(
     request.replay_from = None  # durable sessions set it (contrib.temporal); a run does not
     request.metadata = info_metadata
     request.pending = pending
+    request.tool_input_deltas = (
+        frozenset((plan.tool.name,)) if plan is not None and plan.tool is not None else _NONE
+    )
     request.__class__ = OpenRequest
     prepared: Any = _PreparedB()
     prepared.provider = provider
@@ -373,8 +376,10 @@ _OpenB = fast_builder(
         "replay_from",
         "metadata",
         "pending",
+        "tool_input_deltas",
     ),
 )
+_NONE: frozenset[str] = frozenset()
 _PreparedB = fast_builder(
     Prepared,
     (

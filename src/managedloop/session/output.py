@@ -517,20 +517,23 @@ def schema_type(schema: Any) -> Any:
 
 
 def partial_output(plan: OutputPlan, text: str) -> Any:
-    """The output as far as ``text`` (a JSON answer still streaming) gives it, validated
-    leniently (pydantic's partial JSON: an unfinished last value is left out), or ``None``
-    when nothing of it validates yet."""
+    """The output as far as ``text`` gives it, validated leniently (pydantic's partial
+    JSON: an unfinished last value is left out or cut short), or ``None`` when nothing of
+    it validates yet. ``text``: the JSON answer still streaming (text, native), or the
+    output tool's input JSON still streaming (tool). Never raises."""
     import pydantic_core
 
     body = text.lstrip()
-    if body.startswith("```"):
+    if body.startswith("```") and plan.strategy != "tool":
         body = body.partition("\n")[2]
     if not body:
         return None
     try:
         data = pydantic_core.from_json(body, allow_partial="trailing-strings")
-        if plan.strategy == "native" and plan._type.wrapped:
-            data = data.get(_WRAP) if isinstance(data, dict) else None
+        if plan.strategy != "text" and plan._type.wrapped:  # tool, native: {"response": ...}
+            if not isinstance(data, dict) or _WRAP not in data:
+                return None
+            data = data[_WRAP]
         return plan.adapter.validate_python(data, experimental_allow_partial=True)
-    except ValueError:
+    except Exception:  # best effort: a user validator may fail on a partial any way it likes
         return None

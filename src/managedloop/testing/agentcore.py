@@ -28,7 +28,8 @@ Wire invariants reproduced (``agentcore-wire.md``):
 
 * ``InvokeHarness`` answers ``200`` + ``application/vnd.amazon.eventstream``, one frame per
   HTTP chunk: ``messageStart``, text deltas (no ``contentBlockStart`` for text), each tool
-  as ``contentBlockStart.toolUse`` + two string input fragments + ``contentBlockStop``,
+  as ``contentBlockStart.toolUse`` + two string input fragments (``AgentCoreEmulator(
+  tool_input_chunk=n)``: fragments of n characters) + ``contentBlockStop``,
   ``messageStop{stopReason}``, then ``metadata{usage, metrics}``;
 * a resume must hold the assistant ``toolUse`` message and the user ``toolResult`` message
   with exactly the pending ids (no duplicates), else ``400 ValidationException`` with the

@@ -50,6 +50,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from managedloop.errors import APIStatusError, UnsupportedError
+from managedloop.hosts import ToolInputDelta
 from managedloop.providers.local import ChatRequest, ChatResponse
 from managedloop.results import fast_builder
 from managedloop.testing._chat_render import (
@@ -78,7 +79,9 @@ class ScriptedChatModel:
     :class:`~managedloop.APIStatusError` with status 500 (transient: the loop retries it).
     A step that raises (a failed ``assert`` on the request, an exhausted script) fails the
     run with :class:`~managedloop.ProviderError` whose ``__cause__`` is the step's exception;
-    ``errors`` keeps every such exception.
+    ``errors`` keeps every such exception. Streamed (``Local(stream=True)``), it hands an
+    answer's text to ``on_delta`` and each tool call's arguments to ``on_tool_delta`` in
+    pieces of ``chunk_size`` characters.
     """
 
     def __init__(
@@ -130,7 +133,18 @@ class ScriptedChatModel:
         if request.on_delta is not None and content:
             for start in range(0, len(content), self.chunk_size):
                 request.on_delta(content[start : start + self.chunk_size])
+        if request.on_tool_delta is not None and "tool_calls" in message:
+            self._stream_calls(message["tool_calls"], request.on_tool_delta)
         return _response(message, finish, usage)
+
+    def _stream_calls(self, calls: Sequence[Mapping[str, Any]], emit: Any) -> None:
+        """Each call's arguments in ``chunk_size`` pieces, as a streaming server sends them."""
+        size = self.chunk_size
+        for call in calls:
+            fn = call["function"]
+            arguments, name = fn["arguments"], fn["name"]
+            for start in range(0, len(arguments), size):
+                emit(ToolInputDelta(call["id"], name, arguments[start : start + size]))
 
 
 _ChatResponseB = fast_builder(ChatResponse, ("message", "finish_reason", "usage"))

@@ -39,7 +39,6 @@ from managedloop.hosts import (
     ConnectionBase,
     DefineOutcome,
     RawInput,
-    TextDelta,
     ToolResults,
     TurnInput,
     TurnItem,
@@ -85,9 +84,11 @@ class AgentCoreConnection(ConnectionBase):
         params: Mapping[str, Any],
         resumed: bool,
         pending_state: Mapping[str, Any] | None = None,
+        tool_input_deltas: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__()
         self.settings = settings
+        self._tool_inputs = tool_input_deltas  # whose input pieces to yield (OpenRequest's)
         self.harness_arn: str = params["harnessArn"]
         self.session_id = params["runtimeSessionId"]
         self.resumed = resumed
@@ -140,7 +141,9 @@ class AgentCoreConnection(ConnectionBase):
 
     async def turn(self, input: TurnInput) -> AsyncIterator[TurnItem]:
         """One InvokeHarness call (retried with :data:`RESTART`); its envelopes, a
-        :class:`TextDelta` after each text delta envelope, then its :class:`TurnResult`,
+        :class:`TextDelta` after each text delta envelope and a :class:`ToolInputDelta`
+        after each input fragment of a tool the loop reads (``OpenRequest.
+        tool_input_deltas``), then its :class:`TurnResult`,
         from one parse that also builds the next resume (nothing is parsed twice)."""
         params = self.request_params(input)
         p = self.settings
@@ -191,6 +194,7 @@ class AgentCoreConnection(ConnectionBase):
                 trace=True,
             )
             check = _converse.StreamCheck()  # a frame delivered twice is named, not merged
+            deltas = _converse.StreamDeltas(self._tool_inputs)
             try:
                 async with contextlib.aclosing(stream) as live:
                     async for event in live:
@@ -199,8 +203,8 @@ class AgentCoreConnection(ConnectionBase):
                         if "messageStop" in event:
                             stopped = True
                         yield event
-                        if (text := _converse.text_delta(event)) is not None:
-                            yield TextDelta(text)
+                        if (delta := deltas.feed(event)) is not None:
+                            yield delta
             except ManagedLoopError as exc:
                 if not retryable(exc):
                     raise

@@ -55,6 +55,7 @@ from typing import Any
 
 from managedloop.errors import MalformedResponseError
 from managedloop.handler import decode_tool_input
+from managedloop.hosts import TextDelta, ToolInputDelta
 from managedloop.results import RawEvent, Terminal, ToolResult, ToolUse, TurnResult, Usage
 from managedloop.tools import ToolDefinition
 
@@ -63,6 +64,7 @@ __all__ = [
     "HookDecision",
     "ParsedTurn",
     "StreamCheck",
+    "StreamDeltas",
     "hook_decisions",
     "inline_function",
     "merge_tools",
@@ -440,6 +442,52 @@ def server_tool_results(source: Any) -> list[ToolResult]:
     """The results of the tools the harness ran itself (``toolResult`` blocks), in order,
     of a result or a sequence of raw events (their uses are ``server_tool_uses``)."""
     return parse(_events_of(source)).server_tool_results
+
+
+class StreamDeltas:
+    """The live items of an invoke's envelopes, fed each as it arrives: a
+    :class:`TextDelta` per text delta, and a :class:`ToolInputDelta` per input fragment
+    of a custom tool block whose tool is one of ``tools`` (the block named by the last
+    tool ``contentBlockStart`` at its index, as :func:`parse` assigns fragments, so a
+    call's fragments concatenate to the input it ends with); ``None`` for any other
+    envelope."""
+
+    __slots__ = ("_open", "_tools")
+
+    def __init__(self, tools: frozenset[str] | set[str] = frozenset()) -> None:
+        self._tools = tools
+        self._open: dict[int | None, tuple[str, str]] = {}  # index -> (toolUseId, name)
+
+    def feed(self, event: Any) -> TextDelta | ToolInputDelta | None:
+        if type(event) is not dict and not isinstance(event, Mapping):
+            return None
+        body = event.get("contentBlockDelta")
+        if body is not None:
+            body = _mapping(body)
+            delta = _mapping(body.get("delta"))
+            text = delta.get("text")
+            if isinstance(text, str):
+                return TextDelta(text)
+            tool = delta.get("toolUse")
+            if tool is None:
+                return None
+            block = self._open.get(_index(body.get("contentBlockIndex")))
+            fragment = _mapping(tool).get("input")
+            if block is None or not isinstance(fragment, str) or not fragment:
+                return None
+            return ToolInputDelta(block[0], block[1], fragment)
+        if "contentBlockStart" in event:
+            start = _mapping(event["contentBlockStart"])
+            use = _mapping(_mapping(start.get("start")).get("toolUse"))
+            uid = use.get("toolUseId")
+            if isinstance(uid, str):
+                index = _index(start.get("contentBlockIndex"))
+                name = str(use.get("name", ""))
+                if name in self._tools and use.get("type") in _CUSTOM_TYPES:
+                    self._open[index] = (uid, name)
+                else:  # another tool's, or a server tool's (observe-only)
+                    self._open.pop(index, None)
+        return None
 
 
 def text_delta(event: RawEvent) -> str | None:

@@ -339,7 +339,13 @@ class BedrockAgentCore:
             option="spec",
         )
         pending = request.pending.host_state if request.pending is not None else None
-        return AgentCoreConnection(self, params=params, resumed=resumed, pending_state=pending)
+        return AgentCoreConnection(
+            self,
+            params=params,
+            resumed=resumed,
+            pending_state=pending,
+            tool_input_deltas=request.tool_input_deltas,
+        )
 
     def _session_params(
         self,

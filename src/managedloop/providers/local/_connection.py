@@ -79,6 +79,7 @@ from managedloop.handler import decode_tool_input, error_payload
 from managedloop.hosts import (
     ConnectionBase,
     TextDelta,
+    ToolInputDelta,
     ToolResults,
     TurnInput,
     TurnItem,
@@ -260,6 +261,7 @@ class LocalConnection(ConnectionBase):
         retry: RetryPolicy,
         on_close: Callable[[], Awaitable[None]] | None = None,
         null_content: bool = False,
+        tool_input_deltas: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__()
         self.session_id = session_id
@@ -275,6 +277,9 @@ class LocalConnection(ConnectionBase):
         self._retry = retry
         self._on_close = on_close
         self._null_content = null_content
+        # the tools whose streamed input the loop reads (OpenRequest.tool_input_deltas):
+        # only their pieces are yielded, and none when it is empty
+        self._tool_inputs = tool_input_deltas
         self._closed = False
         self._plain: ChatRequest | None = None
         # per-request guard state
@@ -550,13 +555,18 @@ class LocalConnection(ConnectionBase):
             pending.append(use)
         return pending
 
-    def _request(self, on_delta: Callable[[str], None] | None) -> ChatRequest:
+    def _request(
+        self,
+        on_delta: Callable[[str], None] | None,
+        on_tool_delta: Callable[[ToolInputDelta], None] | None = None,
+    ) -> ChatRequest:
         return ChatRequest(
             model=self._model,
             messages=self.history,
             tools=self._tools,
             options=self._options,
             on_delta=on_delta,
+            on_tool_delta=on_tool_delta,
             tools_json=self._tools_json,
         )
 
@@ -568,17 +578,28 @@ class LocalConnection(ConnectionBase):
             request = self._plain = self._request(None)
         return request
 
-    async def _call_streaming(self, box: list[ChatResponse]) -> AsyncIterator[TextDelta]:
+    async def _call_streaming(
+        self, box: list[ChatResponse]
+    ) -> AsyncIterator[TextDelta | ToolInputDelta]:
         """One streamed model call, retried on transient failures; the response lands in
-        ``box``. Deltas of a failed attempt were already delivered (at-least-once)."""
+        ``box``. Deltas of a failed attempt were already delivered (at-least-once); a
+        retried attempt's tool-input deltas come under new ids (``<id>~<n>``), so the loop
+        reads each call's input from its first piece again."""
         attempts = self._attempts()
+        retried = 0
         while True:
             try:
                 async for delta in self._streamed(box):
-                    yield delta
+                    if retried and type(delta) is ToolInputDelta:
+                        yield ToolInputDelta(
+                            f"{delta.id}~{retried}", delta.name, delta.partial_json
+                        )
+                    else:
+                        yield delta
                 return
             except ProviderError as exc:
                 await attempts.failed(exc)
+                retried += 1
 
     def _attempts(self) -> _retry.Attempts:
         """One model call's retries (``failed`` re-raises unless retried, else waits)."""
@@ -614,15 +635,25 @@ class LocalConnection(ConnectionBase):
             retry.policy, sleep=retry.sleep, on_retry=log, what="local chat call"
         )
 
-    async def _streamed(self, box: list[ChatResponse]) -> AsyncIterator[TextDelta]:
-        # The chat function pushes chunks through a callback; a queue turns them into this
-        # generator's yields while the call runs as its own task.
-        queue: asyncio.Queue[str | None] = asyncio.Queue()
-        task = asyncio.ensure_future(self._chat(self._request(queue.put_nowait)))
+    async def _streamed(self, box: list[ChatResponse]) -> AsyncIterator[TextDelta | ToolInputDelta]:
+        # The chat function pushes chunks (text, and tool-call argument pieces) through
+        # callbacks; a queue turns them into this generator's yields while the call runs
+        # as its own task.
+        queue: asyncio.Queue[str | ToolInputDelta | None] = asyncio.Queue()
+        put = queue.put_nowait
+        wanted = self._tool_inputs
+        on_tool_delta: Callable[[ToolInputDelta], None] | None = None
+        if wanted:
+
+            def on_tool_delta(delta: ToolInputDelta) -> None:
+                if delta.name in wanted:
+                    put(delta)
+
+        task = asyncio.ensure_future(self._chat(self._request(put, on_tool_delta)))
         task.add_done_callback(lambda _: queue.put_nowait(None))
         try:
             while (chunk := await queue.get()) is not None:
-                yield TextDelta(chunk)
+                yield TextDelta(chunk) if isinstance(chunk, str) else chunk
             box.append(coerce_response(task.result()))
         finally:
             if not task.done():

@@ -67,7 +67,9 @@ Invariants:
   the cause is often deep in a long body. ``context["invalid_request"]`` marks a body that
   says the request was invalid (never retried, whatever the status).
 * A streamed tool call's ``id`` and name may come once, whole in every chunk or split
-  (:class:`_StreamedCall`); its arguments are always deltas.
+  (:class:`_StreamedCall`); its arguments are always deltas, each handed to
+  ``on_tool_delta`` (when set) as a :class:`~managedloop.hosts.ToolInputDelta` as it
+  arrives (a JSON body, when the server ignored ``stream``: each call's arguments once).
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ from managedloop.errors import (
     ProviderError,
     TransportError,
 )
+from managedloop.hosts import ToolInputDelta
 from managedloop.providers.local import _wire
 from managedloop.providers.local._profiles import PROFILES, Profile
 from managedloop.providers.local._sse import EventTooLargeError, ServerSentEvent, SSEDecoder
@@ -508,6 +511,8 @@ class OpenAIChat:
         content = response.message.get("content")
         if request.on_delta is not None and isinstance(content, str) and content:
             request.on_delta(content)  # the server ignored stream, or it was not sent
+        if request.on_tool_delta is not None:
+            _whole_tool_deltas(response.message, request.on_tool_delta)
         return response
 
     def _redirect_error(self, url: str, resp: HttpResponse) -> APIStatusError:
@@ -543,7 +548,7 @@ async def _read_stream(resp: HttpResponse, request: ChatRequest, auto_tools: boo
     in ``next_chunk`` instead (a transport error, retried).
     """
     assert request.on_delta is not None
-    fold = StreamFold(request.on_delta)
+    fold = StreamFold(request.on_delta, request.on_tool_delta, request.tools)
     decoder = SSEDecoder(_MAX_SSE_LINE)
     try:
         while True:
@@ -557,7 +562,7 @@ async def _read_stream(resp: HttpResponse, request: ChatRequest, auto_tools: boo
         ) from None
     if auto_tools and not fold.seen_data:
         raise _EmptyAutoToolStreamError
-    return fold.result(request.tools)
+    return fold.result()
 
 
 def _bad_chunk(data: bytes) -> MalformedResponseError:
@@ -576,10 +581,29 @@ class StreamFold:
     :class:`~managedloop.TransportError` (no ``data: [DONE]``).
     """
 
-    __slots__ = ("calls", "done", "finish_reason", "on_delta", "seen_data", "text", "usage")
+    __slots__ = (
+        "_known",
+        "_tools",
+        "calls",
+        "done",
+        "finish_reason",
+        "on_delta",
+        "on_tool_delta",
+        "seen_data",
+        "text",
+        "usage",
+    )
 
-    def __init__(self, on_delta: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        on_delta: Callable[[str], None],
+        on_tool_delta: Callable[[ToolInputDelta], None] | None = None,
+        tools: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
         self.on_delta = on_delta
+        self.on_tool_delta = on_tool_delta
+        self._tools = tools
+        self._known: set[str] | None = None  # the offered tools' names, read when needed
         self.text: list[str] = []
         self.calls: dict[int, _StreamedCall] = {}
         self.finish_reason: str | None = None
@@ -658,28 +682,57 @@ class StreamFold:
                 if not isinstance(index, int) or isinstance(index, bool):
                     # no index: continue the last call, unless this chunk opens a new one
                     index = max(self.calls) if self.calls and not tc.get("id") else len(self.calls)
-                self.calls.setdefault(index, _StreamedCall()).add(tc)
+                call = self.calls.get(index)
+                if call is None:
+                    call = self.calls[index] = _StreamedCall(index)
+                fragment = call.add(tc)
+                if fragment and self.on_tool_delta is not None:
+                    self.on_tool_delta(call.delta(fragment, self._names()))
             finish = choice.get("finish_reason")
             if isinstance(finish, str) and finish:
                 self.finish_reason = finish
         return False
 
-    def result(self, tools: Sequence[Mapping[str, Any]] = ()) -> ChatResponse:
+    def _names(self) -> set[str]:
+        known = self._known
+        if known is None:
+            known = self._known = _tool_names(self._tools)
+        return known
+
+    def result(self, tools: Sequence[Mapping[str, Any]] | None = None) -> ChatResponse:
+        """The folded message; ``tools``: the offered tools (default: the fold's own)."""
         if not self.done:
             raise TransportError(
                 "the chat stream ended before data: [DONE]", cause="stream_dropped"
             )
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None}
         if self.calls:
-            known = {
-                fn["name"]
-                for t in tools
-                if isinstance(t, Mapping)
-                and isinstance(fn := t.get("function"), Mapping)
-                and isinstance(fn.get("name"), str)
-            }
+            known = self._names() if tools is None else _tool_names(tools)
             message["tool_calls"] = [self.calls[i].message(known) for i in sorted(self.calls)]
         return ChatResponse(message=message, finish_reason=self.finish_reason, usage=self.usage)
+
+
+def _tool_names(tools: Sequence[Mapping[str, Any]]) -> set[str]:
+    return {
+        fn["name"]
+        for t in tools
+        if isinstance(t, Mapping)
+        and isinstance(fn := t.get("function"), Mapping)
+        and isinstance(fn.get("name"), str)
+    }
+
+
+def _whole_tool_deltas(message: Mapping[str, Any], emit: Callable[[ToolInputDelta], None]) -> None:
+    """Each tool call's arguments of an unstreamed answer, as one delta per call."""
+    calls = message.get("tool_calls")
+    for index, call in enumerate(calls if isinstance(calls, list) else ()):
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        arguments = fn.get("arguments") if isinstance(fn, Mapping) else None
+        if not isinstance(fn, Mapping) or not isinstance(arguments, str) or not arguments:
+            continue
+        call_id, name = call.get("id"), fn.get("name")
+        key = call_id if isinstance(call_id, str) and call_id else f"#{index}"
+        emit(ToolInputDelta(key, name if isinstance(name, str) else "", arguments))
 
 
 # Error types / codes that say "try again later" when a server reports an error object
@@ -733,23 +786,48 @@ class _StreamedCall:
     once in the first chunk (OpenAI), whole again in every chunk (llama.cpp), or split
     across chunks. The pieces are kept and resolved once the stream ends (:func:`_joined`);
     ``arguments`` are always deltas and are concatenated.
+
+    For :class:`~managedloop.hosts.ToolInputDelta` s (:meth:`delta`) the call is keyed by
+    its id as read at its first arguments piece (``"#<index>"`` without one: servers send
+    the id before the arguments), and its name is read as it stands, again only when a
+    name piece that differs from that reading arrives.
     """
 
-    __slots__ = ("arguments", "ids", "names")
+    __slots__ = ("_key", "_name", "arguments", "ids", "index", "names")
 
-    def __init__(self) -> None:
+    def __init__(self, index: int = 0) -> None:
+        self.index = index
         self.ids: list[str] = []
         self.names: list[str] = []
         self.arguments: list[str] = []
+        self._key: str | None = None
+        self._name: str | None = None  # the name as read so far (None: read it again)
 
-    def add(self, tc: Mapping[str, Any]) -> None:
+    def add(self, tc: Mapping[str, Any]) -> str:
+        """Take one chunk of the call; the arguments piece it carried (``""``: none)."""
         if isinstance(tc.get("id"), str) and tc["id"]:
             self.ids.append(tc["id"])
         fn = tc.get("function") or {}
-        if isinstance(fn.get("name"), str) and fn["name"]:
-            self.names.append(fn["name"])
-        if isinstance(fn.get("arguments"), str) and fn["arguments"]:
-            self.arguments.append(fn["arguments"])
+        name = fn.get("name")
+        if isinstance(name, str) and name:
+            self.names.append(name)
+            if name != self._name:
+                self._name = None
+        piece = fn.get("arguments")
+        if isinstance(piece, str) and piece:
+            self.arguments.append(piece)
+            return piece
+        return ""
+
+    def delta(self, piece: str, known: set[str]) -> ToolInputDelta:
+        """``piece`` of this call's arguments as a host-contract delta."""
+        key = self._key
+        if key is None:
+            key = self._key = _joined(self.ids, set()) or f"#{self.index}"
+        name = self._name
+        if name is None:
+            name = self._name = _joined(self.names, known)
+        return ToolInputDelta(key, name, piece)
 
     def message(self, known: set[str]) -> dict[str, Any]:
         return {

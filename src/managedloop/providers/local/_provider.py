@@ -445,6 +445,7 @@ class Local:
             retry=self._retry,
             on_close=on_close,
             null_content=self.profile.null_content and chat is self._http,
+            tool_input_deltas=request.tool_input_deltas,
         )
 
 

@@ -10,7 +10,11 @@ neutral and shaped like OpenAI Chat Completions, with string keys:
 * ``ChatResponse.message`` is one assistant message; ``tool_calls[*].function.arguments``
   is a JSON *string* (as on the wire);
 * when ``ChatRequest.on_delta`` is set the function should call it with each streamed text
-  chunk as it arrives (it may also never call it: the loop works either way).
+  chunk as it arrives (it may also never call it: the loop works either way);
+* when ``ChatRequest.on_tool_delta`` is set the function may call it with each streamed
+  piece of a tool call's arguments, a :class:`~managedloop.hosts.ToolInputDelta` (the
+  pieces of one call share its ``id`` and concatenate to its ``arguments``); the loop
+  streams partial typed outputs from the output tool's (``output=``, tool strategy).
 
 A chat function may also return a Chat Completions response body (a mapping with
 ``choices``); only ``choices[0]`` is read. Failures are exceptions from
@@ -30,6 +34,7 @@ from typing import Any, Protocol
 from managedloop._json import encoder
 from managedloop.errors import MalformedResponseError
 from managedloop.handler import decode_tool_input
+from managedloop.hosts import ToolInputDelta
 
 __all__ = [
     "ChatFunction",
@@ -107,6 +112,8 @@ class ChatRequest:
     """Extra request-body parameters (``temperature``, ``max_tokens``...), verbatim."""
     on_delta: Callable[[str], None] | None = None
     """Set when the caller wants streamed text: call it with each chunk."""
+    on_tool_delta: Callable[[ToolInputDelta], None] | None = None
+    """Set when the caller wants streamed tool-call arguments: call it with each piece."""
     tools_json: bytes | None = None
     """The encoded ``tools`` (an optimisation for HTTP chat functions; may be ignored)."""
 

@@ -167,8 +167,13 @@ class AgentCoreEmulator(LoopbackServer):
         clock: ManualClock | None = None,
         hooks: Mapping[str, turns.HookFn] | None = None,
         cache_tokens: tuple[int, int] | None = None,
+        tool_input_chunk: int | None = None,
     ) -> None:
         super().__init__(port=port)
+        if tool_input_chunk is not None and tool_input_chunk < 1:
+            raise ValueError("tool_input_chunk must be at least 1")
+        self.tool_input_chunk = tool_input_chunk
+        """Characters per streamed tool-input fragment (``None``: each input in halves)."""
         self.hooks: dict[str, turns.HookFn] = dict(hooks or {})
         """Hook name -> the function standing in for its target (see :mod:`.turns`)."""
         self.cache_tokens = cache_tokens
@@ -536,6 +541,7 @@ class AgentCoreEmulator(LoopbackServer):
             hooks=list(harness.body.get("hooks") or []),
             decide=self.hooks,
             cache_tokens=self.cache_tokens,
+            tool_input_chunk=self.tool_input_chunk,
         )
         return turns.render(session, step, faults, self.agent.mint_id, rendering)
 

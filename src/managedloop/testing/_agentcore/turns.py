@@ -7,7 +7,8 @@ rendered as ``InvokeHarness`` event-stream frames.
   them;
 * a per-invoke ``tools`` list replaces the harness's tools;
 * frames: ``messageStart``, text deltas (no ``contentBlockStart`` for text), each tool as
-  ``contentBlockStart.toolUse`` + two string input fragments + ``contentBlockStop``
+  ``contentBlockStart.toolUse`` + two string input fragments (or fragments of
+  ``tool_input_chunk`` characters) + ``contentBlockStop``
   (a server tool then gets its result block: ``contentBlockStart.toolResult`` + one
   ``toolResult`` delta + ``contentBlockStop``), ``messageStop{stopReason}``, then
   ``metadata{usage, metrics}`` (with the cache token counts when the emulator has them);
@@ -47,6 +48,8 @@ class Rendering:
     hooks: Sequence[Mapping[str, Any]] = ()
     decide: Mapping[str, HookFn] = field(default_factory=dict)
     cache_tokens: tuple[int, int] | None = None
+    tool_input_chunk: int | None = None
+    """Characters per tool-input fragment (``None``: two halves)."""
 
 
 EXCEPTION_STATUS = {
@@ -157,8 +160,13 @@ def render(
         raw = json.dumps(dict(call.input))
         if faults is not None and faults.raw_tool_input is not None:
             raw = faults.raw_tool_input
-        cut = max(1, len(raw) // 2)
-        for fragment in (raw[:cut], raw[cut:]):
+        size = r.tool_input_chunk
+        if size is None:  # two halves
+            cut = max(1, len(raw) // 2)
+            fragments = [raw[:cut], raw[cut:]]
+        else:
+            fragments = [raw[i : i + size] for i in range(0, len(raw), size)]
+        for fragment in fragments:
             if fragment:
                 frames.append(
                     es.event_frame(
