@@ -302,11 +302,16 @@ async def _traced(
     content = telemetry.capture_content()
     if content:
         meta["arguments"] = use.input
-    with telemetry.span("tool", meta, caller=caller) as extra:
+    opened = telemetry.open_span("tool", meta, caller)  # two calls, not a context manager's three
+    try:
         result = await _call(handler, use, info, timeout)
-        extra["is_error"] = result.is_error
-        if content:
-            extra["result"] = result.text
+    except BaseException as exc:
+        telemetry.close_span(opened, {}, exc)
+        raise
+    if content:
+        telemetry.close_span(opened, {"is_error": result.is_error, "result": result.text})
+    else:
+        telemetry.close_span(opened, {"is_error": result.is_error})
     return result
 
 

@@ -53,11 +53,13 @@ __all__ = [
     "attach",
     "attach_span",
     "capture_content",
+    "close_span",
     "detach",
     "emit",
     "enabled",
     "enter_scope",
     "exit_scope",
+    "open_span",
     "session_scope",
     "set_capture_content",
     "span",
@@ -221,6 +223,9 @@ _spans_on: frozenset[str] = frozenset()  # the span names with a listener (span_
 # Span name -> (its start, stop and exception entries of _by_event, its hooks), for each
 # span with a listener or a hook: one lookup per span entered.
 _spans: dict[str, tuple[Any, Any, Any, tuple[tuple[SpanStart, SpanStop], ...]]] = {}
+# Span name -> its one hook, for each span with exactly one hook and no listener (what
+# managedloop.otel attaches): open_span and close_span call it with nothing else to do.
+_solo: dict[str, tuple[SpanStart, SpanStop]] = {}
 _attachments: tuple[Attachment, ...] = ()
 # A clock patchable in tests (durations); system_time stays the wall clock.
 _perf_counter = time.perf_counter
@@ -274,7 +279,7 @@ def detach(attachment: Attachment) -> bool:
 
 
 def _rebuild() -> None:
-    global _by_event, _on, _spans_on, _spans
+    global _by_event, _on, _spans_on, _spans, _solo
     by_event: dict[str, tuple[str, tuple[Listener, ...]]] = {}
     for short, full in _FULL.items():
         listeners = tuple(
@@ -290,6 +295,11 @@ def _rebuild() -> None:
         start, stop, exception = (by_event.get(name) for name in names)
         if hooks or start or stop or exception:
             spans[span] = (start, stop, exception, hooks)
+    _solo = {
+        span: hooks[0]
+        for span, (start, stop, exception, hooks) in spans.items()
+        if len(hooks) == 1 and start is None and stop is None and exception is None
+    }
     _by_event, _spans = by_event, spans
     _on = frozenset(by_event)
     _spans_on = frozenset(spans)
@@ -501,3 +511,52 @@ class span:  # noqa: N801 - called like the function it replaced
                 listener(full, measurements, meta)
             except Exception:
                 logger.exception("telemetry listener %r failed on %s", listener, full)
+
+
+# What open_span returns for close_span: a span with its one hook's state (the hook's stop,
+# the state, the start's perf_counter, the span's name), a span entered for its listeners or
+# hooks, or None (nothing heard its start).
+Opened = tuple[SpanStop, Any, float, str] | span | None
+
+
+def open_span(
+    name: str, metadata: Mapping[str, Any], caller: Mapping[str, Any] | None = None
+) -> Opened:
+    """Start a :func:`span` without a context manager (the driver's turns and tool calls:
+    two calls per span instead of a constructor, an ``__enter__`` and an ``__exit__``).
+    Pass what it returns to :func:`close_span`, on every path. ``metadata`` may be a dict
+    the caller keeps: listeners get a merged copy, and a span hook must not keep it."""
+    solo = _solo.get(name)
+    if solo is not None:  # one span hook, no listener (managedloop.otel)
+        start, stop = solo
+        try:
+            state = start(metadata, caller if caller is not None else _scope.get())
+        except Exception:
+            logger.exception("telemetry span hook %r failed on %s", start, name)
+            return None
+        if state is None:
+            return None
+        return stop, state, _perf_counter(), name
+    if name not in _spans:
+        return None
+    opened = span(name, metadata, caller=caller)
+    opened.__enter__()
+    return opened
+
+
+def close_span(opened: Opened, metadata: dict[str, Any], exc: BaseException | None = None) -> None:
+    """End what :func:`open_span` started: ``metadata`` is the stop's own (the ``extra``
+    a :func:`span`'s body fills), ``exc`` the exception the body raised (then the
+    ``exception`` event; it is not raised here)."""
+    if opened is None:
+        return
+    if type(opened) is tuple:
+        stop, state, started, name = opened
+        try:
+            stop(state, _perf_counter() - started, metadata, exc)
+        except Exception:
+            logger.exception("telemetry span hook %r failed on %s", stop, name)
+        return
+    assert isinstance(opened, span)
+    opened._extra = metadata
+    opened.__exit__(None if exc is None else type(exc), exc, None)
