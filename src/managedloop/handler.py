@@ -306,13 +306,18 @@ async def _traced(
     try:
         result = await _call(handler, use, info, timeout)
     except BaseException as exc:
-        telemetry.close_span(opened, {}, exc)
+        telemetry.close_span(opened, None, exc)
         raise
-    if content:
-        telemetry.close_span(opened, {"is_error": result.is_error, "result": result.text})
-    else:
-        telemetry.close_span(opened, {"is_error": result.is_error})
+    telemetry.close_span(opened, result, None, _tool_stop)  # _tool_stop: for listeners
     return result
+
+
+def _tool_stop(result: ToolResult) -> dict[str, Any]:
+    """A tool call's stop metadata (``telemetry.TABLE``), for the listeners of its span (a
+    span hook reads the ToolResult)."""
+    if telemetry.capture_content():
+        return {"is_error": result.is_error, "result": result.text}
+    return {"is_error": result.is_error}
 
 
 async def _invoke(handler: Any, use: ToolUse, info: SessionInfo) -> Any:

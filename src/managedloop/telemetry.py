@@ -196,9 +196,9 @@ _PHASES: dict[str, tuple[str, str, str]] = {
 
 
 # A span hook (see attach_span): start(metadata, tags) -> a state, or None to skip this span;
-# stop(state, duration, stop metadata, exception or None).
+# stop(state, duration, the stop (the body's result or its stop metadata), exception or None).
 SpanStart = Callable[[Mapping[str, Any], Mapping[str, Any] | None], Any]
-SpanStop = Callable[[Any, float, Mapping[str, Any], BaseException | None], None]
+SpanStop = Callable[[Any, float, Any, BaseException | None], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,15 +247,20 @@ def attach(listener: Listener, events: list[str] | None = None) -> Attachment:
 
 def attach_span(name: str, start: SpanStart, stop: SpanStop) -> Attachment:
     """Call ``start(metadata, tags)`` when a :func:`span` named ``name`` (``"tool"``,
-    ``"session.turn"``...) starts, and ``stop(state, duration, stop_metadata, exception)``
-    when it ends, with what ``start`` returned (``None``: nothing to stop).
+    ``"session.turn"``...) starts, and ``stop(state, duration, stop, exception)`` when it
+    ends, with what ``start`` returned (``None``: nothing to stop).
 
     The hook of a listener that keeps state per span (``managedloop.otel``): ``metadata`` is
     the span's own metadata, not merged with the caller's tags (``tags``, the
-    :func:`session_scope` tags or the span's ``caller``, carry the host's ``provider``);
-    ``stop_metadata`` is what the body added (a live dict: read it, do not keep it). No
-    dict is merged and no event is built for a hook. Both run in the span's context, like
-    a listener; what either raises is logged and the span goes on."""
+    :func:`session_scope` tags or the span's ``caller``, carry the host's ``provider``; a
+    live dict: read it, do not keep it). ``stop`` is what the body made: the session emits
+    its ``session.turn`` and ``tool`` spans with :func:`open_span` and :func:`close_span`,
+    and their stop is the turn's :class:`~managedloop.TurnResult` and the call's
+    ``ToolResult`` (``None`` with an exception); for a :func:`span` entered with ``with``
+    (``session.request``, the hosts' ``request`` spans), the dict its body filled (live:
+    read it, do not keep it). No dict is merged and no event is built for a hook. Both run
+    in the span's context, like a listener; what either raises is logged and the span goes
+    on."""
     global _attachments
     if name not in _PHASES:
         raise ValueError(f"unknown telemetry span: {name!r}")
@@ -402,7 +407,7 @@ class span:  # noqa: N801 - called like the function it replaced
     sides (the delivery loops are inlined for the same reason)."""
 
     __slots__ = ("_caller", "_entries", "_extra", "_meta", "_metadata", "_name", "_start",
-                 "_state", "_states", "_stop")  # fmt: skip
+                 "_state", "_states", "_stop", "_value")  # fmt: skip
 
     def __init__(
         self, name: str, metadata: Mapping[str, Any], *, caller: Mapping[str, Any] | None = None
@@ -413,7 +418,7 @@ class span:  # noqa: N801 - called like the function it replaced
 
     def __enter__(self) -> dict[str, Any]:
         extra: dict[str, Any] = {}
-        self._extra = extra
+        self._extra = self._value = extra  # the hooks' stop: the body's dict (see close_span)
         # The listeners and hooks as attached now: a listener detached while the body
         # runs still hears the end of what it saw start.
         entries = self._entries = _spans.get(self._name)
@@ -476,13 +481,13 @@ class span:  # noqa: N801 - called like the function it replaced
         stop = self._stop
         if stop is not None:
             try:
-                stop(self._state, duration, self._extra, exc)
+                stop(self._state, duration, self._value, exc)
             except Exception:
                 logger.exception("telemetry span hook %r failed on %s", stop, self._name)
         elif self._states:
             for stop, state in self._states:
                 try:
-                    stop(state, duration, self._extra, exc)
+                    stop(state, duration, self._value, exc)
                 except Exception:
                     logger.exception("telemetry span hook %r failed on %s", stop, self._name)
         meta = self._meta
@@ -544,19 +549,32 @@ def open_span(
     return opened
 
 
-def close_span(opened: Opened, metadata: dict[str, Any], exc: BaseException | None = None) -> None:
-    """End what :func:`open_span` started: ``metadata`` is the stop's own (the ``extra``
-    a :func:`span`'s body fills), ``exc`` the exception the body raised (then the
-    ``exception`` event; it is not raised here)."""
+def close_span(
+    opened: Opened,
+    stop: Any,
+    exc: BaseException | None = None,
+    fields: Callable[[Any], dict[str, Any]] | None = None,
+) -> None:
+    """End what :func:`open_span` started. ``stop`` is what the body made (the session's
+    :class:`~managedloop.TurnResult` of a turn, a tool call's ``ToolResult``), handed to the
+    span hooks as it is, so a hook reads the object rather than a dict built for it;
+    ``fields(stop)`` (``stop`` itself when ``fields`` is ``None``: a dict) is the stop's
+    metadata for the listeners (:data:`TABLE`), built only when a listener hears it.
+    ``exc``: the exception the body raised (``stop`` is then ``None``; the ``exception``
+    event; it is not raised here)."""
     if opened is None:
         return
     if type(opened) is tuple:
-        stop, state, started, name = opened
+        hook, state, started, name = opened
         try:
-            stop(state, _perf_counter() - started, metadata, exc)
+            hook(state, _perf_counter() - started, stop, exc)
         except Exception:
-            logger.exception("telemetry span hook %r failed on %s", stop, name)
+            logger.exception("telemetry span hook %r failed on %s", hook, name)
         return
     assert isinstance(opened, span)
-    opened._extra = metadata
+    opened._value = stop
+    if stop is None:
+        opened._extra = {}
+    else:
+        opened._extra = fields(stop) if fields is not None else stop
     opened.__exit__(None if exc is None else type(exc), exc, None)

@@ -257,9 +257,9 @@ class Driver:
         try:
             result = await self._turn(input)
         except BaseException as exc:
-            telemetry.close_span(opened, {}, exc)
+            telemetry.close_span(opened, None, exc)
             raise
-        telemetry.close_span(opened, _turn_stop(result, content))
+        telemetry.close_span(opened, result, None, _turn_stop)  # _turn_stop: for listeners
         return result
 
     def _ids(self) -> dict[str, Any]:
@@ -718,9 +718,10 @@ def _request_stop(result: SessionResult) -> dict[str, Any]:
     }
 
 
-def _turn_stop(result: TurnResult, content: bool) -> dict[str, Any]:
-    """A turn's stop metadata (``telemetry.TABLE``), in one dict: this runs on every traced
-    turn. ``_value_``: the enum's value without its descriptor call."""
+def _turn_stop(result: TurnResult) -> dict[str, Any]:
+    """A turn's stop metadata (``telemetry.TABLE``), for the listeners of its span (a span
+    hook reads the TurnResult), in one dict. ``_value_``: the enum's value without its
+    descriptor call."""
     usage = result.usage
     uses = result.custom_tool_uses
     if usage is None:
@@ -741,7 +742,7 @@ def _turn_stop(result: TurnResult, content: bool) -> dict[str, Any]:
             "cache_creation_input_tokens": usage.cache_creation_input_tokens,
             "cost_usd": usage.cost_usd,
         }
-    if content:
+    if telemetry.capture_content():
         stop["output"] = result.text
         if uses:  # what the model asked for, with the text
             stop["tool_calls"] = [{"id": u.id, "name": u.name, "arguments": u.input} for u in uses]
