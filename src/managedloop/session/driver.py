@@ -137,6 +137,8 @@ def _event_type(event: Any) -> str | None:
 class Driver:
     """Drives requests on one open connection."""
 
+    _turn_meta: dict[str, Any] | None = None  # a traced turn's metadata (_traced_turn)
+
     def __init__(self, prepared: Prepared, conn: Connection) -> None:
         self.p = prepared
         self.conn = conn
@@ -240,16 +242,21 @@ class Driver:
             telemetry.emit("stream.event", None, meta, caller=self.p.caller)
 
     async def _traced_turn(self, input: TurnInput) -> TurnResult:
-        content = telemetry.capture_content()
-        meta = {
-            "turn": self.machine.turns,
-            "model": self.model,
-            "gen_ai_provider": self.gen_ai_provider,
-            "provider": self.p.provider.name,
-            "session_id": self.conn.session_id,
-        }
-        if content:
-            meta["input"] = _input_content(input)
+        # The turn's metadata, built once per session and reused (a span hears a merged
+        # copy, a span hook must not keep it): only the turn and a reconnect's id change.
+        meta = self._turn_meta
+        session_id = self.conn.session_id
+        if meta is None or meta["session_id"] != session_id:
+            meta = self._turn_meta = {
+                "turn": 0,
+                "model": self.model,
+                "gen_ai_provider": self.gen_ai_provider,
+                "provider": self.p.provider.name,
+                "session_id": session_id,
+            }
+        meta["turn"] = self.machine.turns
+        if telemetry.capture_content():
+            meta = {**meta, "input": _input_content(input)}  # the input is not kept
         # The span is current while the host does its I/O, so a hook that makes it the
         # current trace span (managedloop.otel) parents the host's HTTP requests under it.
         # open_span/close_span, not ``with telemetry.span``: two calls per turn, not three.
