@@ -519,9 +519,9 @@ class span:  # noqa: N801 - called like the function it replaced
 
 
 # What open_span returns for close_span: a span with its one hook's state (the hook's stop,
-# the state, the start's perf_counter, the span's name), a span entered for its listeners or
-# hooks, or None (nothing heard its start).
-Opened = tuple[SpanStop, Any, float, str] | span | None
+# the state, the start's perf_counter), a span entered for its listeners or hooks, or None
+# (nothing heard its start).
+Opened = tuple[SpanStop, Any, float] | span | None
 
 
 def open_span(
@@ -541,7 +541,7 @@ def open_span(
             return None
         if state is None:
             return None
-        return stop, state, _perf_counter(), name
+        return stop, state, _perf_counter()
     if name not in _spans:
         return None
     opened = span(name, metadata, caller=caller)
@@ -565,11 +565,11 @@ def close_span(
     if opened is None:
         return
     if type(opened) is tuple:
-        hook, state, started, name = opened
+        hook, state, started = opened
         try:
             hook(state, _perf_counter() - started, stop, exc)
         except Exception:
-            logger.exception("telemetry span hook %r failed on %s", hook, name)
+            logger.exception("telemetry span hook %r failed", hook)
         return
     assert isinstance(opened, span)
     opened._value = stop
