@@ -57,9 +57,10 @@ call answered with an error result), so after 1,000 distinct names a new one is
 its own); spans keep every name.
 
 How the nesting works (the invariant this module relies on): the bridge is a span hook
-(:func:`managedloop.telemetry.attach_span`: no event dict is built for it), hooks run
-synchronously in the emitting task, and a span's start and stop are
-emitted in the same context (:mod:`managedloop.telemetry`). On the start the bridge opens
+(:func:`managedloop.telemetry.attach_span`: no event dict is built for it; a turn's and a
+tool call's stop hand it the session's ``TurnResult`` and ``ToolResult`` themselves, see
+:func:`managedloop.telemetry.close_span`), hooks run synchronously in the emitting task,
+and a span's start and stop are emitted in the same context (:mod:`managedloop.telemetry`). On the start the bridge opens
 the span and makes it the current one (``context.attach``); on the stop it detaches and
 ends it. The session driver emits ``session.turn`` around the host's I/O, so HTTP client
 instrumentations parent their spans under ``chat``: ``HTTPX2ClientInstrumentor`` from

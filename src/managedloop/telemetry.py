@@ -27,6 +27,12 @@ tags in a context variable for the time it works, so an emitter needs no ``calle
 plumbing. Context variables follow tasks and anyio worker threads, so an event emitted in
 a task the session started, or in a worker thread, carries them too.
 
+The session emits its turns' and tool calls' spans with :func:`open_span` and
+:func:`close_span` (two calls per span, no context manager; a lone span hook, what
+:mod:`managedloop.otel` attaches, is called with nothing else done, and gets the turn's or
+call's result object as its stop); every other span is a ``with`` :func:`span`. What a
+listener receives is the same either way (:data:`TABLE`).
+
 Listeners run synchronously in the emitting task, and the ``start`` and ``stop`` (or
 ``exception``) of one span are emitted in the same context: :mod:`managedloop.otel` relies
 on that to make its span the current one while the body runs. Message and tool content
