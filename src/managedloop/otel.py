@@ -60,21 +60,22 @@ How the nesting works (the invariant this module relies on): the bridge is a spa
 (:func:`managedloop.telemetry.attach_span`: no event dict is built for it; a turn's and a
 tool call's stop hand it the session's ``TurnResult`` and ``ToolResult`` themselves, see
 :func:`managedloop.telemetry.close_span`), hooks run synchronously in the emitting task,
-and a span's start and stop are emitted in the same context (:mod:`managedloop.telemetry`). On the start the bridge opens
-the span and makes it the current one (``context.attach``); on the stop it detaches and
-ends it. The session driver emits ``session.turn`` around the host's I/O, so HTTP client
-instrumentations parent their spans under ``chat``: ``HTTPX2ClientInstrumentor`` from
-``opentelemetry-instrumentation-httpx`` for the ``anthropic`` SDK (it sends over
-``httpx2``, its fork of httpx, which ``HTTPXClientInstrumentor`` does not see),
-``AioHttpClientInstrumentor`` for AgentCore's data plane and ``BotocoreInstrumentor`` for
-its calls (the control calls run in worker threads that copy the context). A session's
-create, and Claude's stream attach, happen at open, under ``invoke_agent``. Local's own
-transport has no instrumentation; its requests run with ``chat`` current too. ``tool`` is
-emitted around the call in the task that runs it, and anyio copies the context into the
-worker thread of a sync tool. The span tree of a two-tool session on every host, the HTTP
-parents and a tool's own span under ``execute_tool`` are pinned in
-``tests/telemetry/test_otel.py``, and what the real instrumentations make of it in
-``tests/telemetry/test_otel_http_instrumentations.py``; the cost, in ``bench/otel.py``.
+and a span's start and stop are emitted in the same context (:mod:`managedloop.telemetry`).
+On the start the bridge opens the span and makes it the current one (``context.attach``);
+on the stop it detaches and ends it. The session driver emits ``session.turn`` around the
+host's I/O, so HTTP client instrumentations parent their spans under ``chat``:
+``HTTPX2ClientInstrumentor`` from ``opentelemetry-instrumentation-httpx`` for the
+``anthropic`` SDK (it sends over ``httpx2``, its fork of httpx, which
+``HTTPXClientInstrumentor`` does not see), ``AioHttpClientInstrumentor`` for AgentCore's
+data plane and ``BotocoreInstrumentor`` for its calls (the control calls run in worker
+threads that copy the context). A session's create, and Claude's stream attach, happen at
+open, under ``invoke_agent``. Local's own transport has no instrumentation; its requests
+run with ``chat`` current too. ``tool`` is emitted around the call in the task that runs
+it, and anyio copies the context into the worker thread of a sync tool. The span tree of a
+two-tool session on every host, the HTTP parents and a tool's own span under
+``execute_tool`` are pinned in ``tests/telemetry/test_otel.py``, and what the real
+instrumentations make of it in ``tests/telemetry/test_otel_http_instrumentations.py``; the
+cost, in ``bench/otel.py``.
 
 Cost: ``python -m bench otel`` (CPU and wall time) and ``python -m bench.otel_instructions``
 (callgrind instructions, the bridge's own work against the SDK's calls in the same
