@@ -302,12 +302,22 @@ async def _traced(
     content = telemetry.capture_content()
     if content:
         meta["arguments"] = use.input
-    with telemetry.span("tool", meta, caller=caller) as extra:
+    opened = telemetry.open_span("tool", meta, caller)  # two calls, not a context manager's three
+    try:
         result = await _call(handler, use, info, timeout)
-        extra["is_error"] = result.is_error
-        if content:
-            extra["result"] = result.text
+    except BaseException as exc:
+        telemetry.close_span(opened, None, exc)
+        raise
+    telemetry.close_span(opened, result, None, _tool_stop)  # _tool_stop: for listeners
     return result
+
+
+def _tool_stop(result: ToolResult) -> dict[str, Any]:
+    """A tool call's stop metadata (``telemetry.TABLE``), for the listeners of its span (a
+    span hook reads the ToolResult)."""
+    if telemetry.capture_content():
+        return {"is_error": result.is_error, "result": result.text}
+    return {"is_error": result.is_error}
 
 
 async def _invoke(handler: Any, use: ToolUse, info: SessionInfo) -> Any:

@@ -57,23 +57,25 @@ call answered with an error result), so after 1,000 distinct names a new one is
 its own); spans keep every name.
 
 How the nesting works (the invariant this module relies on): the bridge is a span hook
-(:func:`managedloop.telemetry.attach_span`: no event dict is built for it), hooks run
-synchronously in the emitting task, and a span's start and stop are
-emitted in the same context (:mod:`managedloop.telemetry`). On the start the bridge opens
-the span and makes it the current one (``context.attach``); on the stop it detaches and
-ends it. The session driver emits ``session.turn`` around the host's I/O, so HTTP client
-instrumentations parent their spans under ``chat``: ``HTTPX2ClientInstrumentor`` from
-``opentelemetry-instrumentation-httpx`` for the ``anthropic`` SDK (it sends over
-``httpx2``, its fork of httpx, which ``HTTPXClientInstrumentor`` does not see),
-``AioHttpClientInstrumentor`` for AgentCore's data plane and ``BotocoreInstrumentor`` for
-its calls (the control calls run in worker threads that copy the context). A session's
-create, and Claude's stream attach, happen at open, under ``invoke_agent``. Local's own
-transport has no instrumentation; its requests run with ``chat`` current too. ``tool`` is
-emitted around the call in the task that runs it, and anyio copies the context into the
-worker thread of a sync tool. The span tree of a two-tool session on every host, the HTTP
-parents and a tool's own span under ``execute_tool`` are pinned in
-``tests/telemetry/test_otel.py``, and what the real instrumentations make of it in
-``tests/telemetry/test_otel_http_instrumentations.py``; the cost, in ``bench/otel.py``.
+(:func:`managedloop.telemetry.attach_span`: no event dict is built for it; a turn's and a
+tool call's stop hand it the session's ``TurnResult`` and ``ToolResult`` themselves, see
+:func:`managedloop.telemetry.close_span`), hooks run synchronously in the emitting task,
+and a span's start and stop are emitted in the same context (:mod:`managedloop.telemetry`).
+On the start the bridge opens the span and makes it the current one (``context.attach``);
+on the stop it detaches and ends it. The session driver emits ``session.turn`` around the
+host's I/O, so HTTP client instrumentations parent their spans under ``chat``:
+``HTTPX2ClientInstrumentor`` from ``opentelemetry-instrumentation-httpx`` for the
+``anthropic`` SDK (it sends over ``httpx2``, its fork of httpx, which
+``HTTPXClientInstrumentor`` does not see), ``AioHttpClientInstrumentor`` for AgentCore's
+data plane and ``BotocoreInstrumentor`` for its calls (the control calls run in worker
+threads that copy the context). A session's create, and Claude's stream attach, happen at
+open, under ``invoke_agent``. Local's own transport has no instrumentation; its requests
+run with ``chat`` current too. ``tool`` is emitted around the call in the task that runs
+it, and anyio copies the context into the worker thread of a sync tool. The span tree of a
+two-tool session on every host, the HTTP parents and a tool's own span under
+``execute_tool`` are pinned in ``tests/telemetry/test_otel.py``, and what the real
+instrumentations make of it in ``tests/telemetry/test_otel_http_instrumentations.py``; the
+cost, in ``bench/otel.py``.
 
 Cost: ``python -m bench otel`` (CPU and wall time) and ``python -m bench.otel_instructions``
 (callgrind instructions, the bridge's own work against the SDK's calls in the same
@@ -118,6 +120,7 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in every
     ) from exc
 
 from managedloop import telemetry
+from managedloop.results import ToolResult, TurnResult
 
 __all__ = ["TOOL_DURATION", "instrument", "instrumented", "uninstrument"]
 
@@ -226,18 +229,27 @@ def _input_messages(content: Any) -> str | None:
     return _json(messages)
 
 
-def _output_messages(meta: Mapping[str, Any]) -> str | None:
+def _output_messages(result: TurnResult) -> str:
     """The turn's output as one GenAI output message: its text, then the tool calls the
     model asked for (the text part is left out when it is empty and there are calls)."""
-    text, calls = meta.get("output"), meta.get("tool_calls")
+    text, uses = result.text, result.custom_tool_uses
     parts: list[dict[str, Any]] = []
-    if text or (text is not None and not calls):
+    if text or not uses:
         parts.append({"type": "text", "content": text})
-    if isinstance(calls, list):
-        parts.extend({"type": "tool_call", **call} for call in calls)
-    if not parts:
-        return None
+    parts.extend(
+        {"type": "tool_call", "id": u.id, "name": u.name, "arguments": u.input} for u in uses
+    )
     return _json([{"role": "assistant", "parts": parts}])
+
+
+def _finish_reason(reason: Any, terminal: Any) -> str | None:
+    """The finish reason of a request or turn: the host's raw stop reason (Claude's is an
+    object, ``{"type": ...}``), else the terminal."""
+    if isinstance(reason, Mapping):
+        reason = reason.get("type")
+    if not isinstance(reason, str) or not reason:
+        reason = terminal
+    return reason if isinstance(reason, str) else None
 
 
 def _stop_attributes(meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -257,14 +269,9 @@ def _stop_attributes(meta: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(value, int) and value:
         attrs[_CACHE_WRITE_TOKENS] = value
     reason = meta.get("stop_reason")
-    if type(reason) is str and reason:  # the usual case, without an ABC check
-        attrs[_FINISH_REASONS] = (reason,)
-        return attrs
-    if isinstance(reason, Mapping):  # Claude's stop_reason object: {"type": ...}
-        reason = reason.get("type")
-    if not isinstance(reason, str) or not reason:
-        reason = meta.get("terminal")
-    if isinstance(reason, str):
+    if type(reason) is not str or not reason:  # the usual case is a string
+        reason = _finish_reason(reason, meta.get("terminal"))
+    if reason is not None:
         attrs[_FINISH_REASONS] = (reason,)
     return attrs
 
@@ -467,7 +474,9 @@ class _Bridge:
         span = self.tracer.start_span(shape[0], parent, shape[3], attrs)
         return span, otel_context.attach(trace.set_span_in_context(span, parent)), parent, shape[2]
 
-    def turn_stop(self, node: _Node, seconds: float, extra: Mapping[str, Any], exc: Any) -> None:
+    def turn_stop(self, node: _Node, seconds: float, result: TurnResult, exc: Any) -> None:
+        """The turn's span ends with what its :class:`TurnResult` says (the session hands
+        the result itself, see :func:`managedloop.telemetry.close_span`)."""
         span, token, context, metric = node
         otel_context.detach(token)
         if exc is not None:
@@ -475,23 +484,31 @@ class _Bridge:
             if self.record:
                 self.duration.record(seconds, {**metric[0], ERROR_TYPE: error}, context)
             return
-        attrs = _stop_attributes(extra)
+        reason = result.stop_reason
+        if type(reason) is not str or not reason:  # the usual case is a string
+            reason = _finish_reason(reason, result.terminal._value_)
+        attrs: dict[str, Any] = {_FINISH_REASONS: (reason,)} if reason is not None else {}
+        usage = result.usage
+        if usage is not None:
+            inputs, outputs = usage.input_tokens, usage.output_tokens
+            attrs[_INPUT_TOKENS] = inputs
+            attrs[_OUTPUT_TOKENS] = outputs
+            # Cache counts only where a host reported some (the others have no cache).
+            if usage.cache_read_input_tokens:
+                attrs[_CACHE_READ_TOKENS] = usage.cache_read_input_tokens
+            if usage.cache_creation_input_tokens:
+                attrs[_CACHE_WRITE_TOKENS] = usage.cache_creation_input_tokens
         if self.capture:
-            output = _output_messages(extra)
-            if output is not None:
-                attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = output
+            attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = _output_messages(result)
         if attrs:
             span.set_attributes(attrs)
         span.end()
         if not self.record:
             return
         self.duration.record(seconds, metric[0], context)
-        count = extra.get("input_tokens")
-        if type(count) is int:
-            self.tokens.record(count, metric[1], context)
-        count = extra.get("output_tokens")
-        if type(count) is int:
-            self.tokens.record(count, metric[2], context)
+        if usage is not None:
+            self.tokens.record(inputs, metric[1], context)
+            self.tokens.record(outputs, metric[2], context)
 
     def tool_start(self, meta: Mapping[str, Any], tags: Mapping[str, Any] | None) -> _Node:
         request = _request.get()
@@ -514,7 +531,9 @@ class _Bridge:
             attrs[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS] = _json(meta["arguments"])
         return self._open(shape, attrs)
 
-    def tool_stop(self, node: _Node, seconds: float, extra: Mapping[str, Any], exc: Any) -> None:
+    def tool_stop(self, node: _Node, seconds: float, result: ToolResult, exc: Any) -> None:
+        """The call's span ends with what its ``ToolResult`` says (the session hands the
+        result itself, see :func:`managedloop.telemetry.close_span`)."""
         span, token, context, metric = node
         otel_context.detach(token)
         if exc is not None:
@@ -522,14 +541,14 @@ class _Bridge:
             if self.record:
                 self.tool_duration.record(seconds, {**metric, ERROR_TYPE: failure}, context)
             return
-        if extra.get("is_error") or self.capture:
+        if result.is_error or self.capture:
             attrs: dict[str, Any] = {}
             error = None
-            if extra.get("is_error"):
+            if result.is_error:
                 error = attrs[ERROR_TYPE] = "tool_error"
                 metric = {**metric, ERROR_TYPE: error}
-            if self.capture and "result" in extra:
-                attrs[gen_ai.GEN_AI_TOOL_CALL_RESULT] = str(extra["result"])
+            if self.capture:
+                attrs[gen_ai.GEN_AI_TOOL_CALL_RESULT] = str(result.text)
             _end(span, attrs, error)
         else:  # the usual call: no stop attributes
             span.end()

@@ -27,6 +27,12 @@ tags in a context variable for the time it works, so an emitter needs no ``calle
 plumbing. Context variables follow tasks and anyio worker threads, so an event emitted in
 a task the session started, or in a worker thread, carries them too.
 
+The session emits its turns' and tool calls' spans with :func:`open_span` and
+:func:`close_span` (two calls per span, no context manager; a lone span hook, what
+:mod:`managedloop.otel` attaches, is called with nothing else done, and gets the turn's or
+call's result object as its stop); every other span is a ``with`` :func:`span`. What a
+listener receives is the same either way (:data:`TABLE`).
+
 Listeners run synchronously in the emitting task, and the ``start`` and ``stop`` (or
 ``exception``) of one span are emitted in the same context: :mod:`managedloop.otel` relies
 on that to make its span the current one while the body runs. Message and tool content
@@ -53,11 +59,13 @@ __all__ = [
     "attach",
     "attach_span",
     "capture_content",
+    "close_span",
     "detach",
     "emit",
     "enabled",
     "enter_scope",
     "exit_scope",
+    "open_span",
     "session_scope",
     "set_capture_content",
     "span",
@@ -194,9 +202,9 @@ _PHASES: dict[str, tuple[str, str, str]] = {
 
 
 # A span hook (see attach_span): start(metadata, tags) -> a state, or None to skip this span;
-# stop(state, duration, stop metadata, exception or None).
+# stop(state, duration, the stop (the body's result or its stop metadata), exception or None).
 SpanStart = Callable[[Mapping[str, Any], Mapping[str, Any] | None], Any]
-SpanStop = Callable[[Any, float, Mapping[str, Any], BaseException | None], None]
+SpanStop = Callable[[Any, float, Any, BaseException | None], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +229,9 @@ _spans_on: frozenset[str] = frozenset()  # the span names with a listener (span_
 # Span name -> (its start, stop and exception entries of _by_event, its hooks), for each
 # span with a listener or a hook: one lookup per span entered.
 _spans: dict[str, tuple[Any, Any, Any, tuple[tuple[SpanStart, SpanStop], ...]]] = {}
+# Span name -> its one hook, for each span with exactly one hook and no listener (what
+# managedloop.otel attaches): open_span and close_span call it with nothing else to do.
+_solo: dict[str, tuple[SpanStart, SpanStop]] = {}
 _attachments: tuple[Attachment, ...] = ()
 # A clock patchable in tests (durations); system_time stays the wall clock.
 _perf_counter = time.perf_counter
@@ -242,15 +253,20 @@ def attach(listener: Listener, events: list[str] | None = None) -> Attachment:
 
 def attach_span(name: str, start: SpanStart, stop: SpanStop) -> Attachment:
     """Call ``start(metadata, tags)`` when a :func:`span` named ``name`` (``"tool"``,
-    ``"session.turn"``...) starts, and ``stop(state, duration, stop_metadata, exception)``
-    when it ends, with what ``start`` returned (``None``: nothing to stop).
+    ``"session.turn"``...) starts, and ``stop(state, duration, stop, exception)`` when it
+    ends, with what ``start`` returned (``None``: nothing to stop).
 
     The hook of a listener that keeps state per span (``managedloop.otel``): ``metadata`` is
     the span's own metadata, not merged with the caller's tags (``tags``, the
-    :func:`session_scope` tags or the span's ``caller``, carry the host's ``provider``);
-    ``stop_metadata`` is what the body added (a live dict: read it, do not keep it). No
-    dict is merged and no event is built for a hook. Both run in the span's context, like
-    a listener; what either raises is logged and the span goes on."""
+    :func:`session_scope` tags or the span's ``caller``, carry the host's ``provider``; a
+    live dict: read it, do not keep it). ``stop`` is what the body made: the session emits
+    its ``session.turn`` and ``tool`` spans with :func:`open_span` and :func:`close_span`,
+    and their stop is the turn's :class:`~managedloop.TurnResult` and the call's
+    ``ToolResult`` (``None`` with an exception); for a :func:`span` entered with ``with``
+    (``session.request``, the hosts' ``request`` spans), the dict its body filled (live:
+    read it, do not keep it). No dict is merged and no event is built for a hook. Both run
+    in the span's context, like a listener; what either raises is logged and the span goes
+    on."""
     global _attachments
     if name not in _PHASES:
         raise ValueError(f"unknown telemetry span: {name!r}")
@@ -274,7 +290,7 @@ def detach(attachment: Attachment) -> bool:
 
 
 def _rebuild() -> None:
-    global _by_event, _on, _spans_on, _spans
+    global _by_event, _on, _spans_on, _spans, _solo
     by_event: dict[str, tuple[str, tuple[Listener, ...]]] = {}
     for short, full in _FULL.items():
         listeners = tuple(
@@ -290,6 +306,11 @@ def _rebuild() -> None:
         start, stop, exception = (by_event.get(name) for name in names)
         if hooks or start or stop or exception:
             spans[span] = (start, stop, exception, hooks)
+    _solo = {
+        span: hooks[0]
+        for span, (start, stop, exception, hooks) in spans.items()
+        if len(hooks) == 1 and start is None and stop is None and exception is None
+    }
     _by_event, _spans = by_event, spans
     _on = frozenset(by_event)
     _spans_on = frozenset(spans)
@@ -392,7 +413,7 @@ class span:  # noqa: N801 - called like the function it replaced
     sides (the delivery loops are inlined for the same reason)."""
 
     __slots__ = ("_caller", "_entries", "_extra", "_meta", "_metadata", "_name", "_start",
-                 "_state", "_states", "_stop")  # fmt: skip
+                 "_state", "_states", "_stop", "_value")  # fmt: skip
 
     def __init__(
         self, name: str, metadata: Mapping[str, Any], *, caller: Mapping[str, Any] | None = None
@@ -403,7 +424,7 @@ class span:  # noqa: N801 - called like the function it replaced
 
     def __enter__(self) -> dict[str, Any]:
         extra: dict[str, Any] = {}
-        self._extra = extra
+        self._extra = self._value = extra  # the hooks' stop: the body's dict (see close_span)
         # The listeners and hooks as attached now: a listener detached while the body
         # runs still hears the end of what it saw start.
         entries = self._entries = _spans.get(self._name)
@@ -466,13 +487,13 @@ class span:  # noqa: N801 - called like the function it replaced
         stop = self._stop
         if stop is not None:
             try:
-                stop(self._state, duration, self._extra, exc)
+                stop(self._state, duration, self._value, exc)
             except Exception:
                 logger.exception("telemetry span hook %r failed on %s", stop, self._name)
         elif self._states:
             for stop, state in self._states:
                 try:
-                    stop(state, duration, self._extra, exc)
+                    stop(state, duration, self._value, exc)
                 except Exception:
                     logger.exception("telemetry span hook %r failed on %s", stop, self._name)
         meta = self._meta
@@ -501,3 +522,65 @@ class span:  # noqa: N801 - called like the function it replaced
                 listener(full, measurements, meta)
             except Exception:
                 logger.exception("telemetry listener %r failed on %s", listener, full)
+
+
+# What open_span returns for close_span: a span with its one hook's state (the hook's stop,
+# the state, the start's perf_counter), a span entered for its listeners or hooks, or None
+# (nothing heard its start).
+Opened = tuple[SpanStop, Any, float] | span | None
+
+
+def open_span(
+    name: str, metadata: Mapping[str, Any], caller: Mapping[str, Any] | None = None
+) -> Opened:
+    """Start a :func:`span` without a context manager (the driver's turns and tool calls:
+    two calls per span instead of a constructor, an ``__enter__`` and an ``__exit__``).
+    Pass what it returns to :func:`close_span`, on every path. ``metadata`` may be a dict
+    the caller keeps: listeners get a merged copy, and a span hook must not keep it."""
+    solo = _solo.get(name)
+    if solo is not None:  # one span hook, no listener (managedloop.otel)
+        start, stop = solo
+        try:
+            state = start(metadata, caller if caller is not None else _scope.get())
+        except Exception:
+            logger.exception("telemetry span hook %r failed on %s", start, name)
+            return None
+        if state is None:
+            return None
+        return stop, state, _perf_counter()
+    if name not in _spans:
+        return None
+    opened = span(name, metadata, caller=caller)
+    opened.__enter__()
+    return opened
+
+
+def close_span(
+    opened: Opened,
+    stop: Any,
+    exc: BaseException | None = None,
+    fields: Callable[[Any], dict[str, Any]] | None = None,
+) -> None:
+    """End what :func:`open_span` started. ``stop`` is what the body made (the session's
+    :class:`~managedloop.TurnResult` of a turn, a tool call's ``ToolResult``), handed to the
+    span hooks as it is, so a hook reads the object rather than a dict built for it;
+    ``fields(stop)`` (``stop`` itself when ``fields`` is ``None``: a dict) is the stop's
+    metadata for the listeners (:data:`TABLE`), built only when a listener hears it.
+    ``exc``: the exception the body raised (``stop`` is then ``None``; the ``exception``
+    event; it is not raised here)."""
+    if opened is None:
+        return
+    if type(opened) is tuple:
+        hook, state, started = opened
+        try:
+            hook(state, _perf_counter() - started, stop, exc)
+        except Exception:
+            logger.exception("telemetry span hook %r failed", hook)
+        return
+    assert isinstance(opened, span)
+    opened._value = stop
+    if stop is None:
+        opened._extra = {}
+    else:
+        opened._extra = fields(stop) if fields is not None else stop
+    opened.__exit__(None if exc is None else type(exc), exc, None)

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import managedloop.otel
-from managedloop import telemetry
+from managedloop import ToolResult, TurnResult, telemetry
 
 
 def _metric_names(reader: InMemoryMetricReader) -> list[str]:
@@ -35,14 +35,16 @@ def test_spans_started_before_instrument_are_not_ended() -> None:
     meters = MeterProvider(metric_readers=[reader])
 
     async def body() -> None:
+        # As the session emits them: session.request with a context manager, its turns and
+        # tool calls with open_span/close_span and their results.
         with telemetry.span("session.request", {"agent": "a", "provider": "local"}):
-            with (
-                telemetry.span("session.turn", {"model": "m", "provider": "local"}),
-                telemetry.span("tool", {"tool": "t", "provider": "local"}),
-            ):
-                managedloop.otel.instrument(provider, meter_provider=meters)
-            with telemetry.span("session.turn", {"model": "m", "provider": "local"}) as x:
-                x["stop_reason"] = "stop"
+            turn = telemetry.open_span("session.turn", {"model": "m", "provider": "local"})
+            tool = telemetry.open_span("tool", {"tool": "t", "provider": "local"})
+            managedloop.otel.instrument(provider, meter_provider=meters)
+            telemetry.close_span(tool, ToolResult(tool_use_id="c", text="ok"))
+            telemetry.close_span(turn, TurnResult(stop_reason="tool_calls"))
+            turn = telemetry.open_span("session.turn", {"model": "m", "provider": "local"})
+            telemetry.close_span(turn, TurnResult(stop_reason="stop"))
             assert [s.name for s in exporter.get_finished_spans()] == ["chat m"]
 
     try:

@@ -98,9 +98,11 @@ def test_invented_tool_names_cannot_grow_the_metrics_without_bound(otel: Otel) -
     the tool-duration metric records new ones as ``_OTHER`` (the SDK keeps a series per
     attribute set, without a limit); the spans keep every name."""
     names = [f"invented_{i}" for i in range(1005)]
-    for name in names:
-        with telemetry.span("tool", {"tool": name, "tool_use_id": "c", "provider": "local"}):
-            pass
+    for name in names:  # as the session emits a tool call's span
+        opened = telemetry.open_span(
+            "tool", {"tool": name, "tool_use_id": "c", "provider": "local"}
+        )
+        telemetry.close_span(opened, ml.ToolResult(tool_use_id="c", text="ok"))
     points = otel.metrics()["managedloop.tool.duration"]
     by_name = {p.attributes["gen_ai.tool.name"]: p.count for p in points}
     assert len(by_name) == 1001

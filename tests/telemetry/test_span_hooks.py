@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+import managedloop as ml
 from managedloop import telemetry
 
 
@@ -78,3 +79,81 @@ def test_what_a_hook_raises_is_logged(caplog: pytest.LogCaptureFixture) -> None:
 def test_an_unknown_span_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown telemetry span"):
         telemetry.attach_span("nope", lambda *_: None, lambda *_: None)
+
+
+def test_open_and_close_span_hand_a_lone_hook_the_result_itself() -> None:
+    """The session's turns and tool calls: open_span/close_span; a lone hook gets the
+    body's result object (no stop dict is built: ``fields`` is not called), ``None`` and
+    the exception on a failure; a start returning ``None`` gets no stop."""
+    seen: list[Any] = []
+    fields_calls: list[Any] = []
+    result = ml.ToolResult(tool_use_id="c", text="ok")
+
+    def fields(stop: Any) -> dict[str, Any]:
+        fields_calls.append(stop)
+        return {"is_error": False}
+
+    states = iter(["one", "two", None])
+    handle = telemetry.attach_span(
+        "tool",
+        lambda meta, tags: next(states),
+        lambda state, seconds, stop, exc: seen.append((state, seconds >= 0, stop, exc)),
+    )
+    try:
+        telemetry.close_span(telemetry.open_span("tool", {"tool": "t"}), result, None, fields)
+        failure = KeyError("x")
+        telemetry.close_span(telemetry.open_span("tool", {"tool": "t"}), None, failure, fields)
+        opened = telemetry.open_span("tool", {"tool": "t"})
+        assert opened is None  # the start said to skip it
+        telemetry.close_span(opened, result, None, fields)
+    finally:
+        telemetry.detach(handle)
+    assert seen == [("one", True, result, None), ("two", True, None, failure)]
+    assert fields_calls == []
+
+
+def test_listeners_of_an_open_span_get_its_stop_fields_and_hooks_the_result() -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+    stops: list[Any] = []
+    result = ml.ToolResult(tool_use_id="c", text="ok")
+    listener = telemetry.attach(lambda name, _m, meta: events.append((name, dict(meta))))
+    hook = telemetry.attach_span(
+        "tool", lambda _m, _t: "s", lambda s, _d, stop, _e: stops.append(stop)
+    )
+    try:
+        with telemetry.session_scope({"provider": "local"}):
+            opened = telemetry.open_span("tool", {"tool": "t"})
+            telemetry.close_span(opened, result, None, lambda r: {"is_error": r.is_error})
+            opened = telemetry.open_span("tool", {"tool": "u"})
+            telemetry.close_span(opened, None, ValueError("no"), lambda r: {"is_error": r.is_error})
+    finally:
+        telemetry.detach(listener)
+        telemetry.detach(hook)
+    assert stops == [result, None]
+    assert [name for name, _ in events] == [
+        "managedloop.tool.start",
+        "managedloop.tool.stop",
+        "managedloop.tool.start",
+        "managedloop.tool.exception",
+    ]
+    assert events[1][1] == {"provider": "local", "tool": "t", "is_error": False}
+    assert events[3][1] == {"provider": "local", "tool": "u", "kind": "ValueError", "code": None}
+
+
+def test_a_lone_hook_that_raises_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(*_a: Any) -> Any:
+        raise RuntimeError("broke")
+
+    handle = telemetry.attach_span("tool", lambda _m, _t: "s", broken)
+    try:
+        with caplog.at_level(logging.ERROR, "managedloop.telemetry"):
+            telemetry.close_span(telemetry.open_span("tool", {}), None)
+        starting = telemetry.attach_span("session.turn", broken, broken)
+        try:
+            with caplog.at_level(logging.ERROR, "managedloop.telemetry"):
+                assert telemetry.open_span("session.turn", {}) is None
+        finally:
+            telemetry.detach(starting)
+    finally:
+        telemetry.detach(handle)
+    assert sum("span hook" in r.getMessage() for r in caplog.records) == 2

@@ -140,6 +140,8 @@ def _event_type(event: Any) -> str | None:
 class Driver:
     """Drives requests on one open connection."""
 
+    _turn_meta: dict[str, Any] | None = None  # a traced turn's metadata (_traced_turn)
+
     def __init__(self, prepared: Prepared, conn: Connection) -> None:
         self.p = prepared
         self.conn = conn
@@ -246,28 +248,31 @@ class Driver:
             telemetry.emit("stream.event", None, meta, caller=self.p.caller)
 
     async def _traced_turn(self, input: TurnInput) -> TurnResult:
-        content = telemetry.capture_content()
-        meta = {
-            "turn": self.machine.turns,
-            "model": self.model,
-            "gen_ai_provider": self.gen_ai_provider,
-            "provider": self.p.provider.name,
-            "session_id": self.conn.session_id,
-        }
-        if content:
-            meta["input"] = _input_content(input)
-        # The span is current while the host does its I/O, so a listener that makes it the
+        # The turn's metadata, built once per session and reused (a span hears a merged
+        # copy, a span hook must not keep it): only the turn and a reconnect's id change.
+        meta = self._turn_meta
+        session_id = self.conn.session_id
+        if meta is None or meta["session_id"] != session_id:
+            meta = self._turn_meta = {
+                "turn": 0,
+                "model": self.model,
+                "gen_ai_provider": self.gen_ai_provider,
+                "provider": self.p.provider.name,
+                "session_id": session_id,
+            }
+        meta["turn"] = self.machine.turns
+        if telemetry.capture_content():
+            meta = {**meta, "input": _input_content(input)}  # the input is not kept
+        # The span is current while the host does its I/O, so a hook that makes it the
         # current trace span (managedloop.otel) parents the host's HTTP requests under it.
-        with telemetry.span("session.turn", meta) as extra:
+        # open_span/close_span, not ``with telemetry.span``: two calls per turn, not three.
+        opened = telemetry.open_span("session.turn", meta)
+        try:
             result = await self._turn(input)
-            extra.update(_turn_stop(result))
-            if content:
-                extra["output"] = result.text
-                if result.custom_tool_uses:  # what the model asked for, with the text
-                    extra["tool_calls"] = [
-                        {"id": u.id, "name": u.name, "arguments": u.input}
-                        for u in result.custom_tool_uses
-                    ]
+        except BaseException as exc:
+            telemetry.close_span(opened, None, exc)
+            raise
+        telemetry.close_span(opened, result, None, _turn_stop)  # _turn_stop: for listeners
         return result
 
     def _ids(self) -> dict[str, Any]:
@@ -738,19 +743,40 @@ def _request_stop(result: SessionResult) -> dict[str, Any]:
 
 
 def _turn_stop(result: TurnResult) -> dict[str, Any]:
+    """A turn's stop metadata (``telemetry.TABLE``), for the listeners of its span (a span
+    hook reads the TurnResult), in one dict. ``_value_``: the enum's value without its
+    descriptor call."""
     usage = result.usage
-    return {
-        "terminal": result.terminal.value,
-        "stop_reason": result.stop_reason,
-        "tool_use_count": len(result.custom_tool_uses),
-        **_usage_fields(usage),
-    }
+    uses = result.custom_tool_uses
+    if usage is None:
+        stop: dict[str, Any] = {
+            "terminal": result.terminal._value_,
+            "stop_reason": result.stop_reason,
+            "tool_use_count": len(uses),
+            **_NO_USAGE,
+        }
+    else:
+        stop = {
+            "terminal": result.terminal._value_,
+            "stop_reason": result.stop_reason,
+            "tool_use_count": len(uses),
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cache_read_input_tokens": usage.cache_read_input_tokens,
+            "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+            "cost_usd": usage.cost_usd,
+        }
+    if telemetry.capture_content():
+        stop["output"] = result.text
+        if uses:  # what the model asked for, with the text
+            stop["tool_calls"] = [{"id": u.id, "name": u.name, "arguments": u.input} for u in uses]
+    return stop
 
 
 def _usage_fields(usage: Usage | None) -> dict[str, Any]:
     """The usage keys of a request's or turn's stop event (``telemetry.TABLE``)."""
     if usage is None:
-        return dict.fromkeys(_USAGE_KEYS)
+        return dict(_NO_USAGE)
     return {
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
@@ -767,6 +793,7 @@ _USAGE_KEYS = (
     "cache_creation_input_tokens",
     "cost_usd",
 )
+_NO_USAGE = dict.fromkeys(_USAGE_KEYS)
 
 
 def _input_content(input: TurnInput) -> Any:
