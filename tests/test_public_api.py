@@ -107,6 +107,7 @@ HOSTS = [
     "RawInput",
     "Terminal",
     "TextDelta",
+    "ToolInputDelta",
     "ToolResult",
     "ToolResults",
     "ToolUse",
