@@ -296,6 +296,20 @@ async def bare_anyio_run() -> None:
         await asyncio.sleep(0)
 
 
+async def bare_hop_run() -> None:
+    """Not a floor, a diagnosis: the same loop hopping the way a default tool does now
+    (``managedloop._threads.run_sync``, ``Toolset``'s call)."""
+    from managedloop._threads import run_sync
+
+    history: list[dict[str, Any]] = []
+    for raw in _REPLIES_B:
+        c = json.loads(raw)
+        history.append({"role": "assistant", "tool_calls": [c]})
+        text = await run_sync(get_weather, c["arguments"])
+        history.append({"role": "tool", "content": text})
+        await asyncio.sleep(0)
+
+
 # Built once, like the other loops' agents and models: steps are immutable data, and each
 # run gets a fresh ScriptedChatModel (its own ids and request record).
 SCRIPT_B = script(TOOL_CALLS)
