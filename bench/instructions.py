@@ -9,9 +9,10 @@ default ``inline``):
 
 * per tool call (a round is one 20-call conversation): ``inline``, ``async``, ``default``
   (``ml.run`` with that kind of tool) and (b)'s floors ``bare``, ``bare_async``,
-  ``bare_to_thread``, plus ``bare_anyio`` (the bare loop hopping the way a default tool
-  does); and parts of ``inline``, each alone: ``scripted_model`` (the scripted model
-  answering the conversation's requests), ``tool_call`` (``run_one_call`` on the
+  ``bare_to_thread``, plus ``bare_hop`` (the bare loop hopping the way a default tool
+  does, ``managedloop._threads``) and ``bare_anyio`` (the way it did before, anyio's
+  ``to_thread.run_sync``); and parts of ``inline``, each alone: ``scripted_model`` (the
+  scripted model answering the conversation's requests), ``tool_call`` (``run_one_call`` on the
   ``Toolset``: validation, the call, the result) and ``tool_input`` (the validation alone);
 * per run (a round is 10 runs or calls; issue 24's measure, load-independent):
   ``output_plain`` (``bench.output``'s plain one-turn run), ``output_typed`` (the same
