@@ -521,7 +521,7 @@ def _print_c(rows: list[dict[str, Any]]) -> None:
             f"{row['kib_per_session']:5.1f} KiB/session  {row['tracked_per_session']:5.1f} "
             f"tracked/session  failed {row['failed']}  gc: {row['gc_full']} full "
             f"{row['gc_full_s']:.2f} s, young {row['gc_young_s']:.2f} s  accept-queue "
-            f"overflows {row['overflows']}"
+            f"overflows {row['overflows']}" + (f"  errors {row['errors']}" if row["failed"] else "")
         )
 
 
