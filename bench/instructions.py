@@ -9,9 +9,10 @@ default ``inline``):
 
 * per tool call (a round is one 20-call conversation): ``inline``, ``async``, ``default``
   (``ml.run`` with that kind of tool) and (b)'s floors ``bare``, ``bare_async``,
-  ``bare_to_thread``, plus ``bare_anyio`` (the bare loop hopping the way a default tool
-  does); and parts of ``inline``, each alone: ``scripted_model`` (the scripted model
-  answering the conversation's requests), ``tool_call`` (``run_one_call`` on the
+  ``bare_to_thread``, plus ``bare_hop`` (the bare loop hopping the way a default tool
+  does, ``managedloop._threads``) and ``bare_anyio`` (the way it did before, anyio's
+  ``to_thread.run_sync``); and parts of ``inline``, each alone: ``scripted_model`` (the
+  scripted model answering the conversation's requests), ``tool_call`` (``run_one_call`` on the
   ``Toolset``: validation, the call, the result) and ``tool_input`` (the validation alone);
 * per run (a round is 10 runs or calls; issue 24's measure, load-independent):
   ``output_plain`` (``bench.output``'s plain one-turn run), ``output_typed`` (the same
@@ -44,6 +45,7 @@ from bench.local import (
     TOOL_CALLS,
     bare_anyio_run,
     bare_async_run,
+    bare_hop_run,
     bare_inprocess_run,
     bare_to_thread_run,
     ours_runner,
@@ -162,6 +164,7 @@ LOOPS: dict[str, tuple[Callable[[], Callable[[], Awaitable[None]]], int, str]] =
     "bare_async": (lambda: bare_async_run, TOOL_CALLS, "tool call"),
     "bare_to_thread": (lambda: bare_to_thread_run, TOOL_CALLS, "tool call"),
     "bare_anyio": (lambda: bare_anyio_run, TOOL_CALLS, "tool call"),
+    "bare_hop": (lambda: bare_hop_run, TOOL_CALLS, "tool call"),
     "inline_nogc": (_without_gc, TOOL_CALLS, "tool call"),
     "scripted_model": (_scripted_model, TOOL_CALLS, "tool call"),
     "tool_call": (lambda: _tool_calls(False), TOOL_CALLS, "tool call"),

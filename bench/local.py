@@ -17,7 +17,8 @@ Every ratio is against a baseline measured in this same run.
     a loop awaiting the same function, an ``inline=True`` sync tool vs a loop calling it,
     a default sync tool (run in a worker thread) vs a loop running it through
     ``asyncio.to_thread``. Also timed: the bare loop hopping the way a default tool does
-    (``anyio.to_thread.run_sync``), pydantic-ai (``FunctionModel``, ``tool_plain``) and the
+    (``managedloop._threads.run_sync``) and the way it did before (anyio's
+    ``to_thread.run_sync``), pydantic-ai (``FunctionModel``, ``tool_plain``) and the
     OpenAI Agents SDK (``Runner.run`` with a fake ``Model``, ``function_tool``), sync tools
     there. The loops interleave, in alternating order; each is timed over a block of
     consecutive conversations (~50 ms, after an untimed one); medians of the blocks.
@@ -283,8 +284,9 @@ async def bare_to_thread_run() -> None:
 
 
 async def bare_anyio_run() -> None:
-    """Not a floor, a diagnosis: the same loop hopping the way a default tool does
-    (``anyio.to_thread.run_sync(..., abandon_on_cancel=True)``, ``Toolset``'s call)."""
+    """Not a floor, a diagnosis: the same loop hopping the way a default tool did before
+    its own hop (``anyio.to_thread.run_sync(..., abandon_on_cancel=True)``; on trio it
+    still does)."""
     history: list[dict[str, Any]] = []
     for raw in _REPLIES_B:
         c = json.loads(raw)
@@ -292,6 +294,20 @@ async def bare_anyio_run() -> None:
         text = await anyio.to_thread.run_sync(
             functools.partial(get_weather, **c["arguments"]), abandon_on_cancel=True
         )
+        history.append({"role": "tool", "content": text})
+        await asyncio.sleep(0)
+
+
+async def bare_hop_run() -> None:
+    """Not a floor, a diagnosis: the same loop hopping the way a default tool does
+    (``managedloop._threads.run_sync``, ``Toolset``'s call on asyncio)."""
+    from managedloop._threads import run_sync
+
+    history: list[dict[str, Any]] = []
+    for raw in _REPLIES_B:
+        c = json.loads(raw)
+        history.append({"role": "assistant", "tool_calls": [c]})
+        text = await run_sync(get_weather, c["arguments"])
         history.append({"role": "tool", "content": text})
         await asyncio.sleep(0)
 
@@ -412,6 +428,7 @@ async def bench_b() -> dict[str, float]:
         "bare_async": bare_async_run,
         "bare_to_thread": bare_to_thread_run,
         "bare_anyio": bare_anyio_run,
+        "bare_hop": bare_hop_run,
         "managedloop_inline": ours_runner("inline"),
         "managedloop_async": ours_runner("async"),
         "managedloop_default": ours_runner("default"),
@@ -452,6 +469,7 @@ async def bench_b() -> dict[str, float]:
         out[f"{kind}_ratio"] = us[ours] / us[floor]
         out[f"{kind}_cpu_ratio"] = out[f"{ours}_cpu_us"] / out[f"{floor}_cpu_us"]
     out["anyio_ratio"] = us["bare_anyio"] / us["bare_to_thread"]
+    out["hop_ratio"] = us["bare_hop"] / us["bare_to_thread"]
     out["vs_pydantic_ai"] = us["pydantic_ai"] / us["managedloop_default"]
     out["vs_openai_agents"] = us["openai_agents"] / us["managedloop_default"]
     return out
@@ -503,7 +521,7 @@ def _print_c(rows: list[dict[str, Any]]) -> None:
             f"{row['kib_per_session']:5.1f} KiB/session  {row['tracked_per_session']:5.1f} "
             f"tracked/session  failed {row['failed']}  gc: {row['gc_full']} full "
             f"{row['gc_full_s']:.2f} s, young {row['gc_young_s']:.2f} s  accept-queue "
-            f"overflows {row['overflows']}"
+            f"overflows {row['overflows']}" + (f"  errors {row['errors']}" if row["failed"] else "")
         )
 
 
@@ -594,9 +612,10 @@ def print_b(b: dict[str, float]) -> None:
             f"{b[kind + '_cpu_ratio']:.2f}x"
         )
     print(
-        f"    the hop a default tool makes (anyio.to_thread.run_sync) in the bare loop: "
-        f"{b['bare_anyio_us']:.1f} µs, {b['anyio_ratio']:.2f}x asyncio.to_thread's "
-        f"(CPU {b['bare_anyio_cpu_us']:.1f} vs {b['bare_to_thread_cpu_us']:.1f} µs)"
+        f"    the hop a default tool makes (managedloop._threads.run_sync) in the bare loop: "
+        f"{b['bare_hop_us']:.1f} µs, {b['hop_ratio']:.2f}x asyncio.to_thread's "
+        f"(CPU {b['bare_hop_cpu_us']:.1f} vs {b['bare_to_thread_cpu_us']:.1f} µs); "
+        f"anyio.to_thread.run_sync's {b['bare_anyio_us']:.1f} µs, {b['anyio_ratio']:.2f}x"
     )
     print(
         f"    pydantic-ai {b['pydantic_ai_us']:.0f} µs, OpenAI Agents SDK "

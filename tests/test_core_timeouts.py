@@ -16,11 +16,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
-import anyio.to_thread
 import pytest
 
 import managedloop as ml
 from fakes import FakeHost, stop, text, tool
+from managedloop import _threads
 from managedloop.handler import run_tool_calls
 from managedloop.results import SessionInfo, ToolUse
 
@@ -147,10 +147,12 @@ def test_run_sync_returns_while_a_sync_tool_never_does(stuck: Stuck) -> None:
     assert stuck.still_blocked()  # the event loop closed without waiting for the thread
 
 
-async def test_an_abandoned_thread_gives_its_limiter_token_back(stuck: Stuck) -> None:
-    # One token in this test's event loop: if the stuck thread kept it, the second call
-    # would wait for it and time out as well.
-    anyio.to_thread.current_default_thread_limiter().total_tokens = 1
+async def test_an_abandoned_thread_gives_its_slot_back(
+    stuck: Stuck, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One tool thread at a time: if the stuck thread kept its slot, the second call would
+    # wait for it and time out as well.
+    monkeypatch.setattr(_threads, "LIMIT", 1)
 
     @ml.tool
     def quick() -> str:

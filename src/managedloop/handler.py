@@ -36,15 +36,15 @@ Timeouts (the session's ``tool_timeout``, a tool's ``@tool(timeout=...)``, and a
 timeout around the whole request) end a call *on time*, whatever the tool does:
 
 * an async tool is cancelled;
-* a sync tool runs in a worker thread (``anyio.to_thread.run_sync`` with
+* a sync tool runs in a worker thread (on asyncio :mod:`managedloop._threads`, at most 40
+  calls at once per event loop; elsewhere ``anyio.to_thread.run_sync`` with
   ``abandon_on_cancel=True``): on a timeout the call is answered at once and the thread is
   **abandoned, never awaited** -- Python cannot stop a thread, so the function keeps running
-  until it returns and its late return value is discarded. On asyncio an abandoned thread
-  gives its token back to anyio's default thread limiter at once (so a stuck tool cannot
-  starve later tool calls or the hosts' own thread work of tokens), but it still occupies a
-  thread outside the limiter's count, and anyio's worker threads are not daemons: a
-  function that never returns keeps the interpreter from exiting normally. Tools that can
-  block forever should bound their own I/O;
+  until it returns and its late return value is discarded. An abandoned call gives its
+  slot back at once (so a stuck tool cannot starve later tool calls), but its thread still
+  runs outside the count, and the worker threads are not daemons: a function that never
+  returns keeps the interpreter from exiting normally. Tools that can block forever should
+  bound their own I/O; one may poll ``anyio.from_thread.check_cancelled()``;
 * the timed-out call's result is ``"tool 'name' timed out after Ns"``, naming the bound
   that fired (the tool's own or the session's);
 * a sync function on the event loop (an ``inline=True`` tool, or a handler whose own

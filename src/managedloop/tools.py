@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, get_type_hints, overload
 
 import anyio
-import anyio.to_thread
 
 from managedloop._loops import syncify
+from managedloop._threads import run_sync as run_in_thread
 from managedloop._tool_failures import ToolTimeoutError, UnknownToolError
 from managedloop.errors import ToolDefinitionError, ToolError
 from managedloop.results import SessionInfo, ToolResult
@@ -646,12 +646,10 @@ class Toolset:
         elif t.inline:
             return t.function(**kwargs)
         else:
-            # abandon_on_cancel: a timeout (the tool's, the session's or the run's) answers
-            # at once and leaves a stuck thread behind instead of waiting for it (see
+            # A timeout (the tool's, the session's or the run's) answers at once and
+            # leaves a stuck thread behind instead of waiting for it (managedloop._threads;
             # managedloop.handler on what an abandoned thread still holds).
-            coro = anyio.to_thread.run_sync(
-                functools.partial(t.function, **kwargs), abandon_on_cancel=True
-            )
+            coro = run_in_thread(t.function, kwargs)
         if t.timeout is None:
             return await coro
         with anyio.move_on_after(t.timeout):

@@ -28,6 +28,8 @@ from typing import TypeVar
 
 import anyio
 
+from managedloop._threads import THREAD_NAME
+
 __all__ = ["GRACE", "exit_now_if_threads_remain", "run_interruptibly", "tool_threads"]
 
 T = TypeVar("T")
@@ -35,7 +37,9 @@ T = TypeVar("T")
 # without it: long enough for a tool that checks for cancellation, short enough that the
 # person who pressed Ctrl-C does not wait.
 GRACE = 0.5
-_WORKER = "AnyIO worker thread"  # anyio's name for its to_thread workers
+# The names of the threads a sync tool runs in: managedloop's own on asyncio, anyio's
+# to_thread workers on another event loop (trio).
+_WORKERS = frozenset({THREAD_NAME, "AnyIO worker thread"})
 EXIT_INTERRUPTED = 130
 
 
@@ -84,7 +88,7 @@ def run_interruptibly(fn: Callable[[], Awaitable[T]]) -> tuple[T | None, bool]:
 
 def tool_threads() -> list[threading.Thread]:
     """The worker threads still running a sync tool."""
-    return [t for t in threading.enumerate() if t.name == _WORKER and t.is_alive()]
+    return [t for t in threading.enumerate() if t.name in _WORKERS and t.is_alive()]
 
 
 def exit_now_if_threads_remain(code: int, grace: float = GRACE) -> int:
