@@ -230,28 +230,27 @@ class OutputPlan:
         at once (no coroutine: a plan without validators needs no await)."""
         if input_error is not None:
             return None, [{"loc": [], "msg": input_error, "type": "invalid_json"}]
+        # One frame: this is the whole of what validating costs above pydantic's own call
+        # (bench.instructions check_tool / check_text).
+        derived = self._type
         try:
-            return self._validate(payload), None
+            if self.strategy == "tool":
+                if derived.wrapped:
+                    if not isinstance(payload, dict) or _WRAP not in payload:
+                        raise ValueError(f"the output goes in the {_WRAP!r} property")
+                    payload = payload[_WRAP]
+                return derived.validate_python(payload), None
+            if type(payload) is not str:
+                raise ValueError("the answer has no text")
+            text = payload if payload[:1] == "{" else _unfence(payload)  # compact JSON as is
+            if self.strategy == "native" and derived.wrapped:
+                data = json.loads(text)
+                if not isinstance(data, dict) or _WRAP not in data:
+                    raise ValueError(f"the output goes in the {_WRAP!r} property")
+                return derived.validate_python(data[_WRAP]), None
+            return derived.validate_json(text), None
         except ValueError as exc:  # pydantic's ValidationError is one
             return None, _errors(exc)
-
-    def _validate(self, payload: Any) -> Any:
-        derived = self._type
-        if self.strategy == "tool":
-            if derived.wrapped:
-                if not isinstance(payload, dict) or _WRAP not in payload:
-                    raise ValueError(f"the output goes in the {_WRAP!r} property")
-                payload = payload[_WRAP]
-            return derived.validate_python(payload)
-        if type(payload) is not str:
-            raise ValueError("the answer has no text")
-        text = payload if payload[:1] == "{" else _unfence(payload)  # compact JSON as is
-        if self.strategy == "native" and derived.wrapped:
-            data = json.loads(text)
-            if not isinstance(data, dict) or _WRAP not in data:
-                raise ValueError(f"the output goes in the {_WRAP!r} property")
-            return derived.validate_python(data[_WRAP])
-        return derived.validate_json(text)
 
     def host_spec(self, spec: AgentSpec, provider: Any) -> AgentSpec:
         """The copy of ``spec`` the host is given (see the module docstring)."""
