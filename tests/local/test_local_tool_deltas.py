@@ -94,6 +94,7 @@ def test_no_callback_no_deltas_and_the_fold_is_unchanged() -> None:
 @pytest.mark.parametrize("names", ["once", "every_chunk", "split"])
 def test_the_emulators_chunks_are_openai_chat_completion_chunks(names: str) -> None:
     from openai.types.chat import ChatCompletionChunk as chunk_type  # the dev extra's judge
+
     message = _message(("call_abcdef", "get_weather"))
     usage = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
     frames = sse_chunks(
