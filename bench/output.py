@@ -11,9 +11,10 @@ Two measurements, each against a baseline taken in the same run:
   alternately, one session each in turn, so the load of a shared machine falls on both
   alike; the figure is the difference of the medians, in multiples of ``validate_python``
   (``validate_json`` of the text, which the typed run does, is printed beside it). The
-  validation step alone (``OutputPlan.check``: of the output tool's input under the tool
-  strategy, against ``validate_python``; of the answer's text under the text strategy,
-  against ``validate_json``) is timed too.
+  validation step alone (``OutputPlan.validated``, what the driver calls when there are no
+  ``output_validator`` functions: of the output tool's input under the tool strategy,
+  against ``validate_python``; of the answer's text under the text strategy, against
+  ``validate_json``) is timed too.
 * **the real model** (``python -m bench output llama``, needs ``managedloop[local-model]``):
   SmolLM2-135M behind ``python -m llama_cpp.server`` (``chatml-function-calling``,
   ``Local(profile="llama.cpp")``) answers a simple schema (:class:`Capital`) in 10 seeded
@@ -118,10 +119,10 @@ def validation_cost() -> None:
             typed.append(pc() - start)
         return plain, typed
 
-    async def checks(plan: Any, payload: Any) -> float:
+    def checks(plan: Any, payload: Any) -> float:
         start = pc()
         for _ in range(CALLS):
-            await plan.check(payload)
+            plan.validated(payload)
         return (pc() - start) / CALLS
 
     def calls(fn: Any) -> float:
@@ -133,8 +134,8 @@ def validation_cost() -> None:
     plain, typed = asyncio.run(sessions())
     py = min(calls(lambda: adapter.validate_python(PAYLOAD)) for _ in range(ROUNDS))
     js = min(calls(lambda: adapter.validate_json(text)) for _ in range(ROUNDS))
-    check = min(asyncio.run(checks(tool_plan, PAYLOAD)) for _ in range(ROUNDS))
-    check_text = min(asyncio.run(checks(text_plan, text)) for _ in range(ROUNDS))
+    check = min(checks(tool_plan, PAYLOAD) for _ in range(ROUNDS))
+    check_text = min(checks(text_plan, text) for _ in range(ROUNDS))
     p, t = statistics.median(plain), statistics.median(typed)
     print(f"TypeAdapter.validate_python   {py * 1e6:8.2f} us  (the baseline)")
     print(f"TypeAdapter.validate_json     {js * 1e6:8.2f} us  = {js / py:.2f}x")
