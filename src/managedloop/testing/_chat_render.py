@@ -17,7 +17,6 @@ Invariants:
 from __future__ import annotations
 
 import json
-import operator
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
@@ -120,7 +119,6 @@ def _snapshot_record(  # noqa: PLR0917 (positional: a partial per scripted turn)
 
 
 _UNSEEN: Any = object()  # no system message read yet
-_role = operator.methodcaller("get", "role")
 
 
 class HistoryReader:
@@ -166,11 +164,12 @@ class HistoryReader:
         turn, system = self._turn, self._system
         read = self._read
         if read < length:
-            new = messages[read:] if read else messages
-            roles = list(map(_role, new))  # in C: no Python step per message
-            turn += roles.count("assistant")
-            if system is _UNSEEN and "system" in roles:
-                system = text_of(new[roles.index("system")].get("content"))
+            for m in messages[read:] if read else messages:
+                role = m.get("role")
+                if role == "assistant":
+                    turn += 1
+                elif role == "system" and system is _UNSEEN:
+                    system = text_of(m.get("content"))
             self._read, self._turn, self._system = length, turn, system
         # The snapshot is the history's first ``length`` messages, sliced when the record
         # is built: an append-only history keeps them, so a request copies nothing.
