@@ -267,3 +267,83 @@ def test_a_tool_calls_arguments_are_its_input_as_compact_json_encoded_once() -> 
     assert repr(tc) == before
     assert tc == ToolCall(name="get_weather", input={"city": "Zürich", "days": [1, 2]})
     assert dataclasses.replace(tc, input={"city": "Bern"}).arguments == '{"city":"Bern"}'
+
+
+def test_a_reply_renders_fresh_objects_from_parts_worked_out_once() -> None:
+    """render_completion keeps a reply's Chat Completions parts on the reply (invisible to
+    ``==`` and ``repr``) and builds fresh objects from them each time: a caller changing
+    one rendering changes no other, and each play mints its own ids for calls without
+    one (a given id stays); server-side calls never reach a chat endpoint."""
+    import dataclasses
+
+    from managedloop.testing._chat_render import render_completion
+
+    agent = ScriptedAgent([])
+    reply = Reply(
+        text="checking",
+        tool_calls=[
+            ToolCall(name="get_weather", input={"city": "Paris"}),
+            ToolCall(name="lookup", input={}, id="given"),
+            ToolCall(name="web_search", server=True),
+        ],
+        usage=(7, 3),
+    )
+    before = repr(reply)
+    first, finish, usage = render_completion(reply, agent, "m")
+    assert repr(reply) == before
+    assert reply == dataclasses.replace(reply)
+    assert (first, finish, usage) == (
+        {
+            "role": "assistant",
+            "content": "checking",
+            "tool_calls": [
+                {
+                    "id": "call_0001",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                },
+                {
+                    "id": "given",
+                    "type": "function",
+                    "function": {"name": "lookup", "arguments": "{}"},
+                },
+            ],
+        },
+        "tool_calls",
+        {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
+    )
+    assert usage is not None
+    first["tool_calls"][0]["function"]["name"] = "changed"
+    first["tool_calls"].append({})
+    first["content"] = "changed"
+    usage["prompt_tokens"] = 0
+    second, _, usage2 = render_completion(reply, agent, "m")
+    assert second["content"] == "checking"
+    assert [c["id"] for c in second["tool_calls"]] == ["call_0002", "given"]
+    assert second["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert usage2 == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+    assert render_completion(Reply(usage=None, stop_reason="length"), agent, "m") == (
+        {"role": "assistant", "content": None},
+        "length",
+        None,
+    )
+
+
+@pytest.mark.anyio
+async def test_scripted_chat_model_records_after_the_list_was_cleared() -> None:
+    """``requests`` builds every record still unbuilt, wherever it is in the list: a test
+    may clear the list it was given (``emu.agent.requests.clear()``) and play on."""
+    from managedloop.providers.local import ChatRequest, History
+    from managedloop.testing import ScriptedChatModel
+
+    model = ScriptedChatModel([say("one"), say("two"), say("three")])
+    history = History([{"role": "user", "content": "a"}])
+    for text in ("b", "c"):
+        response = await model(ChatRequest(model="m", messages=history))
+        history.append(dict(response.message))
+        history.append({"role": "user", "content": text})
+    assert [r.user_text for r in model.requests] == ["a", "b"]
+    model.requests.clear()
+    await model(ChatRequest(model="m", messages=history))
+    assert [(r.turn, r.user_text) for r in model.requests] == [(2, "c")]
+    assert all(isinstance(r, ModelRequest) for r in model.requests)

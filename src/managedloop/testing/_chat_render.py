@@ -106,6 +106,18 @@ def _record(
     return make_model_request(turn, tools, user_text, results, messages, system, model)
 
 
+def _snapshot_record(  # noqa: PLR0917 (positional: a partial per scripted turn)
+    history: History,
+    length: int,
+    turn: int,
+    system: str | None,
+    tools: Sequence[ToolDefinition],
+    model: Any,
+) -> ModelRequest:
+    """:func:`_record` of the first ``length`` messages of an append-only history."""
+    return _record(history[:length], turn, system, tools, model)
+
+
 _UNSEEN: Any = object()  # no system message read yet
 
 
@@ -117,8 +129,10 @@ class HistoryReader:
     facts about the whole history; re-reading the whole history every turn made each
     turn's cost grow with the conversation. A ``History`` only grows by ``append`` (the
     connection's contract, which its encoding cache relies on too), so what was read
-    stays true and only the new messages are read. Any other sequence, another history,
-    or one shorter than what was read is read whole, as :func:`model_request` does.
+    stays true and only the new messages are read, and a request's record is built (when
+    a test reads it) from the history's first messages, as many as the request held,
+    instead of a copy per request. Any other sequence, another history, or one shorter
+    than what was read is read whole, as :func:`model_request` does.
     """
 
     __slots__ = ("_history", "_read", "_system", "_turn")
@@ -138,25 +152,36 @@ class HistoryReader:
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[ToolDefinition], model: Any
     ) -> tuple[int, Callable[[], ModelRequest]]:
         """The step index of the request, and a function that builds its record from a
-        snapshot of ``messages`` taken now (see :meth:`ScriptedAgent.play
+        snapshot of ``messages`` as they are now (see :meth:`ScriptedAgent.play
         <managedloop.testing.script.ScriptedAgent.play>`: most records are built only when
         a test reads them)."""
         if type(messages) is not History:
             record = model_request({"model": model, "messages": messages}, tools)
             return record.turn, lambda: record
-        if messages is not self._history or len(messages) < self._read:
+        length = len(messages)
+        if messages is not self._history or length < self._read:
             self._history, self._read, self._turn, self._system = messages, 0, 0, _UNSEEN
+        turn, system = self._turn, self._system
         read = self._read
-        if read < len(messages):
+        if read < length:
             for m in messages[read:] if read else messages:
                 role = m.get("role")
                 if role == "assistant":
-                    self._turn += 1
-                elif role == "system" and self._system is _UNSEEN:
-                    self._system = text_of(m.get("content"))
-            self._read = len(messages)
-        system = None if self._system is _UNSEEN else self._system
-        return self._turn, partial(_record, list(messages), self._turn, system, tools, model)
+                    turn += 1
+                elif role == "system" and system is _UNSEEN:
+                    system = text_of(m.get("content"))
+            self._read, self._turn, self._system = length, turn, system
+        # The snapshot is the history's first ``length`` messages, sliced when the record
+        # is built: an append-only history keeps them, so a request copies nothing.
+        return turn, partial(
+            _snapshot_record,
+            messages,
+            length,
+            turn,
+            None if system is _UNSEEN else system,
+            tools,
+            model,
+        )
 
 
 def definitions(tools: Any) -> list[ToolDefinition]:
@@ -202,21 +227,35 @@ def messages_api_request(body: Mapping[str, Any]) -> ModelRequest:
 def render_completion(
     step: Reply, agent: ScriptedAgent, model: str | None
 ) -> tuple[dict[str, Any], str, dict[str, Any] | None]:
-    """(assistant message, finish reason, usage) for a reply."""
-    message: dict[str, Any] = {"role": "assistant", "content": step.text or None}
-    calls = []
-    for tc in step.tool_calls:  # a loop, not a comprehension: no extra frame per turn
-        if not tc.server:  # a chat endpoint has no server-side tools
-            calls.append(
+    """(assistant message, finish reason, usage) for a reply: fresh objects each time (a
+    caller may keep or change them), built from the reply's parts worked out once."""
+    parts = step._chat
+    if parts is None:
+        parts = _chat_parts(step)
+    content, calls, finish, usage = parts
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        rendered = []
+        for call_id, name, arguments in calls:  # a loop: no comprehension frame per turn
+            rendered.append(
                 {
-                    "id": tc.id or agent.mint_id("call_"),
+                    "id": call_id or agent.mint_id("call_"),  # a minted id is per request
                     "type": "function",
-                    "function": {"name": tc.name, "arguments": tc.arguments},
+                    "function": {"name": name, "arguments": arguments},
                 }
             )
-    if calls:
-        message["tool_calls"] = calls
-    finish = step.stop_reason or ("tool_calls" if calls else "stop")
+        message["tool_calls"] = rendered
+    return message, finish, None if usage is None else usage.copy()
+
+
+_ChatParts = tuple[str | None, tuple[tuple[str | None, str, str], ...], str, dict[str, int] | None]
+
+
+def _chat_parts(step: Reply) -> _ChatParts:
+    """What every rendering of ``step`` shares (kept on the reply, see ``Reply._chat``):
+    the content (``None`` when empty), the custom calls as (id or ``None``, name, JSON
+    arguments) (a chat endpoint has no server-side tools), the finish reason, the usage."""
+    calls = tuple((tc.id, tc.name, tc.arguments) for tc in step.tool_calls if not tc.server)
     usage = None
     if step.usage is not None:
         prompt, completion = step.usage
@@ -225,7 +264,10 @@ def render_completion(
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
         }
-    return message, finish, usage
+    finish = step.stop_reason or ("tool_calls" if calls else "stop")
+    parts: _ChatParts = (step.text or None, calls, finish, usage)
+    object.__setattr__(step, "_chat", parts)
+    return parts
 
 
 def completion_body(

@@ -106,15 +106,15 @@ class ScriptedChatModel:
         return f"ScriptedChatModel(steps={len(self.agent.script or ())})"
 
     async def __call__(self, request: ChatRequest) -> ChatResponse:
-        # The record snapshots the messages; the definitions are read once per tools list
-        # (the loop sends the same list every turn), the history only where it grew.
+        # The definitions are read once per tools list (the loop sends the same list every
+        # turn), the history only where it grew; the record is built when a test reads it.
         tools = request.tools
         if tools is not self._tools:
             self._tools, self._definitions = tools, definitions(tools)
+        agent = self.agent
         try:
-            step = self.agent.play(
-                *self._reader.read(request.messages, self._definitions, request.model)
-            )
+            turn, record = self._reader.read(request.messages, self._definitions, request.model)
+            step = agent.play(turn, record)
         except Exception as exc:
             self.errors.append(exc)
             raise
@@ -128,9 +128,8 @@ class ScriptedChatModel:
                 )
             if isinstance(step, Grade):
                 raise UnsupportedError("a chat model cannot grade outcomes (Grade step)")
-        message, finish, usage = render_completion(step, self.agent, request.model)
-        content = message.get("content")
-        if request.on_delta is not None and content:
+        message, finish, usage = render_completion(step, agent, request.model)
+        if request.on_delta is not None and (content := message["content"]):
             for start in range(0, len(content), self.chunk_size):
                 request.on_delta(content[start : start + self.chunk_size])
         if request.on_tool_delta is not None and "tool_calls" in message:

@@ -73,6 +73,10 @@ class Reply:
     """(input tokens, output tokens); ``None`` reports no usage."""
     stop_reason: str | None = None
     """Override the host's natural stop reason (e.g. ``"length"``, ``"max_tokens"``)."""
+    # The reply's Chat Completions parts, worked out when the reply is first played and
+    # kept (testing._chat_render.render_completion): a script is data, played by many
+    # runs, read once like a ToolCall's input (change a step by making a new one).
+    _chat: Any = field(default=None, init=False, repr=False, compare=False)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -223,8 +227,10 @@ class ScriptedAgent:
 
     def __init__(self, script: Sequence[Step] | None = None) -> None:
         self.script: list[Step] | None = list(script) if script is not None else None
+        # Records, or functions that build them (play()'s): a list append is atomic, so
+        # playing takes no lock; ``requests`` builds the functions under the lock, looking
+        # at every item (a test may clear or cut the list it was given).
         self._log: list[ModelRequest | Callable[[], ModelRequest]] = []
-        self._unbuilt = 0  # records play() left to build
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 
@@ -233,17 +239,15 @@ class ScriptedAgent:
         """What the model was sent, one record per step played, in order."""
         with self._lock:
             log = self._log
-            if self._unbuilt:
-                for i, item in enumerate(log):
-                    if not isinstance(item, ModelRequest):
-                        log[i] = item()
-                self._unbuilt = 0
+            for i, item in enumerate(log):
+                if not isinstance(item, ModelRequest):
+                    log[i] = item()
             return cast("list[ModelRequest]", log)  # every item is built now
 
     @requests.setter
     def requests(self, records: list[ModelRequest]) -> None:  # as when it was an attribute
         with self._lock:
-            self._log, self._unbuilt = records, 0  # type: ignore[assignment]
+            self._log = records  # type: ignore[assignment]
 
     # acquire/release rather than ``with``: half the cost, once or twice per model turn.
     def mint_id(self, prefix: str = "call_") -> str:
@@ -256,12 +260,7 @@ class ScriptedAgent:
         return prefix + str(n).zfill(4)  # f"{prefix}{n:04d}" for n >= 1, without a format spec
 
     def next_step(self, request: ModelRequest) -> Reply | Fail | Grade:
-        lock = self._lock
-        lock.acquire()
-        try:
-            self._log.append(request)
-        finally:
-            lock.release()
+        self._log.append(request)
         if self.script is None:
             return self._default(request)
         if request.turn >= len(self.script):
@@ -276,20 +275,14 @@ class ScriptedAgent:
         """:meth:`next_step` for the request at step ``turn`` whose record ``record()``
         builds. A step that reads the request (a callable, or no script) gets it now;
         otherwise it is built when :attr:`requests` is read, so a model turn does not pay
-        for a record no test reads (``record`` must build from a snapshot taken before the
-        call, as :meth:`HistoryReader.read <managedloop.testing._chat_render.HistoryReader.read>`'s
+        for a record no test reads (``record`` must build what the request held at the call,
+        as :meth:`HistoryReader.read <managedloop.testing._chat_render.HistoryReader.read>`'s
         does)."""
         script = self.script
         if script is not None and turn < len(script):
             step = script[turn]
             if not callable(step):  # most steps: the record waits
-                lock = self._lock
-                lock.acquire()
-                try:
-                    self._log.append(record)
-                    self._unbuilt += 1
-                finally:
-                    lock.release()
+                self._log.append(record)
                 return step
         return self.next_step(record())  # the step reads it, or the script ran out
 
