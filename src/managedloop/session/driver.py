@@ -140,7 +140,7 @@ def _event_type(event: Any) -> str | None:
 class Driver:
     """Drives requests on one open connection."""
 
-    _turn_meta: dict[str, Any] | None = None  # a traced turn's metadata (_traced_turn)
+    _turn_meta: dict[str, Any] | None = None  # a traced turn's metadata (_turn_metadata)
 
     def __init__(self, prepared: Prepared, conn: Connection) -> None:
         self.p = prepared
@@ -247,9 +247,10 @@ class Driver:
                     meta["usage"] = usage
             telemetry.emit("stream.event", None, meta, caller=self.p.caller)
 
-    async def _traced_turn(self, input: TurnInput) -> TurnResult:
-        # The turn's metadata, built once per session and reused (a span hears a merged
-        # copy, a span hook must not keep it): only the turn and a reconnect's id change.
+    def _turn_metadata(self, input: TurnInput) -> dict[str, Any]:
+        """A traced turn's span metadata (``session.turn``), built once per session and
+        reused (a span hears a merged copy, a span hook must not keep it): only the turn
+        and a reconnect's id change."""
         meta = self._turn_meta
         session_id = self.conn.session_id
         if meta is None or meta["session_id"] != session_id:
@@ -263,17 +264,7 @@ class Driver:
         meta["turn"] = self.machine.turns
         if telemetry.capture_content():
             meta = {**meta, "input": _input_content(input)}  # the input is not kept
-        # The span is current while the host does its I/O, so a hook that makes it the
-        # current trace span (managedloop.otel) parents the host's HTTP requests under it.
-        # open_span/close_span, not ``with telemetry.span``: two calls per turn, not three.
-        opened = telemetry.open_span("session.turn", meta)
-        try:
-            result = await self._turn(input)
-        except BaseException as exc:
-            telemetry.close_span(opened, None, exc)
-            raise
-        telemetry.close_span(opened, result, None, _turn_stop)  # _turn_stop: for listeners
-        return result
+        return meta
 
     def _ids(self) -> dict[str, Any]:
         return {"provider": self.p.provider.name, "session_id": self.conn.session_id}
@@ -612,7 +603,20 @@ class Driver:
             step = machine.before_turn(step)
             if rec is not None:
                 await rec.sent(self.info, step)
-            turn = await (self._traced_turn(step) if traced else self._turn(step))
+            if traced:
+                # The turn's span, opened and closed in this frame: a coroutine layer of its
+                # own would cost a frame and a resumption per await of the host's I/O. It is
+                # current while the host does that I/O, so a hook that makes it the current
+                # trace span (managedloop.otel) parents the host's HTTP requests under it.
+                opened = telemetry.open_span("session.turn", self._turn_metadata(step))
+                try:
+                    turn = await self._turn(step)
+                except BaseException as exc:
+                    telemetry.close_span(opened, None, exc)
+                    raise
+                telemetry.close_span(opened, turn, None, _turn_stop)  # _turn_stop: listeners'
+            else:
+                turn = await self._turn(step)
             if turn.custom_tool_uses:  # _bounded's own first check, without the call
                 turn = _bounded(turn)
             if rec is not None:
