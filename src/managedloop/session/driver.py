@@ -247,10 +247,11 @@ class Driver:
                     meta["usage"] = usage
             telemetry.emit("stream.event", None, meta, caller=self.p.caller)
 
-    def _turn_metadata(self, input: TurnInput) -> dict[str, Any]:
+    def _turn_metadata(self, input: TurnInput, content: bool) -> dict[str, Any]:
         """A traced turn's span metadata (``session.turn``), built once per session and
         reused (a span hears a merged copy, a span hook must not keep it): only the turn
-        and a reconnect's id change."""
+        and a reconnect's id change. ``content``: with the turn's input
+        (``telemetry.capture_content()``, read once per request)."""
         meta = self._turn_meta
         session_id = self.conn.session_id
         if meta is None or meta["session_id"] != session_id:
@@ -262,7 +263,7 @@ class Driver:
                 "session_id": session_id,
             }
         meta["turn"] = self.machine.turns
-        if telemetry.capture_content():
+        if content:
             meta = {**meta, "input": _input_content(input)}  # the input is not kept
         return meta
 
@@ -595,6 +596,7 @@ class Driver:
         # Chosen once per request: an uninstrumented turn pays no telemetry check, and a
         # handler that asks for no approvals no approval check.
         traced = telemetry.span_enabled("session.turn")  # a flag: no bound method kept
+        content = traced and telemetry.capture_content()
         may_hold = _approvals.may_hold(self.p.handler)
         machine, rec, conn = self.machine, self.rec, self.conn  # fixed for the session
         while True:
@@ -608,7 +610,7 @@ class Driver:
                 # own would cost a frame and a resumption per await of the host's I/O. It is
                 # current while the host does that I/O, so a hook that makes it the current
                 # trace span (managedloop.otel) parents the host's HTTP requests under it.
-                opened = telemetry.open_span("session.turn", self._turn_metadata(step))
+                opened = telemetry.open_span("session.turn", self._turn_metadata(step, content))
                 try:
                     turn = await self._turn(step)
                 except BaseException as exc:
