@@ -247,24 +247,17 @@ class Driver:
                     meta["usage"] = usage
             telemetry.emit("stream.event", None, meta, caller=self.p.caller)
 
-    def _turn_metadata(self, input: TurnInput, content: bool) -> dict[str, Any]:
-        """A traced turn's span metadata (``session.turn``), built once per session and
-        reused (a span hears a merged copy, a span hook must not keep it): only the turn
-        and a reconnect's id change. ``content``: with the turn's input
-        (``telemetry.capture_content()``, read once per request)."""
-        meta = self._turn_meta
-        session_id = self.conn.session_id
-        if meta is None or meta["session_id"] != session_id:
-            meta = self._turn_meta = {
-                "turn": 0,
-                "model": self.model,
-                "gen_ai_provider": self.gen_ai_provider,
-                "provider": self.p.provider.name,
-                "session_id": session_id,
-            }
-        meta["turn"] = self.machine.turns
-        if content:
-            meta = {**meta, "input": _input_content(input)}  # the input is not kept
+    def _turn_metadata(self) -> dict[str, Any]:
+        """A traced turn's span metadata (``session.turn``) for this session and its id,
+        built once and reused (a span hears a merged copy, a span hook must not keep it):
+        ``_drive`` sets the turn (and the input, with content capture) per turn."""
+        meta = self._turn_meta = {
+            "turn": 0,
+            "model": self.model,
+            "gen_ai_provider": self.gen_ai_provider,
+            "provider": self.p.provider.name,
+            "session_id": self.conn.session_id,
+        }
         return meta
 
     def _ids(self) -> dict[str, Any]:
@@ -610,7 +603,13 @@ class Driver:
                 # own would cost a frame and a resumption per await of the host's I/O. It is
                 # current while the host does that I/O, so a hook that makes it the current
                 # trace span (managedloop.otel) parents the host's HTTP requests under it.
-                opened = telemetry.open_span("session.turn", self._turn_metadata(step, content))
+                meta = self._turn_meta
+                if meta is None or meta["session_id"] != conn.session_id:
+                    meta = self._turn_metadata()
+                meta["turn"] = machine.turns
+                if content:
+                    meta = {**meta, "input": _input_content(step)}  # the input is not kept
+                opened = telemetry.open_span("session.turn", meta)
                 try:
                     turn = await self._turn(step)
                 except BaseException as exc:
