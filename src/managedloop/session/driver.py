@@ -589,7 +589,7 @@ class Driver:
         # Chosen once per request: an uninstrumented turn pays no telemetry check, and a
         # handler that asks for no approvals no approval check.
         traced = telemetry.span_enabled("session.turn")  # a flag: no bound method kept
-        content = traced and telemetry.capture_content()
+        content = traced and telemetry.capture_content()  # each turn's input in its span
         may_hold = _approvals.may_hold(self.p.handler)
         machine, rec, conn = self.machine, self.rec, self.conn  # fixed for the session
         while True:
