@@ -14,9 +14,9 @@ not change with the caches). Variants:
 * ``events``: a listener that does nothing on the nine events the bridge listens to (the
   session's telemetry spans: what any listener pays before doing anything);
 * ``hooks``: a span hook (``telemetry.attach_span``, what the bridge is) that does nothing
-  on the three spans: what the session pays to emit its spans to any hook (the driver's
-  ``_traced_turn`` and the handler's ``_traced`` layers, ``telemetry.open_span`` and
-  ``close_span``), before the bridge does anything;
+  on the three spans: what the session pays to emit its spans to any hook (the span
+  metadata the driver's loop and ``handler.run_one_call`` build, ``telemetry.open_span``
+  and ``close_span``), before the bridge does anything;
 * ``noop``: ``managedloop.otel.instrument()`` on the API's no-op tracer and meter providers;
 * ``standin``: the bridge on a *stand-in SDK* (:class:`bench.otel.StandInTracerProvider`,
   :class:`bench.otel.StandInMeterProvider`): recording spans and histograms whose every method

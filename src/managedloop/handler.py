@@ -64,7 +64,7 @@ import json
 import math
 import sys
 import types
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
@@ -291,27 +291,6 @@ def _really_cancelled() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-async def _traced(
-    handler: Any, use: ToolUse, info: SessionInfo, timeout: float | None, caller: Any
-) -> ToolResult:
-    meta: dict[str, Any] = {
-        "tool": use.name,
-        "tool_use_id": use.id or "",
-        "session_id": info.session_id,
-    }
-    content = telemetry.capture_content()
-    if content:
-        meta["arguments"] = use.input
-    opened = telemetry.open_span("tool", meta, caller)  # two calls, not a context manager's three
-    try:
-        result = await _call(handler, use, info, timeout)
-    except BaseException as exc:
-        telemetry.close_span(opened, None, exc)
-        raise
-    telemetry.close_span(opened, result, None, _tool_stop)  # _tool_stop: for listeners
-    return result
-
-
 def _tool_stop(result: ToolResult) -> dict[str, Any]:
     """A tool call's stop metadata (``telemetry.TABLE``), for the listeners of its span (a
     span hook reads the ToolResult)."""
@@ -327,63 +306,72 @@ async def _invoke(handler: Any, use: ToolUse, info: SessionInfo) -> Any:
     return value
 
 
-async def _call(
-    handler: Any, use: ToolUse, info: SessionInfo, timeout: float | None, caller: Any = None
-) -> ToolResult:
-    """One call as a result; a tool's failure never escapes (see the module docstring).
-
-    ``caller`` is unused: it keeps the signature of :func:`_traced`, so
-    :func:`run_tool_calls` picks either one without a wrapper on the untraced hot path.
-    """
-    uid = use.id or ""
-    if use.input_error is not None:  # unreadable arguments: answer, never run the tool
-        return _result(
-            uid, f"invalid input for tool {use.name!r}: {use.input_error}", is_error=True
-        )
-    try:
-        if timeout is None:  # no cancel scope without a timeout: an untimed call skips its work
-            value = handler.handle_tool_call(use.name, use.input, info)  # _invoke, inlined
-            if type(value) is _Coroutine or inspect.isawaitable(value):
-                value = await value
-        else:
-            with anyio.move_on_after(timeout) as scope:
-                value = await _invoke(handler, use, info)
-            if scope.cancelled_caught:
-                raise ToolTimeoutError(use.name, timeout)
-        if type(value) is str and value.isascii():  # most results: _result(_to_text(...)) as is
-            return make_tool_result(uid, value, False)
-        if isinstance(value, ToolResult):
-            return _result(uid, _to_text(value.text), is_error=value.is_error is True)
-        return _result(uid, _to_text(value))
-    except ToolError as exc:
-        try:
-            message = exc.message
-        except Exception:
-            message = "ToolError (its message could not be read)"
-        return _result(uid, message, is_error=True)
-    except _validation_error() as exc:
-        return _result(uid, _validation_text(use.name, exc), is_error=True)
-    except (UnknownToolError, ToolTimeoutError) as exc:
-        return _result(uid, str(exc), is_error=True)
-    except Exception as exc:
-        return _result(uid, f"tool {use.name!r} raised {_describe(exc)}", is_error=True)
-    except asyncio.CancelledError as exc:
-        if _really_cancelled():
-            raise
-        return _result(uid, f"tool {use.name!r} raised {_describe(exc)}", is_error=True)
-
-
-def run_one_call(
+async def run_one_call(
     handler: Any,
     use: ToolUse,
     info: SessionInfo,
     timeout: float | None,
-    caller: dict[str, Any] | None,
-) -> Coroutine[Any, Any, ToolResult]:
-    """``run_tool_calls`` for one use, as the awaitable of its one result (no list, and
-    no coroutine frame of its own: the loop's most common tool turn has one call)."""
-    one = _traced if telemetry.span_enabled("tool") else _call
-    return one(handler, use, info, timeout, caller)
+    caller: dict[str, Any] | None = None,
+) -> ToolResult:
+    """``run_tool_calls`` for one use: its one result (no list: the loop's most common tool
+    turn has one call). A tool's failure never escapes (see the module docstring).
+
+    With a ``tool`` span listened to, the call is in one (``caller``: its tags), opened and
+    closed here rather than in a coroutine around this one: a coroutine layer costs more
+    than all of a span hook's start (bench/README.md, the bridge's cost).
+    """
+    traced = telemetry.span_enabled("tool")
+    uid = use.id or ""
+    if traced:
+        meta: dict[str, Any] = {"tool": use.name, "tool_use_id": uid, "session_id": info.session_id}
+        if telemetry.capture_content():
+            meta["arguments"] = use.input
+        opened = telemetry.open_span("tool", meta, caller)  # two calls: no context manager
+    try:  # one exit for every result, where the span closes
+        if use.input_error is not None:  # unreadable arguments: answer, never run the tool
+            result = _result(
+                uid, f"invalid input for tool {use.name!r}: {use.input_error}", is_error=True
+            )
+        else:
+            try:
+                if timeout is None:  # no cancel scope without a timeout: an untimed call skips it
+                    value = handler.handle_tool_call(use.name, use.input, info)  # _invoke, inlined
+                    if type(value) is _Coroutine or inspect.isawaitable(value):
+                        value = await value
+                else:
+                    with anyio.move_on_after(timeout) as scope:
+                        value = await _invoke(handler, use, info)
+                    if scope.cancelled_caught:
+                        raise ToolTimeoutError(use.name, timeout)
+                if type(value) is str and value.isascii():  # most: _result(_to_text(..)) as is
+                    result = make_tool_result(uid, value, False)
+                elif isinstance(value, ToolResult):
+                    result = _result(uid, _to_text(value.text), is_error=value.is_error is True)
+                else:
+                    result = _result(uid, _to_text(value))
+            except ToolError as exc:
+                try:
+                    message = exc.message
+                except Exception:
+                    message = "ToolError (its message could not be read)"
+                result = _result(uid, message, is_error=True)
+            except _validation_error() as exc:
+                result = _result(uid, _validation_text(use.name, exc), is_error=True)
+            except (UnknownToolError, ToolTimeoutError) as exc:
+                result = _result(uid, str(exc), is_error=True)
+            except Exception as exc:
+                result = _result(uid, f"tool {use.name!r} raised {_describe(exc)}", is_error=True)
+            except asyncio.CancelledError as exc:
+                if _really_cancelled():
+                    raise
+                result = _result(uid, f"tool {use.name!r} raised {_describe(exc)}", is_error=True)
+    except BaseException as exc:
+        if traced:
+            telemetry.close_span(opened, None, exc)
+        raise
+    if traced:
+        telemetry.close_span(opened, result, None, _tool_stop)  # _tool_stop: for listeners
+    return result
 
 
 async def run_tool_calls(
@@ -401,10 +389,8 @@ async def run_tool_calls(
     (``KeyboardInterrupt``, ``SystemExit``...) cancels the turn's other calls and is raised
     as itself, never inside a ``BaseExceptionGroup``.
     """
-    # The hot path has no span and no metadata to build when nothing listens.
-    one = _traced if telemetry.span_enabled("tool") else _call
     if len(uses) == 1:  # the common case needs no task group
-        return [await one(handler, uses[0], info, timeout, caller)]
+        return [await run_one_call(handler, uses[0], info, timeout, caller)]
     results: list[ToolResult | None] = [None] * len(uses)
     fatal: list[BaseException] = []
     limiter = anyio.Semaphore(max_concurrent)
@@ -412,7 +398,7 @@ async def run_tool_calls(
     async def worker(i: int, use: ToolUse) -> None:
         try:
             async with limiter:
-                results[i] = await one(handler, use, info, timeout, caller)
+                results[i] = await run_one_call(handler, use, info, timeout, caller)
         except anyio.get_cancelled_exc_class():
             raise
         except BaseException as exc:

@@ -20,6 +20,7 @@ from opentelemetry.trace import StatusCode
 import managedloop as ml
 import managedloop.otel
 from managedloop import telemetry
+from managedloop.handler import run_tool_calls
 from managedloop.providers import Local
 from managedloop.testing import ChatEmulator, call, say
 
@@ -111,3 +112,38 @@ def test_invented_tool_names_cannot_grow_the_metrics_without_bound(otel: Otel) -
     assert "invented_1000" not in by_name
     spans = {dict(s.attributes or {})["gen_ai.tool.name"] for s in otel.named("execute_tool")}
     assert spans == set(names)
+
+
+async def test_a_traced_call_the_run_timeout_cancels_ends_its_span(otel: Otel) -> None:
+    """The cancellation reaches the tool's span (opened inside the call itself): it ends
+    with the error, and the caller's context is its own again."""
+    agent, emulator = _hanging()
+    with emulator as emu:
+        provider = Local(model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key)
+        with pytest.raises(ml.SessionTimeoutError):
+            await ml.run(provider, agent=agent, prompt="x", timeout=0.2)
+    assert not trace.get_current_span().get_span_context().is_valid
+    (tool,) = otel.named("execute_tool hang")
+    assert tool.status.status_code is StatusCode.ERROR
+    assert dict(tool.attributes or {})["error.type"] == "CancelledError"
+    (root,) = otel.named("invoke_agent")
+    assert tool.parent is not None
+    assert root.context is not None
+    assert tool.parent.span_id == root.context.span_id
+
+
+async def test_a_traced_tool_timeout_and_unreadable_arguments_are_error_spans(otel: Otel) -> None:
+    agent, _ = _hanging()
+    with ChatEmulator([call("hang", {"city": "P"}), say("done")]) as emu:
+        provider = Local(model="claude-haiku-4-5", base_url=emu.base_url, api_key=emu.api_key)
+        result = await ml.run(provider, agent=agent, prompt="x", tool_timeout=0.05)
+    assert result.text == "done"
+    use = ml.ToolUse(id="t1", name="hang", input={}, input_error="arguments were null")
+    [answer] = await run_tool_calls(ml.Toolset([hang]), [use], ml.SessionInfo(session_id="s"))
+    assert answer.is_error
+    assert "arguments were null" in answer.text
+    timed_out, unreadable = otel.named("execute_tool hang")
+    for span in (timed_out, unreadable):
+        assert span.status.status_code is StatusCode.ERROR
+        assert dict(span.attributes or {})["error.type"] == "tool_error"
+    assert dict(unreadable.attributes or {})["gen_ai.tool.call.id"] == "t1"

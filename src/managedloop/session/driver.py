@@ -140,7 +140,7 @@ def _event_type(event: Any) -> str | None:
 class Driver:
     """Drives requests on one open connection."""
 
-    _turn_meta: dict[str, Any] | None = None  # a traced turn's metadata (_traced_turn)
+    _turn_meta: dict[str, Any] | None = None  # a traced turn's metadata (_turn_metadata)
 
     def __init__(self, prepared: Prepared, conn: Connection) -> None:
         self.p = prepared
@@ -247,33 +247,18 @@ class Driver:
                     meta["usage"] = usage
             telemetry.emit("stream.event", None, meta, caller=self.p.caller)
 
-    async def _traced_turn(self, input: TurnInput) -> TurnResult:
-        # The turn's metadata, built once per session and reused (a span hears a merged
-        # copy, a span hook must not keep it): only the turn and a reconnect's id change.
-        meta = self._turn_meta
-        session_id = self.conn.session_id
-        if meta is None or meta["session_id"] != session_id:
-            meta = self._turn_meta = {
-                "turn": 0,
-                "model": self.model,
-                "gen_ai_provider": self.gen_ai_provider,
-                "provider": self.p.provider.name,
-                "session_id": session_id,
-            }
-        meta["turn"] = self.machine.turns
-        if telemetry.capture_content():
-            meta = {**meta, "input": _input_content(input)}  # the input is not kept
-        # The span is current while the host does its I/O, so a hook that makes it the
-        # current trace span (managedloop.otel) parents the host's HTTP requests under it.
-        # open_span/close_span, not ``with telemetry.span``: two calls per turn, not three.
-        opened = telemetry.open_span("session.turn", meta)
-        try:
-            result = await self._turn(input)
-        except BaseException as exc:
-            telemetry.close_span(opened, None, exc)
-            raise
-        telemetry.close_span(opened, result, None, _turn_stop)  # _turn_stop: for listeners
-        return result
+    def _turn_metadata(self) -> dict[str, Any]:
+        """A traced turn's span metadata (``session.turn``) for this session and its id,
+        built once and reused (a span hears a merged copy, a span hook must not keep it):
+        ``_drive`` sets the turn (and the input, with content capture) per turn."""
+        meta = self._turn_meta = {
+            "turn": 0,
+            "model": self.model,
+            "gen_ai_provider": self.gen_ai_provider,
+            "provider": self.p.provider.name,
+            "session_id": self.conn.session_id,
+        }
+        return meta
 
     def _ids(self) -> dict[str, Any]:
         return {"provider": self.p.provider.name, "session_id": self.conn.session_id}
@@ -604,6 +589,7 @@ class Driver:
         # Chosen once per request: an uninstrumented turn pays no telemetry check, and a
         # handler that asks for no approvals no approval check.
         traced = telemetry.span_enabled("session.turn")  # a flag: no bound method kept
+        content = traced and telemetry.capture_content()  # each turn's input in its span
         may_hold = _approvals.may_hold(self.p.handler)
         machine, rec, conn = self.machine, self.rec, self.conn  # fixed for the session
         while True:
@@ -612,7 +598,26 @@ class Driver:
             step = machine.before_turn(step)
             if rec is not None:
                 await rec.sent(self.info, step)
-            turn = await (self._traced_turn(step) if traced else self._turn(step))
+            if traced:
+                # The turn's span, opened and closed in this frame: a coroutine layer of its
+                # own would cost a frame and a resumption per await of the host's I/O. It is
+                # current while the host does that I/O, so a hook that makes it the current
+                # trace span (managedloop.otel) parents the host's HTTP requests under it.
+                meta = self._turn_meta
+                if meta is None or meta["session_id"] != conn.session_id:
+                    meta = self._turn_metadata()
+                meta["turn"] = machine.turns
+                if content:
+                    meta = {**meta, "input": _input_content(step)}  # the input is not kept
+                opened = telemetry.open_span("session.turn", meta)
+                try:
+                    turn = await self._turn(step)
+                except BaseException as exc:
+                    telemetry.close_span(opened, None, exc)
+                    raise
+                telemetry.close_span(opened, turn, None, _turn_stop)  # _turn_stop: listeners'
+            else:
+                turn = await self._turn(step)
             if turn.custom_tool_uses:  # _bounded's own first check, without the call
                 turn = _bounded(turn)
             if rec is not None:
