@@ -151,10 +151,14 @@ class Driver:
         self.done: dict[str, ToolResult] = {}
         # The call each stored result answers: a repeat of an id with another name or input
         # is a *different* call, which must not get this result (see _reused).
-        self._calls: dict[str, tuple[str, dict[str, Any]]] = {}
+        # (The use itself, not a (name, input) tuple: it is alive anyway, in the request's
+        # custom_tool_uses, and a tuple per call is one more object held per session.)
+        self._calls: dict[str, ToolUse] = {}
         self._ran: set[str] = set()  # ids run in the current request
         # ids answered from ``done`` in the current request (a set from the first one on)
         self._resent: set[str] | frozenset[str] = _NONE
+        # the turn's events so far; one list per driver, emptied in place at each turn's
+        # start and end (a new list twice per turn showed in the collector's work)
         self.buffer: list[RawEvent] = []
         # events() subscribers; a list from the first subscription on (an in-flight run
         # holds one GC-tracked container less: see bench/README.md on the collector)
@@ -266,7 +270,7 @@ class Driver:
     async def _turn(self, input: TurnInput) -> TurnResult:
         """Drive one ``turn()`` to its end; its :class:`TurnResult` (invariants 1-4 of
         :mod:`managedloop.hosts` are checked here)."""
-        self.buffer = []
+        self.buffer.clear()
         if self._streams_output or self._output_tool is not None:
             self._output_text, self._last_partial, self._output_call = "", None, None
         stream = self.conn.turn(input)
@@ -315,7 +319,7 @@ class Driver:
                             self._last_partial = None
                         await self._partial(item.partial_json)
                 elif isinstance(item, TurnRestart):
-                    self.buffer = []
+                    self.buffer.clear()
                     self._output_text, self._last_partial, self._output_call = "", None, None
                 else:
                     await self._event(item)
@@ -333,7 +337,7 @@ class Driver:
                 f"the TurnResult holds {len(result.events)} events but turn() yielded "
                 f"{len(self.buffer)} since its last RESTART"
             )
-        self.buffer = []
+        self.buffer.clear()
         return result
 
     async def _partial(self, text: str) -> None:
@@ -382,7 +386,7 @@ class Driver:
                 uid = use.id
                 if uid:  # _store, for the one use
                     self.done[uid] = result
-                    self._calls[uid] = (use.name, use.input)
+                    self._calls[uid] = use
                     self._ran.add(uid)
                 return make_tool_results([use], [result])
             else:
@@ -413,7 +417,8 @@ class Driver:
                 results.append(next(computed))
                 continue
             assert use.id  # only uses with an id are ever answered from the store
-            if self._calls.get(use.id) != (use.name, use.input):
+            first = self._calls.get(use.id)
+            if first is None or (first.name, first.input) != (use.name, use.input):
                 results.append(_reused(use))  # never another call's result, never a rerun
                 continue
             results.append(done[use.id])  # _run_fresh stored the results it computed
@@ -440,7 +445,7 @@ class Driver:
         for use, result in zip(uses, results):  # noqa: B905 (zip's strict= costs a kwargs parse)
             if use.id:
                 self.done[use.id] = result
-                self._calls[use.id] = (use.name, use.input)
+                self._calls[use.id] = use
                 self._ran.add(use.id)
 
     async def _answer(
@@ -623,11 +628,18 @@ class Driver:
             if rec is not None:
                 await rec.turn(self.info, turn)
             action = machine.on_turn(turn, conn.session_id)
+            # Neither the turn nor the action outlives this step: held across the tool calls
+            # and the next model call, each turn's records (its result, events list, usage,
+            # the action) would be promoted to the collector's old generation at 10,000
+            # sessions and walked by every full collection (bench/README.md).
+            del turn
             if isinstance(action, RunTools):
-                if not action.host_approvals and not may_hold:  # _answer's plain path, inline
-                    step = await self._run_tools(action.tool_uses)
+                uses, approvals = action.tool_uses, action.host_approvals
+                del action
+                if not approvals and not may_hold:  # _answer's plain path, inline
+                    step = await self._run_tools(uses)
                 else:
-                    step = await self._answer(action.tool_uses, action.host_approvals)
+                    step = await self._answer(uses, approvals)
             elif isinstance(action, Finish):
                 result = action.result
                 return self._finish(result) if self.rec is None else await self._recorded(result)
@@ -988,7 +1000,22 @@ async def _run_within(
     opened: list[Driver],
 ) -> SessionResult:
     with deadline(timeout) as scope:
-        return await _run_one(prepared, prompt, outcome, opened)
+        # The handler's lifespan (see enter_lifespan), entered directly: one context, no
+        # exit stack. A nullcontext (a Toolset without MCP servers: the common case) is not
+        # entered at all: it has nothing to leave, and it and its bound __aexit__ held for
+        # the whole run are two objects per session for the garbage collector to walk.
+        lifespan = getattr(prepared.handler, "lifespan", None)
+        context = lifespan() if lifespan is not None else None
+        lifespan = None  # not held for the whole run
+        if context is None or type(context) is nullcontext:
+            if context is not None and context.enter_result is not prepared.handler:
+                prepared = dataclasses.replace(prepared, handler=context.enter_result)
+            context = None
+            return await _run_one(prepared, prompt, outcome, opened)
+        async with context as handler:  # left on every path
+            if handler is not prepared.handler:
+                prepared = dataclasses.replace(prepared, handler=handler)
+            return await _run_one(prepared, prompt, outcome, opened)
     assert scope.cancelled_caught
     raise timed_out(
         timeout,
@@ -1000,21 +1027,14 @@ async def _run_within(
 async def _run_one(
     prepared: Prepared, prompt: str | None, outcome: Outcome | None, opened: list[Driver]
 ) -> SessionResult:
-    # The handler's lifespan (see enter_lifespan), entered directly: one context, no exit stack.
-    lifespan = getattr(prepared.handler, "lifespan", None)
-    context = lifespan() if lifespan is not None else nullcontext(prepared.handler)
-    lifespan = None  # not held for the whole run
-    async with context as handler:  # left on every path
-        if handler is not prepared.handler:
-            prepared = dataclasses.replace(prepared, handler=handler)
-        driver = await open_driver(prepared)
-        opened.append(driver)
-        try:
-            # run() set the telemetry scope and emits session.request (its span covers the
-            # open); nothing can interrupt a run's driver
-            return await driver._request(_first_input(driver, prompt, outcome), interruptible=False)
-        finally:
-            await close_driver(driver)
+    driver = await open_driver(prepared)
+    opened.append(driver)
+    try:
+        # run() set the telemetry scope and emits session.request (its span covers the
+        # open); nothing can interrupt a run's driver
+        return await driver._request(_first_input(driver, prompt, outcome), interruptible=False)
+    finally:
+        await close_driver(driver)
 
 
 run_sync = syncify(run)

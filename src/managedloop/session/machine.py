@@ -200,7 +200,9 @@ class _Request:
     events: list[RawEvent] = field(default_factory=list)
     custom_tool_uses: list[ToolUse] = field(default_factory=list)
     custom_ids: set[str] = field(default_factory=set)
-    server_tool_uses: list[ToolUse] = field(default_factory=list)
+    # Made with the first server tool use (Local has none): an empty list held per session
+    # is one more object for the garbage collector to walk.
+    server_tool_uses: list[ToolUse] | None = None
     # Usage summed in place: adding frozen Usage values would copy ``raw`` every turn.
     input_tokens: int = 0
     output_tokens: int = 0
@@ -211,7 +213,12 @@ class _Request:
     usage_raw: list[Any] = field(default_factory=list)
     reprompts_left: int = 2
     terminal_tool_called: bool = False
-    last: TurnResult | None = None
+    # What the result reads of the last turn, not the TurnResult itself: holding it would
+    # keep its events list, usage and empty lists alive across the tool calls and the next
+    # model call (each one more object for the garbage collector; bench/README.md).
+    last_stop_reason: Any = None
+    last_text: str = ""
+    last_stop_details: dict[str, Any] | None = None
     output_retries_left: int = 2
     output_failure: OutputFailure | None = None
 
@@ -235,7 +242,7 @@ def _fresh(reprompts_left: int, output_retries: int = 2) -> _Request:
     req.events = []
     req.custom_tool_uses = []
     req.custom_ids = set()
-    req.server_tool_uses = []
+    req.server_tool_uses = None
     req.input_tokens = 0
     req.output_tokens = 0
     req.cache_read_tokens = 0
@@ -245,7 +252,9 @@ def _fresh(reprompts_left: int, output_retries: int = 2) -> _Request:
     req.usage_raw = []
     req.reprompts_left = reprompts_left
     req.terminal_tool_called = False
-    req.last = None
+    req.last_stop_reason = None
+    req.last_text = ""
+    req.last_stop_details = None
     req.output_retries_left = output_retries
     req.output_failure = None
     return req
@@ -302,9 +311,14 @@ class Machine:
         req = self._req
         opts = self.options
         req.turns += 1
-        req.last = turn
+        req.last_stop_reason = turn.stop_reason
+        req.last_text = turn.text
+        req.last_stop_details = turn.stop_details
         req.events.extend(turn.events)
-        req.server_tool_uses.extend(turn.server_tool_uses)
+        if turn.server_tool_uses:
+            if req.server_tool_uses is None:
+                req.server_tool_uses = []
+            req.server_tool_uses.extend(turn.server_tool_uses)
         usage = turn.usage
         if usage is not None:
             req.input_tokens += usage.input_tokens
@@ -456,23 +470,22 @@ class Machine:
     ) -> SessionResult:
         """The request's result so far (also used for partial results on failure)."""
         req = self._req
-        last = req.last
         if transcript is None and self._transcript is not None:
             transcript = self._transcript.transcript()
         result = make_session_result(
             terminal if terminal is not None else Terminal.TERMINATED,
-            last.stop_reason if last else None,
+            req.last_stop_reason,
             reason,
             session_id,
-            last.text if last else "",
+            req.last_text,
             list(req.custom_tool_uses),
-            list(req.server_tool_uses),
+            list(req.server_tool_uses or ()),
             req.usage(),
             req.turns,
             [*req.events, *pending_events],
             transcript,
             None,
-            last.stop_details if last else None,
+            req.last_stop_details,
         )
         strategy = self.options.output_strategy
         if strategy is not None:  # output=: how it was asked for, and what was refused

@@ -290,7 +290,8 @@ class LocalConnection(ConnectionBase):
         self._used_ids: set[str] = set()
         self._wire: dict[str, Any] = {}
         self._minted = 0
-        self._open: list[ToolUse] = []  # calls of the last answer not answered in history
+        # calls of the last answer not answered in history
+        self._open: Sequence[ToolUse] = ()
         if resumed:
             self.pending_tool_uses = self._resume(history)
             self._open = list(self.pending_tool_uses)
@@ -385,7 +386,7 @@ class LocalConnection(ConnectionBase):
             self.history.append(
                 {"role": "tool", "tool_call_id": event["tool_call_id"], "content": self._duplicate}
             )
-        self._open = list(uses)
+        self._open = uses  # this turn's own list: nothing changes it, so no copy
         if duplicates:  # once per turn, not per event: a guard stepped in
             logger.info(
                 "session %s: %d repeated tool call(s) answered without running them",
@@ -441,7 +442,7 @@ class LocalConnection(ConnectionBase):
         self._answer_open(INTERRUPTED_CALL)
 
     def _answer_open(self, text: str) -> None:
-        open_calls, self._open = self._open, []
+        open_calls, self._open = self._open, ()
         for use in open_calls:
             wire_id = self._wire.get(use.id or "", use.id)
             content = error_payload(text)
@@ -461,7 +462,7 @@ class LocalConnection(ConnectionBase):
         self._errors = {}
 
     def _apply_results(self, input: ToolResults) -> list[RawEvent]:
-        self._open = []
+        self._open = ()
         by_id: dict[str, ToolResult] = {}
         for r in input.results:  # a loop, not a comprehension: no extra frame per turn
             by_id[r.tool_use_id] = r
