@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,14 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+# Several tests stop a child process (`managedloop emulate`, `managedloop run`) with SIGINT,
+# as Ctrl-C would. A process started as a background job (`cmd &` without job control,
+# `nohup`) inherits SIGINT ignored, and so would every child: Python keeps an ignored
+# SIGINT ignored, the child never stops, and the test fails on how it was launched. The
+# suite runs with Python's own SIGINT handler, which a child gets as the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Property tests (marked ``fuzz``): 1,000 examples each in `make test` (the "ci" profile),
 # 10,000 in `make fuzz`. No deadline: a loaded two-core CI machine must not fail a property
