@@ -12,12 +12,19 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import signal
 from typing import Any
 
 from mkdocs.exceptions import PluginError
 
 PAGES = ("cli.md",)
 _BLOCK = re.compile(r"(?:<!--\s*docs:\s*([a-z\- ]+?)\s*-->\s*\n)?```python\n(.*?)^```", re.S | re.M)
+
+# The examples stop `managedloop emulate` with SIGINT, as Ctrl-C would; a build launched
+# with SIGINT ignored (a nohup or background job) would hand the ignore to that child, which
+# would never stop (tests/conftest.py does the same for the suite).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
