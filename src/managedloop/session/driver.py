@@ -418,7 +418,7 @@ class Driver:
                 continue
             assert use.id  # only uses with an id are ever answered from the store
             first = self._calls.get(use.id)
-            if first is None or (first.name, first.input) != (use.name, use.input):
+            if first is None or first.name != use.name or first.input != use.input:
                 results.append(_reused(use))  # never another call's result, never a rerun
                 continue
             results.append(done[use.id])  # _run_fresh stored the results it computed
@@ -889,7 +889,11 @@ async def enter_lifespan(prepared: Prepared, stack: AsyncExitStack) -> Prepared:
     lifespan = getattr(prepared.handler, "lifespan", None)
     if lifespan is None:
         return prepared
-    handler = await stack.enter_async_context(lifespan())
+    return _serving(prepared, await stack.enter_async_context(lifespan()))
+
+
+def _serving(prepared: Prepared, handler: Any) -> Prepared:
+    """``prepared`` with ``handler`` (what a lifespan yielded) serving its tool calls."""
     if handler is prepared.handler:
         return prepared
     return dataclasses.replace(prepared, handler=handler)
@@ -1002,20 +1006,18 @@ async def _run_within(
     with deadline(timeout) as scope:
         # The handler's lifespan (see enter_lifespan), entered directly: one context, no
         # exit stack. A nullcontext (a Toolset without MCP servers: the common case) is not
-        # entered at all: it has nothing to leave, and it and its bound __aexit__ held for
-        # the whole run are two objects per session for the garbage collector to walk.
+        # entered or kept: it has nothing to leave, and it and its bound __aexit__ held for
+        # the whole run would be two objects per session for the garbage collector to walk.
         lifespan = getattr(prepared.handler, "lifespan", None)
         context = lifespan() if lifespan is not None else None
         lifespan = None  # not held for the whole run
-        if context is None or type(context) is nullcontext:
-            if context is not None and context.enter_result is not prepared.handler:
-                prepared = dataclasses.replace(prepared, handler=context.enter_result)
-            context = None
+        if type(context) is nullcontext:
+            prepared = _serving(prepared, context.enter_result)
+            context = None  # not held either
+        if context is None:
             return await _run_one(prepared, prompt, outcome, opened)
         async with context as handler:  # left on every path
-            if handler is not prepared.handler:
-                prepared = dataclasses.replace(prepared, handler=handler)
-            return await _run_one(prepared, prompt, outcome, opened)
+            return await _run_one(_serving(prepared, handler), prompt, outcome, opened)
     assert scope.cancelled_caught
     raise timed_out(
         timeout,
